@@ -1,0 +1,105 @@
+//! Admission control: the policy that guards each stage's input queue.
+//!
+//! Every enqueue to a stage is first offered to the stage's [`AdmissionPolicy`]; a
+//! refusal hands the event back to the caller as `EnqueueError::Rejected`, an overload
+//! signal the upstream stage turns into a 503, a redirect or degraded service (SEDA
+//! 3.2, USITS'03 2.3). Policies also observe every completed event (its response time
+//! since `born`, its queueing delay) and a periodic tick from the controller thread,
+//! which is how the response-time controllers (USITS'03 3.2-3.3) close their loop.
+//!
+//! # Contract
+//! - `admit` is called on the enqueue path, from any thread, at most once per event
+//!   offered, after the queue has room; it must not block. Returning `true` consumes
+//!   whatever the policy meters (a token, a slot).
+//! - `on_complete` is called once per event a handler finished, from the worker that
+//!   ran it, in no particular order across workers.
+//! - `on_tick` is called by the controller thread at the stage's control interval.
+//! - A stage may switch its admission control off (service degradation, USITS'03 3.4):
+//!   the stage then admits without calling `admit`, but keeps calling `on_complete`.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::envelope::Class;
+
+/// What a policy sees of one enqueue attempt.
+#[derive(Clone, Copy, Debug)]
+pub struct Offer {
+    /// Class of the event offered.
+    pub class: Class,
+    /// Events waiting in the queue now (admitted, not yet handed to a handler).
+    pub queue_len: usize,
+    /// Events in the stage: waiting plus being handled.
+    pub in_flight: usize,
+    /// The queue's hard capacity.
+    pub capacity: usize,
+    /// Time of the attempt.
+    pub now: Instant,
+}
+
+/// What a policy learns of one finished event.
+#[derive(Clone, Copy, Debug)]
+pub struct Completion {
+    /// Class of the event.
+    pub class: Class,
+    /// `now - born`: response time of the request so far, as USITS'03 3.2 measures it.
+    pub response_time: Duration,
+    /// Time the event waited in this stage's queue.
+    pub queue_delay: Duration,
+    /// Time the handler spent on the batch, divided by the batch's length.
+    pub service_time: Duration,
+    /// When the event finished.
+    pub now: Instant,
+}
+
+/// Read-only view of a policy's state, for stats and dashboards.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct AdmissionState {
+    /// Policy name, e.g. `"response-time"`.
+    pub policy: String,
+    /// Current token rate in events per second, for rate-based policies.
+    pub rate: Option<f64>,
+    /// Current (smoothed) 90th-percentile response time estimate, milliseconds.
+    pub p90_ms: Option<f64>,
+    /// Response-time target, milliseconds.
+    pub target_ms: Option<f64>,
+    /// Current limit on queue length or concurrency, for limit-based policies.
+    pub limit: Option<f64>,
+    /// Per-class state, for multiclass policies (empty otherwise).
+    pub classes: Vec<ClassState>,
+}
+
+/// Per-class state of a multiclass policy.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ClassState {
+    /// The class.
+    pub class: Class,
+    /// Current token rate for the class, events per second.
+    pub rate: f64,
+    /// Smoothed p90 estimate for the class, milliseconds.
+    pub p90_ms: Option<f64>,
+    /// Target for the class, milliseconds.
+    pub target_ms: f64,
+}
+
+/// The policy guarding a stage's input queue. See the module docs for the contract.
+pub trait AdmissionPolicy: Send + Sync + fmt::Debug + 'static {
+    /// Short name for stats, e.g. `"queue-threshold"`.
+    fn name(&self) -> &'static str;
+
+    /// Whether to admit this event. Must not block.
+    fn admit(&self, offer: &Offer) -> bool;
+
+    /// One event finished at this stage.
+    fn on_complete(&self, _done: &Completion) {}
+
+    /// Periodic tick from the controller thread.
+    fn on_tick(&self, _now: Instant) {}
+
+    /// Current state for stats.
+    fn state(&self) -> AdmissionState {
+        AdmissionState { policy: self.name().to_owned(), ..AdmissionState::default() }
+    }
+}

@@ -1,0 +1,49 @@
+//! Thread models: who runs a stage's batches.
+//!
+//! Both models sit behind the same stage API and can be mixed in one runtime:
+//! - [`ThreadModel::PerStage`] (Sandstorm's thread-per-stage, TPS): a stage owns a
+//!   pool of threads that only run its batches, sized between min and max by the
+//!   thread-pool controller (SEDA 3.4). Right for stages that block.
+//! - [`ThreadModel::Shared`] (thread-per-processor, TPP; SEDA footnote 2): a fixed set
+//!   of workers, one per core by default, runs the batches of every stage that has
+//!   work. Right for CPU-bound stages: no more runnable threads than cores.
+
+pub(crate) mod shared;
+
+/// How a stage's batches are run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ThreadModel {
+    /// The stage has its own pool, sized by the thread-pool controller.
+    #[default]
+    PerStage,
+    /// The stage's batches run on the runtime's shared per-core workers.
+    Shared,
+}
+
+impl ThreadModel {
+    /// `"per-stage"` or `"shared"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadModel::PerStage => "per-stage",
+            ThreadModel::Shared => "shared",
+        }
+    }
+}
+
+impl std::str::FromStr for ThreadModel {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "per-stage" | "tps" => Ok(ThreadModel::PerStage),
+            "shared" | "tpp" => Ok(ThreadModel::Shared),
+            other => Err(format!("unknown thread model '{other}' (expected per-stage or shared)")),
+        }
+    }
+}
+
+impl std::fmt::Display for ThreadModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

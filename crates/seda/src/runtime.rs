@@ -1,0 +1,480 @@
+//! The runtime: a registry of stages, their threads, the controller driver, timers,
+//! and graceful shutdown.
+//!
+//! # Shutdown
+//! [`Runtime::shutdown`] moves every stage to `Draining`: enqueues from outside the
+//! runtime get `Closed`, while events that handlers (and timers) emit are still
+//! accepted, so work already inside the service can finish. When nothing is in flight,
+//! or at the deadline, stages stop; the [`ShutdownReport`] counts, per stage, every
+//! admitted event that was not processed. No event vanishes uncounted.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+
+use crate::color::ColorTable;
+use crate::core::{Lifecycle, StageCore, StageObj};
+use crate::envelope::Meta;
+use crate::exec::ThreadModel;
+use crate::exec::shared::SharedPool;
+use crate::sink::Sink;
+use crate::stage::{EventHandler, StageBuilder};
+use crate::stats::RuntimeSnapshot;
+use crate::timer::{TimerId, Timers};
+
+static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
+
+/// Errors of the runtime API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeError {
+    /// A stage with this name is already registered.
+    DuplicateStage(String),
+    /// No stage has this name.
+    NoSuchStage(String),
+    /// The stage exists but takes another event type.
+    WrongEventType {
+        /// The stage.
+        stage: String,
+        /// The type asked for.
+        requested: &'static str,
+    },
+    /// A stage's `init` hook failed.
+    Init {
+        /// The stage.
+        stage: String,
+        /// What the hook said.
+        error: String,
+    },
+    /// A configuration value is out of range.
+    InvalidConfig(String),
+    /// The runtime is shutting down or stopped.
+    Stopped,
+}
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuntimeError::DuplicateStage(s) => write!(f, "a stage named '{s}' already exists"),
+            RuntimeError::NoSuchStage(s) => write!(f, "no stage named '{s}'"),
+            RuntimeError::WrongEventType { stage, requested } => {
+                write!(f, "stage '{stage}' does not take events of type {requested}")
+            }
+            RuntimeError::Init { stage, error } => write!(f, "stage '{stage}' failed to initialise: {error}"),
+            RuntimeError::InvalidConfig(s) => write!(f, "invalid configuration: {s}"),
+            RuntimeError::Stopped => f.write_str("the runtime is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+/// Builder of a [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct RuntimeBuilder {
+    name: String,
+    thread_model: ThreadModel,
+    shared_workers: usize,
+    control_interval: Duration,
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        RuntimeBuilder {
+            name: "seda".to_owned(),
+            thread_model: ThreadModel::PerStage,
+            shared_workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            control_interval: Duration::from_millis(50),
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Name used for thread names.
+    #[must_use]
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
+    /// Default thread model of stages (each stage may override it).
+    #[must_use]
+    pub fn thread_model(mut self, model: ThreadModel) -> Self {
+        self.thread_model = model;
+        self
+    }
+
+    /// Workers of the shared pool (default: one per core).
+    #[must_use]
+    pub fn shared_workers(mut self, n: usize) -> Self {
+        self.shared_workers = n.max(1);
+        self
+    }
+
+    /// How often the controller thread samples stages (default 50 ms). Each
+    /// controller still steps at its own interval, rounded up to this one.
+    #[must_use]
+    pub fn control_interval(mut self, interval: Duration) -> Self {
+        self.control_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Builds the runtime. Stages are added with [`Runtime::stage`], then
+    /// [`Runtime::start`] runs them.
+    pub fn build(self) -> Runtime {
+        let inner = Arc::new(RuntimeInner {
+            id: NEXT_RUNTIME.fetch_add(1, Ordering::Relaxed),
+            name: self.name,
+            created: Instant::now(),
+            default_model: self.thread_model,
+            colors: Arc::new(ColorTable::new()),
+            shared: Arc::new(SharedPool::new(self.shared_workers)),
+            stages: RwLock::new(Vec::new()),
+            sinks: RwLock::new(HashMap::new()),
+            next_stage: AtomicUsize::new(0),
+            state: Mutex::new(Lifecycle::Created),
+            control_interval: self.control_interval,
+            driver: Mutex::new(None),
+            timers: Timers::new(),
+        });
+        Runtime { inner }
+    }
+}
+
+pub(crate) struct RuntimeInner {
+    pub(crate) id: u64,
+    name: String,
+    created: Instant,
+    pub(crate) default_model: ThreadModel,
+    pub(crate) colors: Arc<ColorTable>,
+    pub(crate) shared: Arc<SharedPool>,
+    stages: RwLock<Vec<Arc<dyn StageObj>>>,
+    sinks: RwLock<HashMap<String, Box<dyn Any + Send + Sync>>>,
+    next_stage: AtomicUsize,
+    state: Mutex<Lifecycle>,
+    control_interval: Duration,
+    driver: Mutex<Option<JoinHandle<()>>>,
+    timers: Arc<Timers>,
+}
+
+impl RuntimeInner {
+    pub(crate) fn next_stage_id(&self) -> usize {
+        self.next_stage.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl Drop for RuntimeInner {
+    fn drop(&mut self) {
+        // Best effort when the last handle goes without a shutdown: stop the threads.
+        for s in self.stages.get_mut().iter() {
+            s.set_lifecycle(Lifecycle::Stopped);
+        }
+        self.shared.stop();
+        self.timers.stop();
+    }
+}
+
+/// A SEDA runtime: a set of stages and the threads that run them. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<RuntimeInner>,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime").field("name", &self.inner.name).field("id", &self.inner.id).finish()
+    }
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime::builder().build()
+    }
+}
+
+/// Per-stage part of a [`ShutdownReport`].
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct StageShutdown {
+    /// The stage.
+    pub name: String,
+    /// Events its handler processed over the runtime's life.
+    pub processed: u64,
+    /// Admitted events not processed: `queued + running`.
+    pub unfinished: u64,
+    /// Of those, events still queued (including parked colored events).
+    pub queued: u64,
+    /// Of those, events inside a handler that had not returned at the deadline.
+    pub running: u64,
+}
+
+/// What a shutdown finished and what it could not.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Whether every admitted event was processed before the deadline.
+    pub drained: bool,
+    /// Time the shutdown took, milliseconds.
+    pub elapsed_ms: u64,
+    /// Per stage counts.
+    pub stages: Vec<StageShutdown>,
+    /// Timers cancelled before they fired (their events never entered a queue).
+    pub timers_cancelled: usize,
+    /// Worker threads still inside a handler at the deadline (left detached).
+    pub threads_detached: usize,
+}
+
+impl ShutdownReport {
+    /// Admitted events that were not processed, over all stages.
+    pub fn unfinished(&self) -> u64 {
+        self.stages.iter().map(|s| s.unfinished).sum()
+    }
+}
+
+impl Runtime {
+    /// A builder with defaults: per-stage thread model, one shared worker per core.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    pub(crate) fn from_inner(inner: Arc<RuntimeInner>) -> Self {
+        Runtime { inner }
+    }
+
+    /// Starts building a stage named `name` with `handler`.
+    pub fn stage<E: Send + 'static>(&self, name: &str, handler: impl EventHandler<E>) -> StageBuilder<'_, E> {
+        StageBuilder::new(self, name, Box::new(handler))
+    }
+
+    pub(crate) fn register<E: Send + 'static>(&self, core: Arc<StageCore<E>>) -> Result<Sink<E>, RuntimeError> {
+        let name = core.name().to_owned();
+        let state = *self.inner.state.lock();
+        if state >= Lifecycle::Draining {
+            return Err(RuntimeError::Stopped);
+        }
+        if self.inner.sinks.read().contains_key(&name) {
+            return Err(RuntimeError::DuplicateStage(name));
+        }
+        if state == Lifecycle::Running {
+            if core.model() == ThreadModel::Shared {
+                self.start_shared()?;
+            }
+            core.start(self).map_err(|e| RuntimeError::Init { stage: name.clone(), error: e.0 })?;
+        }
+        let sink = Sink { core: Arc::clone(&core) };
+        let mut sinks = self.inner.sinks.write();
+        if sinks.contains_key(&name) {
+            return Err(RuntimeError::DuplicateStage(name));
+        }
+        sinks.insert(name, Box::new(sink.clone()));
+        self.inner.stages.write().push(core);
+        Ok(sink)
+    }
+
+    fn start_shared(&self) -> Result<(), RuntimeError> {
+        self.inner
+            .shared
+            .start(&self.inner.name)
+            .map_err(|e| RuntimeError::InvalidConfig(format!("cannot spawn shared workers: {e}")))
+    }
+
+    /// The sink of the stage named `name`, which must take events of type `E`.
+    pub fn sink<E: Send + 'static>(&self, name: &str) -> Result<Sink<E>, RuntimeError> {
+        let sinks = self.inner.sinks.read();
+        let any = sinks.get(name).ok_or_else(|| RuntimeError::NoSuchStage(name.to_owned()))?;
+        any.downcast_ref::<Sink<E>>()
+            .cloned()
+            .ok_or_else(|| RuntimeError::WrongEventType { stage: name.to_owned(), requested: std::any::type_name::<E>() })
+    }
+
+    /// Names of the registered stages, in registration order.
+    pub fn stage_names(&self) -> Vec<String> {
+        self.inner.stages.read().iter().map(|s| s.name().to_owned()).collect()
+    }
+
+    /// Runs every stage's `init` hook, then starts the threads and the controller
+    /// driver. Calling it twice is harmless.
+    pub fn start(&self) -> Result<(), RuntimeError> {
+        let mut state = self.inner.state.lock();
+        match *state {
+            Lifecycle::Created => {}
+            Lifecycle::Running => return Ok(()),
+            _ => return Err(RuntimeError::Stopped),
+        }
+        let stages: Vec<_> = self.inner.stages.read().clone();
+        if stages.iter().any(|s| s.model() == ThreadModel::Shared) {
+            self.start_shared()?;
+        }
+        for s in &stages {
+            s.start(self).map_err(|e| RuntimeError::Init { stage: s.name().to_owned(), error: e.0 })?;
+        }
+        *state = Lifecycle::Running;
+        drop(state);
+        let weak = Arc::downgrade(&self.inner);
+        let interval = self.inner.control_interval;
+        let driver = std::thread::Builder::new()
+            .name(format!("{}-control", self.inner.name))
+            .spawn(move || drive(weak, interval))
+            .map_err(|e| RuntimeError::InvalidConfig(format!("cannot spawn the controller thread: {e}")))?;
+        *self.inner.driver.lock() = Some(driver);
+        Ok(())
+    }
+
+    /// Statistics of every stage and the observed stage graph.
+    pub fn snapshot(&self) -> RuntimeSnapshot {
+        let stages: Vec<_> = self.inner.stages.read().clone();
+        let names: HashMap<usize, &str> = stages.iter().map(|s| (s.id(), s.name())).collect();
+        let mut edges = Vec::new();
+        for s in &stages {
+            for from in s.incoming() {
+                if let Some(f) = names.get(&from) {
+                    edges.push(((*f).to_owned(), s.name().to_owned()));
+                }
+            }
+        }
+        edges.sort();
+        RuntimeSnapshot {
+            uptime_ms: u64::try_from(self.inner.created.elapsed().as_millis()).unwrap_or(u64::MAX),
+            thread_model: self.inner.default_model.as_str().to_owned(),
+            shared_workers: if stages.iter().any(|s| s.model() == ThreadModel::Shared) { self.inner.shared.workers() } else { 0 },
+            timers_pending: self.inner.timers.pending(),
+            stages: stages.iter().map(|s| s.snapshot()).collect(),
+            edges,
+        }
+    }
+
+    /// Enqueues `event` to `sink` after `delay`. Scheduled from a handler, the event
+    /// inherits the current event's metadata. If the enqueue fails when the timer
+    /// fires, the refusal is counted in the target stage's statistics.
+    pub fn schedule<E: Send + 'static>(&self, delay: Duration, sink: &Sink<E>, event: E) -> TimerId {
+        let (meta, _) = crate::core::Origin::current();
+        self.schedule_with(delay, sink, event, meta)
+    }
+
+    /// As [`Runtime::schedule`], with explicit metadata.
+    pub fn schedule_with<E: Send + 'static>(&self, delay: Duration, sink: &Sink<E>, event: E, meta: Meta) -> TimerId {
+        let sink = sink.clone();
+        let rt = self.inner.id;
+        self.inner.timers.schedule(
+            Instant::now() + delay,
+            Box::new(move || {
+                crate::core::Origin::enter(rt, meta, || {
+                    if let Err(e) = sink.try_enqueue_with(event, meta) {
+                        tracing::debug!(stage = sink.stage_name(), "timer event refused: {e}");
+                    }
+                });
+            }),
+        )
+    }
+
+    /// Cancels a timer; true if it had not fired yet.
+    pub fn cancel_timer(&self, id: TimerId) -> bool {
+        self.inner.timers.cancel(id)
+    }
+
+    /// Graceful shutdown: drain for at most `grace`, then stop every thread. See the
+    /// module docs. Calling it again returns an empty report.
+    pub fn shutdown(&self, grace: Duration) -> ShutdownReport {
+        let started = Instant::now();
+        let deadline = started + grace;
+        {
+            let mut state = self.inner.state.lock();
+            if *state >= Lifecycle::Draining {
+                return ShutdownReport { drained: true, ..ShutdownReport::default() };
+            }
+            *state = Lifecycle::Draining;
+        }
+        let stages: Vec<_> = self.inner.stages.read().clone();
+        for s in &stages {
+            s.set_lifecycle(Lifecycle::Draining);
+        }
+        let mut drained = false;
+        loop {
+            if stages.iter().all(|s| s.in_flight() == 0) {
+                drained = true;
+                break;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let timers_cancelled = self.inner.timers.stop();
+        for s in &stages {
+            s.set_lifecycle(Lifecycle::Stopped);
+        }
+        self.inner.shared.stop();
+        if let Some(driver) = self.inner.driver.lock().take() {
+            let _ = driver.join();
+        }
+        let mut handles: Vec<JoinHandle<()>> = stages.iter().flat_map(|s| s.take_handles()).collect();
+        handles.extend(self.inner.shared.take_handles());
+        // Threads finish their current batch; wait for them until the deadline (at
+        // least a moment, so an idle pool always gets to exit cleanly).
+        let join_deadline = deadline.max(Instant::now() + Duration::from_millis(100));
+        while handles.iter().any(|h| !h.is_finished()) && Instant::now() < join_deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut threads_detached = 0;
+        for h in handles {
+            if h.is_finished() {
+                let _ = h.join();
+            } else {
+                threads_detached += 1;
+            }
+        }
+        let mut report_stages = Vec::new();
+        for s in &stages {
+            let (queued, running, _parked) = s.abandon();
+            let snap = s.snapshot();
+            report_stages.push(StageShutdown {
+                name: s.name().to_owned(),
+                processed: snap.processed,
+                unfinished: (queued + running) as u64,
+                queued: queued as u64,
+                running: running as u64,
+            });
+            if running == 0 {
+                s.destroy();
+            }
+        }
+        *self.inner.state.lock() = Lifecycle::Stopped;
+        let report = ShutdownReport {
+            drained: drained && report_stages.iter().all(|s| s.unfinished == 0),
+            elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            stages: report_stages,
+            timers_cancelled,
+            threads_detached,
+        };
+        if !report.drained {
+            tracing::warn!(unfinished = report.unfinished(), "shutdown deadline passed with events unfinished");
+        }
+        report
+    }
+}
+
+/// The controller driver: samples every stage at the control interval and steps its
+/// controllers (admission ticks, stats windows, thread pool, batching).
+fn drive(runtime: Weak<RuntimeInner>, interval: Duration) {
+    loop {
+        std::thread::sleep(interval);
+        let Some(inner) = runtime.upgrade() else { return };
+        if *inner.state.lock() >= Lifecycle::Stopped {
+            return;
+        }
+        let stages: Vec<_> = inner.stages.read().clone();
+        let now = Instant::now();
+        for s in stages {
+            if s.lifecycle() == Lifecycle::Running || s.lifecycle() == Lifecycle::Draining {
+                s.control(now);
+            }
+        }
+        if *inner.state.lock() >= Lifecycle::Draining {
+            return;
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Sinks: the handle to a stage's input queue.
+//!
+//! A failed enqueue hands the event back (as crossbeam's `TrySendError` does), so the
+//! caller decides what overload means for it: a 503, a redirect, a degraded answer, a
+//! retry. Nothing is dropped silently: even [`Sink::enqueue_lossy`] counts what it
+//! drops in the stage's stats.
+//!
+//! # Metadata propagation
+//! Called from inside a handler, the plain enqueue methods give the new event the
+//! `born` time, class and color of the event being handled (SEDA's request
+//! lineage; USITS'03 3.2 measures response time from `born`), and record an edge of
+//! the stage graph. Use the `*_with` variants to set metadata explicitly.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::core::{Origin, StageCore};
+use crate::envelope::Meta;
+
+/// Why an enqueue failed. Each variant hands the event back.
+#[derive(PartialEq, Eq)]
+pub enum EnqueueError<E> {
+    /// The queue is at its capacity.
+    Full(E),
+    /// The stage's admission policy refused the event (an overload signal).
+    Rejected(E),
+    /// The stage is draining or stopped and takes no new events.
+    Closed(E),
+}
+
+impl<E> EnqueueError<E> {
+    /// The event that was not enqueued.
+    pub fn into_inner(self) -> E {
+        match self {
+            EnqueueError::Full(e) | EnqueueError::Rejected(e) | EnqueueError::Closed(e) => e,
+        }
+    }
+
+    /// Whether the queue was full.
+    pub fn is_full(&self) -> bool {
+        matches!(self, EnqueueError::Full(_))
+    }
+
+    /// Whether admission control refused the event.
+    pub fn is_rejected(&self) -> bool {
+        matches!(self, EnqueueError::Rejected(_))
+    }
+
+    /// Whether the stage is closed.
+    pub fn is_closed(&self) -> bool {
+        matches!(self, EnqueueError::Closed(_))
+    }
+
+    /// Whether this is an overload signal (full or rejected), as opposed to a closed
+    /// stage.
+    pub fn is_overload(&self) -> bool {
+        !self.is_closed()
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            EnqueueError::Full(_) => "queue full",
+            EnqueueError::Rejected(_) => "rejected by admission control",
+            EnqueueError::Closed(_) => "stage closed",
+        }
+    }
+}
+
+impl<E> fmt::Debug for EnqueueError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnqueueError::Full(_) => f.write_str("Full(..)"),
+            EnqueueError::Rejected(_) => f.write_str("Rejected(..)"),
+            EnqueueError::Closed(_) => f.write_str("Closed(..)"),
+        }
+    }
+}
+
+impl<E> fmt::Display for EnqueueError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind())
+    }
+}
+
+impl<E> std::error::Error for EnqueueError<E> {}
+
+/// The handle to a stage's input queue. Cheap to clone; `Send + Sync`.
+pub struct Sink<E: Send + 'static> {
+    pub(crate) core: Arc<StageCore<E>>,
+}
+
+impl<E: Send + 'static> Clone for Sink<E> {
+    fn clone(&self) -> Self {
+        Sink { core: Arc::clone(&self.core) }
+    }
+}
+
+impl<E: Send + 'static> fmt::Debug for Sink<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sink").field("stage", &self.core.name()).finish()
+    }
+}
+
+impl<E: Send + 'static> Sink<E> {
+    /// Name of the stage this sink feeds.
+    pub fn stage_name(&self) -> &str {
+        self.core.name()
+    }
+
+    /// Enqueue one event, or hand it back. Inside a handler the event inherits the
+    /// metadata of the event being handled.
+    pub fn try_enqueue(&self, event: E) -> Result<(), EnqueueError<E>> {
+        let (meta, origin) = Origin::current();
+        self.core.offer(event, meta, origin)
+    }
+
+    /// Enqueue one event with explicit metadata, or hand it back.
+    pub fn try_enqueue_with(&self, event: E, meta: Meta) -> Result<(), EnqueueError<E>> {
+        let (_, origin) = Origin::current();
+        self.core.offer(event, meta, origin)
+    }
+
+    /// Enqueue, or drop the event if it cannot be enqueued. Returns whether it was
+    /// enqueued; a drop is counted in the stage's `dropped` statistic.
+    pub fn enqueue_lossy(&self, event: E) -> bool {
+        match self.try_enqueue(event) {
+            Ok(()) => true,
+            Err(_) => {
+                self.core.count_dropped(1);
+                false
+            }
+        }
+    }
+
+    /// Enqueue all events or none: on failure every event is handed back, in order.
+    pub fn try_enqueue_batch(&self, events: Vec<E>) -> Result<(), EnqueueError<Vec<E>>> {
+        let (meta, origin) = Origin::current();
+        self.core.offer_batch(events, meta, origin)
+    }
+
+    /// Enqueue, waiting while the queue is full until there is space or `deadline`
+    /// passes (backpressure). Rejection and a closed stage return at once.
+    pub fn enqueue_until(&self, event: E, deadline: Instant) -> Result<(), EnqueueError<E>> {
+        let (meta, origin) = Origin::current();
+        self.core.offer_until(event, meta, origin, deadline)
+    }
+
+    /// Events waiting in the queue now.
+    pub fn queue_len(&self) -> usize {
+        self.core.queue_len()
+    }
+
+    /// The queue's capacity.
+    pub fn capacity(&self) -> usize {
+        self.core.capacity()
+    }
+}

@@ -1,0 +1,259 @@
+//! Per-stage statistics and the runtime snapshot.
+//!
+//! Metrics are API (STYLE.md 7): controllers, the dashboard and the admin endpoints
+//! read only what [`RuntimeSnapshot`] exposes. Counters are relaxed atomics updated on
+//! the enqueue path; histograms are recorded once per batch under one lock.
+//!
+//! # Invariants
+//! - `admitted == processed + queue_len + running + unfinished-at-shutdown`, where
+//!   `running` is the number of events inside a handler; every offered event is
+//!   counted in exactly one of `admitted`, `rejected`, `full`, `closed`.
+
+mod graph;
+mod prometheus;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::admission::AdmissionState;
+
+/// Classes tracked individually in per-class counters; higher classes share the last.
+pub(crate) const TRACKED_CLASSES: usize = 8;
+
+/// Histogram bounds: 1 microsecond to 1 hour, 3 significant digits.
+fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static histogram bounds are valid")
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).clamp(1, 3_600_000_000)
+}
+
+pub(crate) struct Histograms {
+    pub(crate) queue_delay: Histogram<u64>,
+    pub(crate) service_time: Histogram<u64>,
+    pub(crate) response_time: Histogram<u64>,
+    /// Response times since the last window rotation (for the current p90).
+    pub(crate) recent: Histogram<u64>,
+}
+
+/// One finished event's timings, as recorded by a worker.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sample {
+    pub(crate) queue_delay: Duration,
+    pub(crate) service_time: Duration,
+    pub(crate) response_time: Duration,
+}
+
+pub(crate) struct StageStats {
+    pub(crate) offered: AtomicU64,
+    pub(crate) admitted: AtomicU64,
+    pub(crate) rejected: AtomicU64,
+    pub(crate) full: AtomicU64,
+    pub(crate) closed: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+    pub(crate) processed: AtomicU64,
+    pub(crate) panics: AtomicU64,
+    pub(crate) class_admitted: [AtomicU64; TRACKED_CLASSES],
+    pub(crate) class_rejected: [AtomicU64; TRACKED_CLASSES],
+    /// p90 of the last closed window, microseconds (0 = no samples yet).
+    pub(crate) recent_p90_us: AtomicU64,
+    pub(crate) hist: Mutex<Histograms>,
+    pub(crate) last_panic: Mutex<Option<String>>,
+}
+
+impl StageStats {
+    pub(crate) fn new() -> Self {
+        StageStats {
+            offered: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            full: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            processed: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
+            class_admitted: Default::default(),
+            class_rejected: Default::default(),
+            recent_p90_us: AtomicU64::new(0),
+            hist: Mutex::new(Histograms {
+                queue_delay: new_hist(),
+                service_time: new_hist(),
+                response_time: new_hist(),
+                recent: new_hist(),
+            }),
+            last_panic: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn class_slot(class: u8) -> usize {
+        (class as usize).min(TRACKED_CLASSES - 1)
+    }
+
+    pub(crate) fn record(&self, samples: &[Sample]) {
+        let mut h = self.hist.lock();
+        for s in samples {
+            let rt = micros(s.response_time);
+            h.queue_delay.saturating_record(micros(s.queue_delay));
+            h.service_time.saturating_record(micros(s.service_time));
+            h.response_time.saturating_record(rt);
+            h.recent.saturating_record(rt);
+        }
+    }
+
+    /// Closes the current window: its p90 becomes the stage's current estimate.
+    /// An empty window keeps the previous estimate (no news is not good news).
+    pub(crate) fn rotate_window(&self) {
+        let mut h = self.hist.lock();
+        if !h.recent.is_empty() {
+            self.recent_p90_us.store(h.recent.value_at_quantile(0.9), Relaxed);
+            h.recent.reset();
+        }
+    }
+
+    /// Current p90 response-time estimate from the last window, if any.
+    pub(crate) fn recent_p90(&self) -> Option<Duration> {
+        match self.recent_p90_us.load(Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+}
+
+/// Summary of a latency histogram, in milliseconds.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct LatencySummary {
+    /// Number of samples.
+    pub count: u64,
+    /// Mean.
+    pub mean_ms: f64,
+    /// Median.
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Maximum.
+    pub max_ms: f64,
+}
+
+impl LatencySummary {
+    pub(crate) fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return LatencySummary::default();
+        }
+        let ms = |us: u64| us as f64 / 1000.0;
+        LatencySummary {
+            count: h.len(),
+            mean_ms: h.mean() / 1000.0,
+            p50_ms: ms(h.value_at_quantile(0.5)),
+            p90_ms: ms(h.value_at_quantile(0.9)),
+            p99_ms: ms(h.value_at_quantile(0.99)),
+            max_ms: ms(h.max()),
+        }
+    }
+}
+
+/// Admitted and rejected counts of one class at one stage.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ClassCounts {
+    /// The class (the last tracked class also counts all higher ones).
+    pub class: u8,
+    /// Events of this class admitted.
+    pub admitted: u64,
+    /// Events of this class refused by admission control.
+    pub rejected: u64,
+}
+
+/// One stage's statistics at one instant.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct StageSnapshot {
+    /// Stage name.
+    pub name: String,
+    /// Lifecycle state: `created`, `running`, `draining` or `stopped`.
+    pub state: String,
+    /// Thread model: `per-stage` or `shared`.
+    pub thread_model: String,
+    /// Events waiting in the queue.
+    pub queue_len: usize,
+    /// Queue capacity.
+    pub capacity: usize,
+    /// Threads of the stage's own pool (0 under the shared pool).
+    pub threads: usize,
+    /// Threads inside the handler now (own pool) or events being handled (shared).
+    pub threads_busy: usize,
+    /// Idle threads of the stage's own pool.
+    pub threads_idle: usize,
+    /// Enqueue attempts.
+    pub enqueued: u64,
+    /// Events admitted to the queue.
+    pub admitted: u64,
+    /// Events refused by admission control.
+    pub rejected: u64,
+    /// Events refused because the queue was full.
+    pub full: u64,
+    /// Events refused because the stage was closed.
+    pub closed: u64,
+    /// Events dropped by lossy enqueues.
+    pub dropped: u64,
+    /// Events handled.
+    pub processed: u64,
+    /// Handler panics caught.
+    pub panics: u64,
+    /// Message of the last panic, if any.
+    pub last_panic: Option<String>,
+    /// Current batching factor.
+    pub batch_size: usize,
+    /// Whether admission control is on.
+    pub admission_enabled: bool,
+    /// Current admission rate (tokens per second), for rate-based policies.
+    pub admission_rate: Option<f64>,
+    /// Current p90 response time: the admission controller's estimate if it has one,
+    /// otherwise the p90 of the last stats window; milliseconds.
+    pub rt_p90_ms: Option<f64>,
+    /// Response-time target, milliseconds, if a policy has one.
+    pub rt_target_ms: Option<f64>,
+    /// State of the admission policy.
+    pub admission: Option<AdmissionState>,
+    /// Per-class admitted/rejected counts (classes seen so far).
+    pub classes: Vec<ClassCounts>,
+    /// Time waiting in the queue.
+    pub queue_delay: LatencySummary,
+    /// Handler time per event.
+    pub service_time: LatencySummary,
+    /// Response time since the request was born, measured as each event finished here.
+    pub response_time: LatencySummary,
+}
+
+/// A whole runtime's statistics and its stage graph at one instant.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct RuntimeSnapshot {
+    /// Milliseconds since the runtime was built.
+    pub uptime_ms: u64,
+    /// Default thread model of the runtime.
+    pub thread_model: String,
+    /// Workers of the shared pool (0 when unused).
+    pub shared_workers: usize,
+    /// Timers scheduled and not yet fired.
+    pub timers_pending: usize,
+    /// Every stage, in registration order.
+    pub stages: Vec<StageSnapshot>,
+    /// Edges of the stage graph observed at run time, `[from, to]`.
+    pub edges: Vec<(String, String)>,
+}
+
+impl RuntimeSnapshot {
+    /// The snapshot as JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// One stage by name.
+    pub fn stage(&self, name: &str) -> Option<&StageSnapshot> {
+        self.stages.iter().find(|s| s.name == name)
+    }
+}
