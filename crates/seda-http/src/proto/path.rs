@@ -1,0 +1,181 @@
+//! Request paths: percent-decoding and safe translation to a file under the root.
+//!
+//! This is the work Flash's pathname-translation cache (Flash 5.2) saves: decoding,
+//! normalising and resolving symlinks are done once per URL, on the miss path.
+//!
+//! # Invariants
+//! - A [`Translation::File`] path is canonical (no symlinks, no `.`/`..`) and lies
+//!   inside the canonical root: `..` segments, encoded `%2e%2e`, NUL bytes and symlinks
+//!   that lead out of the root are all refused before any file is opened.
+
+use std::ffi::OsStr;
+use std::fs::Metadata;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::Status;
+
+/// Decodes `%XX` escapes. `+` stays `+` (it means space only in form bodies).
+/// Returns `None` for a malformed escape.
+pub fn percent_decode(input: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(input.len());
+    let mut i = 0;
+    while i < input.len() {
+        let c = input[i];
+        if c == b'%' {
+            let hi = hex(*input.get(i + 1)?)?;
+            let lo = hex(*input.get(i + 2)?)?;
+            out.push(hi << 4 | lo);
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Why a URL path cannot name a file under the root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathError {
+    /// Bad escape or not an absolute path: 400.
+    Malformed,
+    /// `..`, NUL, or a symlink out of the root: 403.
+    Forbidden,
+    /// Nothing there: 404.
+    NotFound,
+}
+
+impl PathError {
+    /// Status the client gets.
+    pub fn status(self) -> Status {
+        match self {
+            PathError::Malformed => Status::BAD_REQUEST,
+            PathError::Forbidden => Status::FORBIDDEN,
+            PathError::NotFound => Status::NOT_FOUND,
+        }
+    }
+}
+
+/// Decodes and normalises a raw URL path into the segments of a relative file path.
+/// Empty and `.` segments are dropped; `..` anywhere is refused (even where it would
+/// stay inside the root: a client has no business sending it).
+pub fn url_to_relative(raw_path: &[u8]) -> Result<PathBuf, PathError> {
+    if raw_path.first() != Some(&b'/') {
+        return Err(PathError::Malformed);
+    }
+    let decoded = percent_decode(raw_path).ok_or(PathError::Malformed)?;
+    if decoded.contains(&0) {
+        return Err(PathError::Forbidden);
+    }
+    let mut rel = PathBuf::new();
+    for seg in decoded.split(|&c| c == b'/') {
+        match seg {
+            b"" | b"." => {}
+            b".." => return Err(PathError::Forbidden),
+            s => rel.push(OsStr::from_bytes(s)),
+        }
+    }
+    Ok(rel)
+}
+
+/// What a URL path translates to.
+#[derive(Debug)]
+pub enum Translation {
+    /// A regular file inside the root: canonical path and its metadata.
+    File(PathBuf, Metadata),
+    /// A directory named without its trailing slash: redirect (301) to this
+    /// still-encoded path with `/` appended.
+    AddSlash(Vec<u8>),
+}
+
+/// Translates a raw (encoded) URL path to a file under `root`, which must be
+/// canonical. A directory gives its `index.html`, or a redirect to the slash form when
+/// the URL lacks the trailing slash. Blocking: call it on a helper stage.
+pub fn translate(root: &Path, raw_path: &[u8], index: &str) -> Result<Translation, PathError> {
+    let rel = url_to_relative(raw_path)?;
+    let joined = root.join(&rel);
+    let canonical = canonical_under(root, &joined)?;
+    let meta = std::fs::metadata(&canonical).map_err(io_to_path_error)?;
+    if meta.is_dir() {
+        if raw_path.last() != Some(&b'/') {
+            let mut loc = raw_path.to_vec();
+            loc.push(b'/');
+            return Ok(Translation::AddSlash(loc));
+        }
+        let index_path = canonical_under(root, &canonical.join(index))?;
+        let meta = std::fs::metadata(&index_path).map_err(io_to_path_error)?;
+        return if meta.is_file() { Ok(Translation::File(index_path, meta)) } else { Err(PathError::NotFound) };
+    }
+    if meta.is_file() { Ok(Translation::File(canonical, meta)) } else { Err(PathError::Forbidden) }
+}
+
+/// Resolves every symlink of `path` and checks the result is inside `root`.
+fn canonical_under(root: &Path, path: &Path) -> Result<PathBuf, PathError> {
+    let canonical = std::fs::canonicalize(path).map_err(io_to_path_error)?;
+    if canonical.starts_with(root) { Ok(canonical) } else { Err(PathError::Forbidden) }
+}
+
+fn io_to_path_error(e: io::Error) -> PathError {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => PathError::Forbidden,
+        _ => PathError::NotFound,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_escapes() {
+        assert_eq!(percent_decode(b"/a%20b%2Fc").unwrap(), b"/a b/c");
+        assert_eq!(percent_decode(b"/a+b").unwrap(), b"/a+b");
+        assert_eq!(percent_decode(b"/%zz"), None);
+        assert_eq!(percent_decode(b"/%4"), None);
+    }
+
+    #[test]
+    fn refuses_dot_dot_in_every_spelling() {
+        for p in [&b"/../etc/passwd"[..], b"/a/../../b", b"/%2e%2e/x", b"/%2E%2E%2fetc", b"/a/%2e%2e", b"/.."] {
+            assert_eq!(url_to_relative(p).unwrap_err(), PathError::Forbidden, "{}", String::from_utf8_lossy(p));
+        }
+        assert_eq!(url_to_relative(b"/a%00b").unwrap_err(), PathError::Forbidden);
+        assert_eq!(url_to_relative(b"*").unwrap_err(), PathError::Malformed);
+        assert_eq!(url_to_relative(b"/./a//b/").unwrap(), PathBuf::from("a/b"));
+        assert_eq!(url_to_relative(b"/..a/b..").unwrap(), PathBuf::from("..a/b.."));
+    }
+
+    #[test]
+    fn translates_files_dirs_and_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(root.join("empty")).unwrap();
+        std::fs::write(root.join("a.txt"), b"a").unwrap();
+        std::fs::write(root.join("sub/index.html"), b"i").unwrap();
+        std::fs::write(dir.path().join("secret"), b"s").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), root.join("out")).unwrap();
+        std::os::unix::fs::symlink(root.join("a.txt"), root.join("in")).unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+
+        assert!(matches!(translate(&root, b"/a.txt", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("a.txt")));
+        assert!(matches!(translate(&root, b"/in", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("a.txt")));
+        assert!(matches!(translate(&root, b"/sub/", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("sub/index.html")));
+        assert!(matches!(translate(&root, b"/sub", "index.html"), Ok(Translation::AddSlash(l)) if l == b"/sub/"));
+        assert_eq!(translate(&root, b"/empty/", "index.html").unwrap_err(), PathError::NotFound);
+        assert_eq!(translate(&root, b"/out", "index.html").unwrap_err(), PathError::Forbidden);
+        assert_eq!(translate(&root, b"/nope", "index.html").unwrap_err(), PathError::NotFound);
+        assert_eq!(translate(&root, b"/a.txt/x", "index.html").unwrap_err(), PathError::NotFound);
+    }
+}
