@@ -1,0 +1,1 @@
+//! Load generation and experiments for SEDA (issue 4).
