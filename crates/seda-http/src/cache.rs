@@ -1,0 +1,396 @@
+//! Haboob's caches: the page cache (SEDA 5.1) and, beside it, Flash's
+//! pathname-translation cache with its response-header cache (Flash 5.2-5.3).
+//!
+//! - [`PathCache`] maps a raw URL path to what it translates to: a file with its
+//!   precomputed `200` header block, a redirect, or an error status. Hits skip
+//!   decoding, `canonicalize`, `stat` and header formatting. Entries are trusted for a
+//!   revalidation interval, after which the request takes the miss path once and the
+//!   entry is refreshed.
+//! - [`PageCache`] maps a file identity (device, inode, mtime, length) to its bytes,
+//!   as a shared immutable [`Bytes`], bounded in bytes with exact LRU replacement.
+//!   Because the key includes mtime and length, a changed file never hits a stale page.
+//!
+//! # Invariants
+//! - `PageCache`: the sum of cached body lengths never exceeds the capacity; a body
+//!   larger than the capacity is never inserted. The LRU list holds exactly the map's
+//!   entries (checked with `debug_assert!`).
+//! - `PathCache`: holds at most `max_entries` entries.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::proto::{Status, Validators};
+
+/// FNV-1a: a fast hash for short keys that no client chooses the bucket of on its own
+/// (keys are URLs of existing files or file identities; the maps are bounded).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FnvBuild = BuildHasherDefault<Fnv>;
+
+/// Identity of one version of a file: a page is valid only for the same identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i128,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// A file the server may send: everything about it except its bytes.
+#[derive(Debug)]
+pub struct FileInfo {
+    /// Canonical path under the root.
+    pub path: PathBuf,
+    /// Identity, the page-cache key.
+    pub key: FileKey,
+    /// Content-Type.
+    pub content_type: &'static str,
+    /// ETag and Last-Modified.
+    pub validators: Validators,
+    /// `Last-Modified` formatted once.
+    pub last_modified: String,
+    /// The response-header cache (Flash 5.3): the `200` head of this file without the
+    /// `Date` and `Connection` lines and the blank line, which vary per response.
+    pub head_200: Bytes,
+}
+
+impl FileInfo {
+    /// Builds the info and its cached `200` head.
+    pub fn new(path: PathBuf, key: FileKey, validators: Validators, content_type: &'static str) -> Self {
+        let last_modified = crate::proto::http_date(validators.last_modified);
+        let head_200 = Bytes::from(format!(
+            "HTTP/1.1 200 OK\r\nServer: seda\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nLast-Modified: {last_modified}\r\nETag: {}\r\nAccept-Ranges: bytes\r\n",
+            key.len, validators.etag
+        ));
+        FileInfo { path, key, content_type, validators, last_modified, head_200 }
+    }
+}
+
+/// What a URL path translated to.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A file.
+    File(Arc<FileInfo>),
+    /// A directory without its trailing slash: 301 to this location.
+    Redirect(Bytes),
+    /// An error status (403, 404, 400).
+    Error(Status),
+}
+
+struct PathEntry {
+    target: Target,
+    checked: Instant,
+}
+
+/// The pathname-translation cache (Flash 5.2). See the module docs.
+pub struct PathCache {
+    map: Mutex<HashMap<Box<[u8]>, PathEntry, FnvBuild>>,
+    max_entries: usize,
+    revalidate: Duration,
+}
+
+impl fmt::Debug for PathCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PathCache").field("entries", &self.map.lock().len()).finish()
+    }
+}
+
+impl PathCache {
+    /// A cache of at most `max_entries` (at least 1) translations, each trusted for
+    /// `revalidate`.
+    pub fn new(max_entries: usize, revalidate: Duration) -> Self {
+        PathCache { map: Mutex::new(HashMap::default()), max_entries: max_entries.max(1), revalidate }
+    }
+
+    /// The translation of `url`, if cached and still fresh at `now`.
+    pub fn get(&self, url: &[u8], now: Instant) -> Option<Target> {
+        let map = self.map.lock();
+        let e = map.get(url)?;
+        (now.saturating_duration_since(e.checked) < self.revalidate).then(|| e.target.clone())
+    }
+
+    /// Caches a translation checked at `now`. When full, an arbitrary eighth of the
+    /// entries is dropped first (translations are cheap to redo; the bound matters
+    /// more than the choice).
+    pub fn insert(&self, url: &[u8], target: Target, now: Instant) {
+        let mut map = self.map.lock();
+        if map.len() >= self.max_entries && !map.contains_key(url) {
+            let drop_n = (self.max_entries / 8).max(1);
+            let victims: Vec<Box<[u8]>> = map.keys().take(drop_n).cloned().collect();
+            for v in victims {
+                map.remove(&v);
+            }
+        }
+        map.insert(url.into(), PathEntry { target, checked: now });
+        debug_assert!(map.len() <= self.max_entries);
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+const NIL: usize = usize::MAX;
+
+struct Node {
+    key: FileKey,
+    body: Bytes,
+    prev: usize,
+    next: usize,
+}
+
+/// Exact LRU over a slab: `head` is the most recently used.
+struct Lru {
+    map: HashMap<FileKey, usize, FnvBuild>,
+    nodes: Vec<Node>,
+    free: Vec<usize>,
+    head: usize,
+    tail: usize,
+    bytes: u64,
+}
+
+impl Lru {
+    fn unlink(&mut self, i: usize) {
+        let (p, n) = (self.nodes[i].prev, self.nodes[i].next);
+        if p == NIL { self.head = n } else { self.nodes[p].next = n }
+        if n == NIL { self.tail = p } else { self.nodes[n].prev = p }
+    }
+
+    fn push_front(&mut self, i: usize) {
+        self.nodes[i].prev = NIL;
+        self.nodes[i].next = self.head;
+        if self.head != NIL {
+            self.nodes[self.head].prev = i;
+        }
+        self.head = i;
+        if self.tail == NIL {
+            self.tail = i;
+        }
+    }
+
+    fn remove(&mut self, i: usize) {
+        self.unlink(i);
+        let key = self.nodes[i].key;
+        self.map.remove(&key);
+        self.bytes -= self.nodes[i].body.len() as u64;
+        self.nodes[i].body = Bytes::new();
+        self.free.push(i);
+    }
+}
+
+/// Counters of the page cache.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PageCacheStats {
+    /// Capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Bytes cached now.
+    pub bytes: u64,
+    /// Pages cached now.
+    pub entries: usize,
+    /// Lookups that found their page.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Pages evicted to make room.
+    pub evictions: u64,
+}
+
+/// The page cache: file bytes bounded in total size, exact LRU. See the module docs.
+pub struct PageCache {
+    lru: Mutex<Lru>,
+    capacity: u64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evictions: AtomicU64,
+}
+
+impl fmt::Debug for PageCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PageCache").field("stats", &self.stats()).finish()
+    }
+}
+
+impl PageCache {
+    /// A cache holding at most `capacity_bytes` of file bodies.
+    pub fn new(capacity_bytes: u64) -> Self {
+        PageCache {
+            lru: Mutex::new(Lru {
+                map: HashMap::default(),
+                nodes: Vec::new(),
+                free: Vec::new(),
+                head: NIL,
+                tail: NIL,
+                bytes: 0,
+            }),
+            capacity: capacity_bytes,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Whether a body of `len` bytes may enter the cache at all.
+    pub fn admits(&self, len: u64) -> bool {
+        len <= self.capacity
+    }
+
+    /// The page of `key`, marking it most recently used.
+    pub fn get(&self, key: &FileKey) -> Option<Bytes> {
+        let mut lru = self.lru.lock();
+        let Some(&i) = lru.map.get(key) else {
+            drop(lru);
+            self.misses.fetch_add(1, Relaxed);
+            return None;
+        };
+        if lru.head != i {
+            lru.unlink(i);
+            lru.push_front(i);
+        }
+        let body = lru.nodes[i].body.clone();
+        drop(lru);
+        self.hits.fetch_add(1, Relaxed);
+        Some(body)
+    }
+
+    /// Inserts a page, evicting least recently used pages until it fits. Returns false
+    /// (and caches nothing) when the body is larger than the whole cache.
+    pub fn insert(&self, key: FileKey, body: Bytes) -> bool {
+        let len = body.len() as u64;
+        if len > self.capacity {
+            return false;
+        }
+        let mut lru = self.lru.lock();
+        if let Some(&i) = lru.map.get(&key) {
+            lru.remove(i);
+        }
+        let mut evicted = 0;
+        while lru.bytes + len > self.capacity && lru.tail != NIL {
+            let t = lru.tail;
+            lru.remove(t);
+            evicted += 1;
+        }
+        let node = Node { key, body, prev: NIL, next: NIL };
+        let i = match lru.free.pop() {
+            Some(i) => {
+                lru.nodes[i] = node;
+                i
+            }
+            None => {
+                lru.nodes.push(node);
+                lru.nodes.len() - 1
+            }
+        };
+        lru.map.insert(key, i);
+        lru.push_front(i);
+        lru.bytes += len;
+        debug_assert!(lru.bytes <= self.capacity);
+        debug_assert_eq!(lru.map.len() + lru.free.len(), lru.nodes.len());
+        drop(lru);
+        self.evictions.fetch_add(evicted, Relaxed);
+        true
+    }
+
+    /// Counters now.
+    pub fn stats(&self) -> PageCacheStats {
+        let lru = self.lru.lock();
+        PageCacheStats {
+            capacity_bytes: self.capacity,
+            bytes: lru.bytes,
+            entries: lru.map.len(),
+            hits: self.hits.load(Relaxed),
+            misses: self.misses.load(Relaxed),
+            evictions: self.evictions.load(Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(ino: u64, len: u64) -> FileKey {
+        FileKey { dev: 1, ino, mtime_ns: 0, len }
+    }
+
+    #[test]
+    fn lru_evicts_least_recently_used_within_byte_bound() {
+        let c = PageCache::new(30);
+        assert!(c.insert(key(1, 10), Bytes::from(vec![1; 10])));
+        assert!(c.insert(key(2, 10), Bytes::from(vec![2; 10])));
+        assert!(c.insert(key(3, 10), Bytes::from(vec![3; 10])));
+        assert!(c.get(&key(1, 10)).is_some(), "touch 1: now 2 is the oldest");
+        assert!(c.insert(key(4, 10), Bytes::from(vec![4; 10])));
+        assert!(c.get(&key(2, 10)).is_none());
+        assert_eq!(c.get(&key(1, 10)).unwrap()[0], 1);
+        assert!(c.get(&key(3, 10)).is_some());
+        assert!(c.get(&key(4, 10)).is_some());
+        let s = c.stats();
+        assert_eq!((s.bytes, s.entries, s.evictions), (30, 3, 1));
+        assert!(c.insert(key(5, 25), Bytes::from(vec![5; 25])), "evicts several");
+        assert_eq!(c.stats().entries, 1);
+        assert!(!c.insert(key(6, 31), Bytes::from(vec![6; 31])), "larger than the cache");
+        assert!(c.stats().bytes <= 30);
+    }
+
+    #[test]
+    fn reinserting_a_key_replaces_it() {
+        let c = PageCache::new(100);
+        c.insert(key(1, 3), Bytes::from_static(b"abc"));
+        c.insert(key(1, 3), Bytes::from_static(b"xyz"));
+        assert_eq!(c.stats().bytes, 3);
+        assert_eq!(&c.get(&key(1, 3)).unwrap()[..], b"xyz");
+    }
+
+    #[test]
+    fn path_cache_expires_and_stays_bounded() {
+        let c = PathCache::new(16, Duration::from_secs(1));
+        let t0 = Instant::now();
+        c.insert(b"/a", Target::Error(Status::NOT_FOUND), t0);
+        assert!(c.get(b"/a", t0).is_some());
+        assert!(c.get(b"/a", t0 + Duration::from_secs(2)).is_none());
+        for i in 0..100 {
+            c.insert(format!("/{i}").as_bytes(), Target::Error(Status::NOT_FOUND), t0);
+            assert!(c.len() <= 16);
+        }
+    }
+}
