@@ -42,7 +42,11 @@ impl Raw {
             }));
             rx = next_rx;
         }
-        Raw { input, output: rx, _threads: threads }
+        Raw {
+            input,
+            output: rx,
+            _threads: threads,
+        }
     }
 }
 
@@ -88,10 +92,20 @@ impl Staged {
                     })
                 }
             };
-            next = Some(b.capacity(CAPACITY).fixed_threads(1).batch(batch).build().expect("stage"));
+            next = Some(
+                b.capacity(CAPACITY)
+                    .fixed_threads(1)
+                    .batch(batch)
+                    .build()
+                    .expect("stage"),
+            );
         }
         rt.start().expect("start");
-        Staged { rt, input: next.expect("at least one stage"), output }
+        Staged {
+            rt,
+            input: next.expect("at least one stage"),
+            output,
+        }
     }
 }
 
@@ -99,7 +113,10 @@ impl Pipeline for Staged {
     fn push(&self, v: u64) {
         let mut v = v;
         loop {
-            match self.input.enqueue_until(v, Instant::now() + Duration::from_secs(10)) {
+            match self
+                .input
+                .enqueue_until(v, Instant::now() + Duration::from_secs(10))
+            {
                 Ok(()) => return,
                 Err(e) => v = e.into_inner(),
             }
@@ -149,17 +166,25 @@ fn benches(c: &mut Criterion) {
     for stages in [1usize, 5] {
         let mut g = c.benchmark_group(format!("throughput-{stages}-stage"));
         g.throughput(Throughput::Elements(EVENTS));
-        g.sample_size(15).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
+        g.sample_size(15)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(4));
         for config in CONFIGS {
             let p = build(config, stages);
-            g.bench_function(BenchmarkId::from_parameter(config), |b| b.iter(|| throughput(p.as_ref())));
+            g.bench_function(BenchmarkId::from_parameter(config), |b| {
+                b.iter(|| throughput(p.as_ref()))
+            });
         }
         g.finish();
         let mut g = c.benchmark_group(format!("round-trip-{stages}-stage"));
-        g.sample_size(30).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+        g.sample_size(30)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(3));
         for config in CONFIGS {
             let p = build(config, stages);
-            g.bench_function(BenchmarkId::from_parameter(config), |b| b.iter(|| round_trip(p.as_ref())));
+            g.bench_function(BenchmarkId::from_parameter(config), |b| {
+                b.iter(|| round_trip(p.as_ref()))
+            });
         }
         g.finish();
     }
@@ -167,9 +192,8 @@ fn benches(c: &mut Criterion) {
 
 /// Median time per iteration of one benchmark of this run, from criterion's output.
 fn median_ns(group: &str, config: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../target").to_owned()
-    });
+    let dir = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../target").to_owned());
     let path = format!("{dir}/criterion/{group}/{config}/new/estimates.json");
     let text = std::fs::read_to_string(path).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
@@ -177,10 +201,18 @@ fn median_ns(group: &str, config: &str) -> Option<f64> {
 }
 
 fn summary() {
-    println!("\n{:<12} {:<16} {:>14} {:>8} {:>16} {:>8}", "pipeline", "config", "events/s", "ratio", "hop latency us", "ratio");
+    println!(
+        "\n{:<12} {:<16} {:>14} {:>8} {:>16} {:>8}",
+        "pipeline", "config", "events/s", "ratio", "hop latency us", "ratio"
+    );
     for stages in [1usize, 5] {
-        let tp = |c| median_ns(&format!("throughput-{stages}-stage"), c).map(|ns| EVENTS as f64 / (ns / 1e9));
-        let lat = |c| median_ns(&format!("round-trip-{stages}-stage"), c).map(|ns| ns / 1000.0 / stages as f64);
+        let tp = |c| {
+            median_ns(&format!("throughput-{stages}-stage"), c).map(|ns| EVENTS as f64 / (ns / 1e9))
+        };
+        let lat = |c| {
+            median_ns(&format!("round-trip-{stages}-stage"), c)
+                .map(|ns| ns / 1000.0 / stages as f64)
+        };
         let (base_tp, base_lat) = (tp("crossbeam"), lat("crossbeam"));
         for config in CONFIGS {
             let (t, l) = (tp(config), lat(config));
@@ -199,7 +231,9 @@ fn summary() {
             );
         }
     }
-    println!("(throughput ratio: seda / crossbeam, higher is better; latency ratio: lower is better)");
+    println!(
+        "(throughput ratio: seda / crossbeam, higher is better; latency ratio: lower is better)"
+    );
 }
 
 fn main() {

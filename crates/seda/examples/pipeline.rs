@@ -23,54 +23,71 @@ allows services to be well-conditioned to load preventing resources from being o
 when demand exceeds service capacity.";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let model: ThreadModel = std::env::args().nth(1).as_deref().unwrap_or("per-stage").parse()?;
+    let model: ThreadModel = std::env::args()
+        .nth(1)
+        .as_deref()
+        .unwrap_or("per-stage")
+        .parse()?;
     let rt = Runtime::builder().thread_model(model).build();
     let counts: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
 
     let totals = Arc::clone(&counts);
-    rt.stage("count", move |batch: Batch<'_, String>, _cx: &Context<'_>| {
-        let mut map = totals.lock().expect("count map");
-        for word in batch {
-            *map.entry(word).or_default() += 1;
-        }
-    })
+    rt.stage(
+        "count",
+        move |batch: Batch<'_, String>, _cx: &Context<'_>| {
+            let mut map = totals.lock().expect("count map");
+            for word in batch {
+                *map.entry(word).or_default() += 1;
+            }
+        },
+    )
     .capacity(8192)
     .build()?;
 
     let count: Sink<String> = rt.sink("count")?;
     let refused = Arc::new(AtomicU64::new(0));
     let refused_words = Arc::clone(&refused);
-    rt.stage("normalize", move |mut batch: Batch<'_, String>, _cx: &Context<'_>| {
-        while let Some((word, meta)) = batch.next_with_meta() {
-            let word: String = word.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect();
-            if word.is_empty() {
-                continue;
+    rt.stage(
+        "normalize",
+        move |mut batch: Batch<'_, String>, _cx: &Context<'_>| {
+            while let Some((word, meta)) = batch.next_with_meta() {
+                let word: String = word
+                    .chars()
+                    .filter(|c| c.is_alphanumeric())
+                    .flat_map(char::to_lowercase)
+                    .collect();
+                if word.is_empty() {
+                    continue;
+                }
+                let mut h = DefaultHasher::new();
+                word.hash(&mut h);
+                // Color by word: the same word's events are serialised and ordered.
+                let meta = meta.with_color(Color(h.finish() % 64));
+                if count.try_enqueue_with(word, meta).is_err() {
+                    refused_words.fetch_add(1, Ordering::Relaxed);
+                }
             }
-            let mut h = DefaultHasher::new();
-            word.hash(&mut h);
-            // Color by word: the same word's events are serialised and ordered.
-            let meta = meta.with_color(Color(h.finish() % 64));
-            if count.try_enqueue_with(word, meta).is_err() {
-                refused_words.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    })
+        },
+    )
     .capacity(8192)
     .build()?;
 
     let normalize: Sink<String> = rt.sink("normalize")?;
     let refused_lines = Arc::clone(&refused);
     let split = rt
-        .stage("split", move |batch: Batch<'_, &'static str>, _cx: &Context<'_>| {
-            for line in batch {
-                let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-                // All or none: a line is never half counted. A full queue hands
-                // the line back; we shed it and count it.
-                if normalize.try_enqueue_batch(words).is_err() {
-                    refused_lines.fetch_add(1, Ordering::Relaxed);
+        .stage(
+            "split",
+            move |batch: Batch<'_, &'static str>, _cx: &Context<'_>| {
+                for line in batch {
+                    let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+                    // All or none: a line is never half counted. A full queue hands
+                    // the line back; we shed it and count it.
+                    if normalize.try_enqueue_batch(words).is_err() {
+                        refused_lines.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-            }
-        })
+            },
+        )
         .capacity(1024)
         .build()?;
 
@@ -83,7 +100,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for sentence in TEXT.split(". ") {
             // Backpressure: wait for space instead of dropping input.
             let deadline = Instant::now() + Duration::from_secs(1);
-            split.enqueue_until(sentence, deadline).map_err(|e| format!("split: {e}"))?;
+            split
+                .enqueue_until(sentence, deadline)
+                .map_err(|e| format!("split: {e}"))?;
             lines += 1;
         }
         if Instant::now() >= next_report {
@@ -105,7 +124,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("  {w:<12} {n}");
     }
     println!("\nstage graph (observed):\n{}", rt.snapshot().to_dot());
-    println!("shutdown: drained={} unfinished={} in {} ms", report.drained, report.unfinished(), report.elapsed_ms);
+    println!(
+        "shutdown: drained={} unfinished={} in {} ms",
+        report.drained,
+        report.unfinished(),
+        report.elapsed_ms
+    );
     Ok(())
 }
 

@@ -49,7 +49,9 @@ impl std::fmt::Debug for ColorTable {
 
 impl ColorTable {
     pub(crate) fn new() -> Self {
-        ColorTable { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        ColorTable {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
     }
 
     fn shard(&self, color: Color) -> &Mutex<HashMap<Color, ColorState>> {
@@ -72,14 +74,23 @@ impl ColorTable {
     /// color now; otherwise `park(item)` is stored and called when the color is handed
     /// to this ticket, and `Err(())` is returned.
     #[allow(clippy::result_unit_err)]
-    pub(crate) fn acquire<T>(&self, color: Color, ticket: u64, item: T, park: impl FnOnce(T) -> Unpark) -> Result<T, ()> {
+    pub(crate) fn acquire<T>(
+        &self,
+        color: Color,
+        ticket: u64,
+        item: T,
+        park: impl FnOnce(T) -> Unpark,
+    ) -> Result<T, ()> {
         let mut shard = self.shard(color).lock();
         let st = shard.entry(color).or_default();
         if !st.running && st.serving == ticket {
             st.running = true;
             Ok(item)
         } else {
-            debug_assert!(ticket >= st.serving, "ticket {ticket} of {color:?} already served");
+            debug_assert!(
+                ticket >= st.serving,
+                "ticket {ticket} of {color:?} already served"
+            );
             st.parked.insert(ticket, park(item));
             Err(())
         }

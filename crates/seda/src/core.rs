@@ -34,7 +34,9 @@ use crate::exec::shared::SharedPool;
 use crate::runtime::{Runtime, RuntimeError, RuntimeInner};
 use crate::sink::EnqueueError;
 use crate::stage::{Batch, Context, EventHandler, InitError, StageConfig, StageControl};
-use crate::stats::{ClassCounts, LatencySummary, Sample, StageSnapshot, StageStats, TRACKED_CLASSES};
+use crate::stats::{
+    ClassCounts, LatencySummary, Sample, StageSnapshot, StageStats, TRACKED_CLASSES,
+};
 
 /// Interval of the batching controller's steps.
 const BATCHING_INTERVAL: Duration = Duration::from_millis(250);
@@ -65,15 +67,31 @@ impl Origin {
     /// The calling thread's origin and the metadata a new event inherits from it.
     pub(crate) fn current() -> (Meta, Origin) {
         match CURRENT.with(Cell::get) {
-            Some(c) => (c.meta, Origin { runtime: c.runtime, stage: c.stage }),
-            None => (Meta::new(), Origin { runtime: 0, stage: None }),
+            Some(c) => (
+                c.meta,
+                Origin {
+                    runtime: c.runtime,
+                    stage: c.stage,
+                },
+            ),
+            None => (
+                Meta::new(),
+                Origin {
+                    runtime: 0,
+                    stage: None,
+                },
+            ),
         }
     }
 
     /// Runs `f` with the calling thread marked as inside `runtime` (timer thread).
     pub(crate) fn enter<R>(runtime: u64, meta: Meta, f: impl FnOnce() -> R) -> R {
         CURRENT.with(|c| {
-            let prev = c.replace(Some(Current { runtime, stage: None, meta }));
+            let prev = c.replace(Some(Current {
+                runtime,
+                stage: None,
+                meta,
+            }));
             let r = f();
             c.set(prev);
             r
@@ -222,7 +240,9 @@ pub(crate) struct StageCore<E: Send + 'static> {
 
 impl<E: Send + 'static> std::fmt::Debug for StageCore<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StageCore").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("StageCore")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -257,17 +277,23 @@ impl<E: Send + 'static> StageCore<E> {
         handler: Box<dyn EventHandler<E>>,
     ) -> Result<Arc<Self>, RuntimeError> {
         if config.capacity == 0 {
-            return Err(RuntimeError::InvalidConfig(format!("stage '{}': capacity must be at least 1", config.name)));
+            return Err(RuntimeError::InvalidConfig(format!(
+                "stage '{}': capacity must be at least 1",
+                config.name
+            )));
         }
         if config.batch == 0 {
-            return Err(RuntimeError::InvalidConfig(format!("stage '{}': batch must be at least 1", config.name)));
+            return Err(RuntimeError::InvalidConfig(format!(
+                "stage '{}': batch must be at least 1",
+                config.name
+            )));
         }
         let model = config.thread_model.unwrap_or(runtime.inner.default_model);
         let pool_config = config.pool.clone();
         if model == ThreadModel::PerStage {
-            pool_config
-                .validate()
-                .map_err(|e| RuntimeError::InvalidConfig(format!("stage '{}': {e}", config.name)))?;
+            pool_config.validate().map_err(|e| {
+                RuntimeError::InvalidConfig(format!("stage '{}': {e}", config.name))
+            })?;
         }
         let batching = match &config.batching {
             Some(b) => Some(BatchingController::new(b.clone()).map_err(|e| {
@@ -275,7 +301,9 @@ impl<E: Send + 'static> StageCore<E> {
             })?),
             None => None,
         };
-        let initial_batch = batching.as_ref().map_or(config.batch, BatchingController::batch_size);
+        let initial_batch = batching
+            .as_ref()
+            .map_or(config.batch, BatchingController::batch_size);
         let exec = match model {
             ThreadModel::PerStage => Exec::PerStage(Pool {
                 threads: AtomicUsize::new(0),
@@ -320,7 +348,10 @@ impl<E: Send + 'static> StageCore<E> {
             model,
             pool_config,
             scheduled: AtomicBool::new(false),
-            incoming: Edges { bits: Default::default(), more: Mutex::new(BTreeSet::new()) },
+            incoming: Edges {
+                bits: Default::default(),
+                more: Mutex::new(BTreeSet::new()),
+            },
             control: Mutex::new(Control {
                 pool: pool_controller,
                 batching,
@@ -358,7 +389,9 @@ impl<E: Send + 'static> StageCore<E> {
     }
 
     fn admit(&self, q: &QueueState<E>, class: u8) -> bool {
-        let Some(policy) = &self.admission else { return true };
+        let Some(policy) = &self.admission else {
+            return true;
+        };
         if !self.admission_on.load(Relaxed) {
             return true;
         }
@@ -379,7 +412,12 @@ impl<E: Send + 'static> StageCore<E> {
 
     fn push(&self, q: &mut QueueState<E>, event: E, meta: Meta, now: Instant) {
         let ticket = meta.color.map_or(0, |c| self.colors.ticket(c));
-        q.fifo.push_back(Envelope { event, meta, enqueued: now, ticket });
+        q.fifo.push_back(Envelope {
+            event,
+            meta,
+            enqueued: now,
+            ticket,
+        });
         q.waiting += 1;
         self.stats.admitted.fetch_add(1, Relaxed);
         self.stats.class_admitted[StageStats::class_slot(meta.class)].fetch_add(1, Relaxed);
@@ -419,7 +457,12 @@ impl<E: Send + 'static> StageCore<E> {
         }
     }
 
-    pub(crate) fn offer(&self, event: E, meta: Meta, origin: Origin) -> Result<(), EnqueueError<E>> {
+    pub(crate) fn offer(
+        &self,
+        event: E,
+        meta: Meta,
+        origin: Origin,
+    ) -> Result<(), EnqueueError<E>> {
         self.stats.offered.fetch_add(1, Relaxed);
         let mut q = self.queue.lock();
         if !self.accepts(origin) {
@@ -442,7 +485,12 @@ impl<E: Send + 'static> StageCore<E> {
         Ok(())
     }
 
-    pub(crate) fn offer_batch(&self, events: Vec<E>, meta: Meta, origin: Origin) -> Result<(), EnqueueError<Vec<E>>> {
+    pub(crate) fn offer_batch(
+        &self,
+        events: Vec<E>,
+        meta: Meta,
+        origin: Origin,
+    ) -> Result<(), EnqueueError<Vec<E>>> {
         let n = events.len() as u64;
         self.stats.offered.fetch_add(n, Relaxed);
         if events.is_empty() {
@@ -511,7 +559,9 @@ impl<E: Send + 'static> StageCore<E> {
         let mut envs = Vec::with_capacity(max.min(q.fifo.len() + q.ready.len()));
         let mut held: Vec<(Color, u64)> = Vec::new();
         while envs.len() < max {
-            let Some(env) = q.ready.pop_front() else { break };
+            let Some(env) = q.ready.pop_front() else {
+                break;
+            };
             if let Some(c) = env.meta.color {
                 held.push((c, env.ticket));
             }
@@ -525,20 +575,25 @@ impl<E: Send + 'static> StageCore<E> {
             };
             // The next ticket of a color this batch already holds runs in the same
             // batch, after it: same order, still never concurrent.
-            if let Some(h) = held.iter_mut().find(|h| h.0 == color && h.1 + 1 == env.ticket) {
+            if let Some(h) = held
+                .iter_mut()
+                .find(|h| h.0 == color && h.1 + 1 == env.ticket)
+            {
                 h.1 = env.ticket;
                 envs.push(env);
                 continue;
             }
             let ticket = env.ticket;
             let weak = self.self_weak.clone();
-            let parked = self.colors.acquire(color, ticket, env, move |env| -> Unpark {
-                Box::new(move || {
-                    if let Some(core) = weak.upgrade() {
-                        core.unpark(env);
-                    }
-                })
-            });
+            let parked = self
+                .colors
+                .acquire(color, ticket, env, move |env| -> Unpark {
+                    Box::new(move || {
+                        if let Some(core) = weak.upgrade() {
+                            core.unpark(env);
+                        }
+                    })
+                });
             match parked {
                 Ok(env) => {
                     held.push((color, ticket));
@@ -560,7 +615,11 @@ impl<E: Send + 'static> StageCore<E> {
     fn unpark(&self, env: Envelope<E>) {
         let mut q = self.queue.lock();
         q.parked -= 1;
-        let pos = q.ready.iter().position(|e| e.meta.priority < env.meta.priority).unwrap_or(q.ready.len());
+        let pos = q
+            .ready
+            .iter()
+            .position(|e| e.meta.priority < env.meta.priority)
+            .unwrap_or(q.ready.len());
         q.ready.insert(pos, env);
         self.publish(&q);
         self.wake_own(&q);
@@ -573,12 +632,24 @@ impl<E: Send + 'static> StageCore<E> {
         if n == 0 {
             return 0;
         }
-        let stamps: Vec<(Meta, Instant)> = taken.envs.iter().map(|e| (e.meta, e.enqueued)).collect();
+        let stamps: Vec<(Meta, Instant)> =
+            taken.envs.iter().map(|e| (e.meta, e.enqueued)).collect();
         let start = Instant::now();
         let outcome = CURRENT.with(|cell| {
-            let prev = cell.replace(Some(Current { runtime: self.runtime_id, stage: Some(self.id), meta: stamps[0].0 }));
-            let cx = Context { stage: self, runtime: rt, current: Some(cell) };
-            let batch = Batch { items: taken.envs.drain(..), current: cell };
+            let prev = cell.replace(Some(Current {
+                runtime: self.runtime_id,
+                stage: Some(self.id),
+                meta: stamps[0].0,
+            }));
+            let cx = Context {
+                stage: self,
+                runtime: rt,
+                current: Some(cell),
+            };
+            let batch = Batch {
+                items: taken.envs.drain(..),
+                current: cell,
+            };
             let r = catch_unwind(AssertUnwindSafe(|| self.handler.handle_events(batch, &cx)));
             cell.set(prev);
             r
@@ -607,6 +678,7 @@ impl<E: Send + 'static> StageCore<E> {
                     response_time: s.response_time,
                     queue_delay: s.queue_delay,
                     service_time: s.service_time,
+                    in_flight: self.in_flight(),
                     now: end,
                 });
             }
@@ -631,7 +703,9 @@ impl<E: Send + 'static> StageCore<E> {
             return Ok(());
         };
         pool.threads.fetch_add(1, Relaxed);
-        let spawned = std::thread::Builder::new().name(format!("seda-{}", self.name)).spawn(move || me.worker_main());
+        let spawned = std::thread::Builder::new()
+            .name(format!("seda-{}", self.name))
+            .spawn(move || me.worker_main());
         match spawned {
             Ok(h) => {
                 let mut handles = pool.handles.lock();
@@ -666,7 +740,10 @@ impl<E: Send + 'static> StageCore<E> {
                     continue;
                 }
                 if pool.retire.load(Relaxed) > 0
-                    && pool.retire.fetch_update(Relaxed, Relaxed, |r| r.checked_sub(1)).is_ok()
+                    && pool
+                        .retire
+                        .fetch_update(Relaxed, Relaxed, |r| r.checked_sub(1))
+                        .is_ok()
                 {
                     break None;
                 }
@@ -726,7 +803,10 @@ impl<E: Send + 'static> StageControl for StageCore<E> {
     }
 
     fn target(&self) -> Option<Duration> {
-        self.admission.as_ref().and_then(|a| a.state().target_ms).map(|ms| Duration::from_secs_f64(ms / 1000.0))
+        self.admission
+            .as_ref()
+            .and_then(|a| a.state().target_ms)
+            .map(|ms| Duration::from_secs_f64(ms / 1000.0))
     }
 
     fn admission_enabled(&self) -> bool {
@@ -766,9 +846,7 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
         };
         // More work than one batch: hand the schedule token back to the run queue
         // before running, so that another worker can take the next batch meanwhile.
-        if more
-            && let (Exec::Shared(pool), Some(me)) = (&self.exec, self.self_weak.upgrade())
-        {
+        if more && let (Exec::Shared(pool), Some(me)) = (&self.exec, self.self_weak.upgrade()) {
             pool.push(me);
         }
         if let Some(rt) = self.runtime.upgrade().map(Runtime::from_inner) {
@@ -790,13 +868,18 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
     }
 
     fn start(&self, rt: &Runtime) -> Result<(), InitError> {
-        let cx = Context { stage: self, runtime: rt, current: None };
+        let cx = Context {
+            stage: self,
+            runtime: rt,
+            current: None,
+        };
         self.handler.init(&cx)?;
         self.state.store(Lifecycle::Running as u8, Release);
         if let Some(pool) = self.own_pool() {
             let min = self.pool_config.min_threads.max(1);
             while pool.threads.load(Relaxed) < min {
-                self.spawn_worker().map_err(|e| InitError(format!("cannot spawn a worker thread: {e}")))?;
+                self.spawn_worker()
+                    .map_err(|e| InitError(format!("cannot spawn a worker thread: {e}")))?;
             }
         } else if self.has_work() {
             self.wake_shared();
@@ -939,7 +1022,9 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
     }
 
     fn take_handles(&self) -> Vec<JoinHandle<()>> {
-        self.own_pool().map(|p| std::mem::take(&mut *p.handles.lock())).unwrap_or_default()
+        self.own_pool()
+            .map(|p| std::mem::take(&mut *p.handles.lock()))
+            .unwrap_or_default()
     }
 
     fn abandon(&self) -> (usize, usize, usize) {

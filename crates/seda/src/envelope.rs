@@ -36,7 +36,12 @@ impl Meta {
 
     /// Metadata of a request that entered the service at `born`.
     pub fn born_at(born: Instant) -> Self {
-        Meta { born, class: 0, color: None, priority: 0 }
+        Meta {
+            born,
+            class: 0,
+            color: None,
+            priority: 0,
+        }
     }
 
     /// The same metadata with another class.

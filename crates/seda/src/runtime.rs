@@ -64,9 +64,14 @@ impl fmt::Display for RuntimeError {
             RuntimeError::DuplicateStage(s) => write!(f, "a stage named '{s}' already exists"),
             RuntimeError::NoSuchStage(s) => write!(f, "no stage named '{s}'"),
             RuntimeError::WrongEventType { stage, requested } => {
-                write!(f, "stage '{stage}' does not take events of type {requested}")
+                write!(
+                    f,
+                    "stage '{stage}' does not take events of type {requested}"
+                )
             }
-            RuntimeError::Init { stage, error } => write!(f, "stage '{stage}' failed to initialise: {error}"),
+            RuntimeError::Init { stage, error } => {
+                write!(f, "stage '{stage}' failed to initialise: {error}")
+            }
             RuntimeError::InvalidConfig(s) => write!(f, "invalid configuration: {s}"),
             RuntimeError::Stopped => f.write_str("the runtime is shutting down"),
         }
@@ -188,7 +193,10 @@ pub struct Runtime {
 
 impl fmt::Debug for Runtime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Runtime").field("name", &self.inner.name).field("id", &self.inner.id).finish()
+        f.debug_struct("Runtime")
+            .field("name", &self.inner.name)
+            .field("id", &self.inner.id)
+            .finish()
     }
 }
 
@@ -246,11 +254,18 @@ impl Runtime {
     }
 
     /// Starts building a stage named `name` with `handler`.
-    pub fn stage<E: Send + 'static>(&self, name: &str, handler: impl EventHandler<E>) -> StageBuilder<'_, E> {
+    pub fn stage<E: Send + 'static>(
+        &self,
+        name: &str,
+        handler: impl EventHandler<E>,
+    ) -> StageBuilder<'_, E> {
         StageBuilder::new(self, name, Box::new(handler))
     }
 
-    pub(crate) fn register<E: Send + 'static>(&self, core: Arc<StageCore<E>>) -> Result<Sink<E>, RuntimeError> {
+    pub(crate) fn register<E: Send + 'static>(
+        &self,
+        core: Arc<StageCore<E>>,
+    ) -> Result<Sink<E>, RuntimeError> {
         let name = core.name().to_owned();
         let state = *self.inner.state.lock();
         if state >= Lifecycle::Draining {
@@ -263,9 +278,14 @@ impl Runtime {
             if core.model() == ThreadModel::Shared {
                 self.start_shared()?;
             }
-            core.start(self).map_err(|e| RuntimeError::Init { stage: name.clone(), error: e.0 })?;
+            core.start(self).map_err(|e| RuntimeError::Init {
+                stage: name.clone(),
+                error: e.0,
+            })?;
         }
-        let sink = Sink { core: Arc::clone(&core) };
+        let sink = Sink {
+            core: Arc::clone(&core),
+        };
         let mut sinks = self.inner.sinks.write();
         if sinks.contains_key(&name) {
             return Err(RuntimeError::DuplicateStage(name));
@@ -285,15 +305,25 @@ impl Runtime {
     /// The sink of the stage named `name`, which must take events of type `E`.
     pub fn sink<E: Send + 'static>(&self, name: &str) -> Result<Sink<E>, RuntimeError> {
         let sinks = self.inner.sinks.read();
-        let any = sinks.get(name).ok_or_else(|| RuntimeError::NoSuchStage(name.to_owned()))?;
+        let any = sinks
+            .get(name)
+            .ok_or_else(|| RuntimeError::NoSuchStage(name.to_owned()))?;
         any.downcast_ref::<Sink<E>>()
             .cloned()
-            .ok_or_else(|| RuntimeError::WrongEventType { stage: name.to_owned(), requested: std::any::type_name::<E>() })
+            .ok_or_else(|| RuntimeError::WrongEventType {
+                stage: name.to_owned(),
+                requested: std::any::type_name::<E>(),
+            })
     }
 
     /// Names of the registered stages, in registration order.
     pub fn stage_names(&self) -> Vec<String> {
-        self.inner.stages.read().iter().map(|s| s.name().to_owned()).collect()
+        self.inner
+            .stages
+            .read()
+            .iter()
+            .map(|s| s.name().to_owned())
+            .collect()
     }
 
     /// Runs every stage's `init` hook, then starts the threads and the controller
@@ -310,7 +340,10 @@ impl Runtime {
             self.start_shared()?;
         }
         for s in &stages {
-            s.start(self).map_err(|e| RuntimeError::Init { stage: s.name().to_owned(), error: e.0 })?;
+            s.start(self).map_err(|e| RuntimeError::Init {
+                stage: s.name().to_owned(),
+                error: e.0,
+            })?;
         }
         *state = Lifecycle::Running;
         drop(state);
@@ -319,7 +352,9 @@ impl Runtime {
         let driver = std::thread::Builder::new()
             .name(format!("{}-control", self.inner.name))
             .spawn(move || drive(weak, interval))
-            .map_err(|e| RuntimeError::InvalidConfig(format!("cannot spawn the controller thread: {e}")))?;
+            .map_err(|e| {
+                RuntimeError::InvalidConfig(format!("cannot spawn the controller thread: {e}"))
+            })?;
         *self.inner.driver.lock() = Some(driver);
         Ok(())
     }
@@ -340,7 +375,11 @@ impl Runtime {
         RuntimeSnapshot {
             uptime_ms: u64::try_from(self.inner.created.elapsed().as_millis()).unwrap_or(u64::MAX),
             thread_model: self.inner.default_model.as_str().to_owned(),
-            shared_workers: if stages.iter().any(|s| s.model() == ThreadModel::Shared) { self.inner.shared.workers() } else { 0 },
+            shared_workers: if stages.iter().any(|s| s.model() == ThreadModel::Shared) {
+                self.inner.shared.workers()
+            } else {
+                0
+            },
             timers_pending: self.inner.timers.pending(),
             stages: stages.iter().map(|s| s.snapshot()).collect(),
             edges,
@@ -350,13 +389,24 @@ impl Runtime {
     /// Enqueues `event` to `sink` after `delay`. Scheduled from a handler, the event
     /// inherits the current event's metadata. If the enqueue fails when the timer
     /// fires, the refusal is counted in the target stage's statistics.
-    pub fn schedule<E: Send + 'static>(&self, delay: Duration, sink: &Sink<E>, event: E) -> TimerId {
+    pub fn schedule<E: Send + 'static>(
+        &self,
+        delay: Duration,
+        sink: &Sink<E>,
+        event: E,
+    ) -> TimerId {
         let (meta, _) = crate::core::Origin::current();
         self.schedule_with(delay, sink, event, meta)
     }
 
     /// As [`Runtime::schedule`], with explicit metadata.
-    pub fn schedule_with<E: Send + 'static>(&self, delay: Duration, sink: &Sink<E>, event: E, meta: Meta) -> TimerId {
+    pub fn schedule_with<E: Send + 'static>(
+        &self,
+        delay: Duration,
+        sink: &Sink<E>,
+        event: E,
+        meta: Meta,
+    ) -> TimerId {
         let sink = sink.clone();
         let rt = self.inner.id;
         self.inner.timers.schedule(
@@ -384,7 +434,10 @@ impl Runtime {
         {
             let mut state = self.inner.state.lock();
             if *state >= Lifecycle::Draining {
-                return ShutdownReport { drained: true, ..ShutdownReport::default() };
+                return ShutdownReport {
+                    drained: true,
+                    ..ShutdownReport::default()
+                };
             }
             *state = Lifecycle::Draining;
         }
@@ -411,7 +464,8 @@ impl Runtime {
         if let Some(driver) = self.inner.driver.lock().take() {
             let _ = driver.join();
         }
-        let mut handles: Vec<JoinHandle<()>> = stages.iter().flat_map(|s| s.take_handles()).collect();
+        let mut handles: Vec<JoinHandle<()>> =
+            stages.iter().flat_map(|s| s.take_handles()).collect();
         handles.extend(self.inner.shared.take_handles());
         // Threads finish their current batch; wait for them until the deadline (at
         // least a moment, so an idle pool always gets to exit cleanly).
@@ -451,7 +505,10 @@ impl Runtime {
             threads_detached,
         };
         if !report.drained {
-            tracing::warn!(unfinished = report.unfinished(), "shutdown deadline passed with events unfinished");
+            tracing::warn!(
+                unfinished = report.unfinished(),
+                "shutdown deadline passed with events unfinished"
+            );
         }
         report
     }
@@ -462,7 +519,9 @@ impl Runtime {
 fn drive(runtime: Weak<RuntimeInner>, interval: Duration) {
     loop {
         std::thread::sleep(interval);
-        let Some(inner) = runtime.upgrade() else { return };
+        let Some(inner) = runtime.upgrade() else {
+            return;
+        };
         if *inner.state.lock() >= Lifecycle::Stopped {
             return;
         }

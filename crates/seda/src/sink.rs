@@ -92,13 +92,17 @@ pub struct Sink<E: Send + 'static> {
 
 impl<E: Send + 'static> Clone for Sink<E> {
     fn clone(&self) -> Self {
-        Sink { core: Arc::clone(&self.core) }
+        Sink {
+            core: Arc::clone(&self.core),
+        }
     }
 }
 
 impl<E: Send + 'static> fmt::Debug for Sink<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sink").field("stage", &self.core.name()).finish()
+        f.debug_struct("Sink")
+            .field("stage", &self.core.name())
+            .finish()
     }
 }
 

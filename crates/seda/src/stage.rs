@@ -80,7 +80,9 @@ pub struct Batch<'a, E> {
 
 impl<E> fmt::Debug for Batch<'_, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Batch").field("len", &self.items.len()).finish()
+        f.debug_struct("Batch")
+            .field("len", &self.items.len())
+            .finish()
     }
 }
 
@@ -133,7 +135,9 @@ pub struct Context<'a> {
 
 impl fmt::Debug for Context<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context").field("stage", &self.stage.control_name()).finish()
+        f.debug_struct("Context")
+            .field("stage", &self.stage.control_name())
+            .finish()
     }
 }
 
@@ -161,7 +165,9 @@ impl Context<'_> {
     /// Metadata of the event being handled (the one the batch yielded last), or fresh
     /// metadata outside a batch.
     pub fn meta(&self) -> Meta {
-        self.current.and_then(|c| c.get()).map_or_else(Meta::new, |c| c.meta)
+        self.current
+            .and_then(|c| c.get())
+            .map_or_else(Meta::new, |c| c.meta)
     }
 
     /// The stage's current 90th-percentile response time estimate: the admission

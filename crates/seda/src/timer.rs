@@ -57,7 +57,11 @@ impl Timers {
         if !st.thread {
             st.thread = true;
             let me = Arc::clone(self);
-            if std::thread::Builder::new().name("seda-timer".into()).spawn(move || me.run()).is_err() {
+            if std::thread::Builder::new()
+                .name("seda-timer".into())
+                .spawn(move || me.run())
+                .is_err()
+            {
                 st.thread = false;
                 tracing::error!("cannot spawn the timer thread");
             }

@@ -29,7 +29,10 @@ struct Detector {
 
 impl Detector {
     fn new() -> Self {
-        Detector { busy: (0..COLORS).map(|_| AtomicBool::new(false)).collect(), ..Detector::default() }
+        Detector {
+            busy: (0..COLORS).map(|_| AtomicBool::new(false)).collect(),
+            ..Detector::default()
+        }
     }
 
     fn run(&self, color: u64, seq: u64) {
@@ -67,17 +70,23 @@ impl Detector {
 /// events alternate between the stages, so exclusion and order are checked across
 /// stages, not just within one queue.
 fn stress(model: ThreadModel) {
-    let rt = Runtime::builder().thread_model(model).shared_workers(4).build();
+    let rt = Runtime::builder()
+        .thread_model(model)
+        .shared_workers(4)
+        .build();
     let det = Arc::new(Detector::new());
     let mut sinks: Vec<Sink<(u64, u64)>> = Vec::new();
     for name in ["left", "right"] {
         let d = det.clone();
         let s = rt
-            .stage(name, move |batch: Batch<'_, (u64, u64)>, _cx: &Context<'_>| {
-                for (color, seq) in batch {
-                    d.run(color, seq);
-                }
-            })
+            .stage(
+                name,
+                move |batch: Batch<'_, (u64, u64)>, _cx: &Context<'_>| {
+                    for (color, seq) in batch {
+                        d.run(color, seq);
+                    }
+                },
+            )
             .threads(4, 4)
             .batch(4)
             .capacity(100_000)
@@ -95,7 +104,9 @@ fn stress(model: ThreadModel) {
                 for seq in 0..PER_COLOR {
                     for color in (p..COLORS).step_by(PRODUCERS as usize) {
                         let sink = &sinks[((seq + color) % 2) as usize];
-                        let meta = Meta::new().with_color(Color(color)).with_priority((seq % 3) as u8);
+                        let meta = Meta::new()
+                            .with_color(Color(color))
+                            .with_priority((seq % 3) as u8);
                         sink.try_enqueue_with((color, seq), meta).unwrap();
                     }
                 }
@@ -107,9 +118,21 @@ fn stress(model: ThreadModel) {
     }
     let report = rt.shutdown(Duration::from_secs(60));
     assert!(report.drained, "{model}: {report:?}");
-    assert_eq!(det.handled.load(Ordering::SeqCst) as u64, COLORS * PER_COLOR, "{model}");
-    assert_eq!(det.overlaps.load(Ordering::SeqCst), 0, "{model}: same color ran concurrently");
-    assert_eq!(det.out_of_order.load(Ordering::SeqCst), 0, "{model}: same color ran out of enqueue order");
+    assert_eq!(
+        det.handled.load(Ordering::SeqCst) as u64,
+        COLORS * PER_COLOR,
+        "{model}"
+    );
+    assert_eq!(
+        det.overlaps.load(Ordering::SeqCst),
+        0,
+        "{model}: same color ran concurrently"
+    );
+    assert_eq!(
+        det.out_of_order.load(Ordering::SeqCst),
+        0,
+        "{model}: same color ran out of enqueue order"
+    );
 }
 
 #[test]
@@ -126,7 +149,10 @@ fn same_color_never_overlaps_and_keeps_enqueue_order_shared_pool() {
 #[test]
 fn uncolored_events_run_concurrently() {
     for model in MODELS {
-        let rt = Runtime::builder().thread_model(model).shared_workers(4).build();
+        let rt = Runtime::builder()
+            .thread_model(model)
+            .shared_workers(4)
+            .build();
         let det = Arc::new(Detector::new());
         let d = det.clone();
         let sink = rt
@@ -144,6 +170,9 @@ fn uncolored_events_run_concurrently() {
             sink.try_enqueue(i).unwrap();
         }
         assert!(rt.shutdown(Duration::from_secs(10)).drained);
-        assert!(det.uncolored_concurrency.load(Ordering::SeqCst) >= 2, "{model}: uncolored events were serialised");
+        assert!(
+            det.uncolored_concurrency.load(Ordering::SeqCst) >= 2,
+            "{model}: uncolored events were serialised"
+        );
     }
 }

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use seda::admission::{AdmissionPolicy, Offer};
-use seda::{Batch, Context, EnqueueError, InitError, Meta, Runtime, RuntimeError, Sink, ThreadModel};
+use seda::{
+    Batch, Context, EnqueueError, InitError, Meta, Runtime, RuntimeError, Sink, ThreadModel,
+};
 use support::{MODELS, eventually};
 
 /// A three-stage pipeline: events pass through `a -> b -> c` in both thread models,
@@ -45,9 +47,14 @@ fn pipeline_delivers_and_propagates_metadata() {
         rt.start().unwrap();
         let born = Instant::now() - Duration::from_millis(500);
         for i in 0..200u64 {
-            a.try_enqueue_with(i, Meta::born_at(born).with_class((i % 3) as u8)).unwrap();
+            a.try_enqueue_with(i, Meta::born_at(born).with_class((i % 3) as u8))
+                .unwrap();
         }
-        assert!(eventually(Duration::from_secs(10), || seen.lock().unwrap().len() == 200), "{model}");
+        assert!(
+            eventually(Duration::from_secs(10), || seen.lock().unwrap().len()
+                == 200),
+            "{model}"
+        );
         let seen = seen.lock().unwrap();
         for (v, meta) in seen.iter() {
             let i = v / 10 - 1;
@@ -55,15 +62,30 @@ fn pipeline_delivers_and_propagates_metadata() {
             assert_eq!(meta.class, (i % 3) as u8, "class is inherited");
         }
         let snap = rt.snapshot();
-        assert_eq!(snap.edges, vec![("a".to_owned(), "b".to_owned()), ("b".to_owned(), "c".to_owned())]);
+        assert_eq!(
+            snap.edges,
+            vec![
+                ("a".to_owned(), "b".to_owned()),
+                ("b".to_owned(), "c".to_owned())
+            ]
+        );
         let c_stats = snap.stage("c").unwrap();
         assert_eq!(c_stats.processed, 200);
-        assert!(c_stats.response_time.p50_ms >= 500.0, "response time counts from born");
+        assert!(
+            c_stats.response_time.p50_ms >= 500.0,
+            "response time counts from born"
+        );
         assert_eq!(c_stats.thread_model, model.as_str());
         let dot = snap.to_dot();
-        assert!(dot.contains("\"a\" -> \"b\"") && dot.contains("\"b\" -> \"c\""), "{dot}");
+        assert!(
+            dot.contains("\"a\" -> \"b\"") && dot.contains("\"b\" -> \"c\""),
+            "{dot}"
+        );
         let prom = snap.to_prometheus();
-        assert!(prom.contains("seda_stage_processed_total{stage=\"c\"} 200"), "{prom}");
+        assert!(
+            prom.contains("seda_stage_processed_total{stage=\"c\"} 200"),
+            "{prom}"
+        );
         let json: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
         assert_eq!(json["stages"].as_array().unwrap().len(), 3);
         let report = rt.shutdown(Duration::from_secs(5));
@@ -76,7 +98,11 @@ fn pipeline_delivers_and_propagates_metadata() {
 fn full_queue_hands_the_event_back() {
     let rt = Runtime::builder().build();
     // Not started: events queue up and nothing drains them.
-    let sink = rt.stage("s", |_b: Batch<'_, String>, _cx: &Context<'_>| {}).capacity(2).build().unwrap();
+    let sink = rt
+        .stage("s", |_b: Batch<'_, String>, _cx: &Context<'_>| {})
+        .capacity(2)
+        .build()
+        .unwrap();
     sink.try_enqueue("one".into()).unwrap();
     sink.try_enqueue("two".into()).unwrap();
     match sink.try_enqueue("three".into()) {
@@ -93,14 +119,21 @@ fn full_queue_hands_the_event_back() {
 #[test]
 fn blocking_enqueue_waits_for_space_or_deadline() {
     let rt = Runtime::builder().build();
-    let sink = rt.stage("s", |b: Batch<'_, u32>, _cx: &Context<'_>| {
-        b.for_each(drop);
-    }).capacity(1).build().unwrap();
+    let sink = rt
+        .stage("s", |b: Batch<'_, u32>, _cx: &Context<'_>| {
+            b.for_each(drop);
+        })
+        .capacity(1)
+        .build()
+        .unwrap();
     sink.try_enqueue(1).unwrap();
     let t0 = Instant::now();
     let r = sink.enqueue_until(2, Instant::now() + Duration::from_millis(60));
     assert_eq!(r, Err(EnqueueError::Full(2)));
-    assert!(t0.elapsed() >= Duration::from_millis(60), "waited until the deadline");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(60),
+        "waited until the deadline"
+    );
     // Space appears when the runtime starts and drains the queue.
     let starter = {
         let rt = rt.clone();
@@ -110,8 +143,12 @@ fn blocking_enqueue_waits_for_space_or_deadline() {
         })
     };
     let t0 = Instant::now();
-    sink.enqueue_until(3, Instant::now() + Duration::from_secs(10)).unwrap();
-    assert!(t0.elapsed() >= Duration::from_millis(40), "it blocked until space appeared");
+    sink.enqueue_until(3, Instant::now() + Duration::from_secs(10))
+        .unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(40),
+        "it blocked until space appeared"
+    );
     starter.join().unwrap();
     assert!(rt.shutdown(Duration::from_secs(5)).drained);
 }
@@ -143,10 +180,19 @@ fn admission_rejects_and_can_be_switched_off_by_the_stage() {
         .build()
         .unwrap();
     rt.start().unwrap();
-    assert_eq!(sink.try_enqueue_with(7, Meta::new()), Err(EnqueueError::Rejected(7)));
-    sink.try_enqueue_with(999, Meta::new().with_class(1)).unwrap();
-    assert!(eventually(Duration::from_secs(5), || !rt.snapshot().stage("s").unwrap().admission_enabled));
-    sink.try_enqueue_with(8, Meta::new()).expect("admission control is off");
+    assert_eq!(
+        sink.try_enqueue_with(7, Meta::new()),
+        Err(EnqueueError::Rejected(7))
+    );
+    sink.try_enqueue_with(999, Meta::new().with_class(1))
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || !rt
+        .snapshot()
+        .stage("s")
+        .unwrap()
+        .admission_enabled));
+    sink.try_enqueue_with(8, Meta::new())
+        .expect("admission control is off");
     let snap = rt.snapshot();
     let s = snap.stage("s").unwrap();
     assert_eq!(s.rejected, 1);
@@ -158,9 +204,16 @@ fn admission_rejects_and_can_be_switched_off_by_the_stage() {
 #[test]
 fn batch_enqueue_is_all_or_nothing() {
     let rt = Runtime::builder().build();
-    let sink = rt.stage("s", |_b: Batch<'_, u32>, _cx: &Context<'_>| {}).capacity(5).build().unwrap();
+    let sink = rt
+        .stage("s", |_b: Batch<'_, u32>, _cx: &Context<'_>| {})
+        .capacity(5)
+        .build()
+        .unwrap();
     sink.try_enqueue_batch(vec![1, 2, 3]).unwrap();
-    assert_eq!(sink.try_enqueue_batch(vec![4, 5, 6]), Err(EnqueueError::Full(vec![4, 5, 6])));
+    assert_eq!(
+        sink.try_enqueue_batch(vec![4, 5, 6]),
+        Err(EnqueueError::Full(vec![4, 5, 6]))
+    );
     assert_eq!(sink.queue_len(), 3);
     sink.try_enqueue_batch(vec![4, 5]).unwrap();
     assert_eq!(sink.queue_len(), 5);
@@ -200,13 +253,26 @@ fn a_panicking_handler_is_counted_and_the_stage_keeps_running() {
 #[test]
 fn typed_lookup_and_registration_errors() {
     let rt = Runtime::builder().build();
-    rt.stage("x", |_b: Batch<'_, u32>, _cx: &Context<'_>| {}).build().unwrap();
+    rt.stage("x", |_b: Batch<'_, u32>, _cx: &Context<'_>| {})
+        .build()
+        .unwrap();
     assert!(rt.sink::<u32>("x").is_ok());
-    assert!(matches!(rt.sink::<String>("x"), Err(RuntimeError::WrongEventType { .. })));
-    assert_eq!(rt.sink::<u32>("nope").unwrap_err(), RuntimeError::NoSuchStage("nope".into()));
-    let dup = rt.stage("x", |_b: Batch<'_, u32>, _cx: &Context<'_>| {}).build();
+    assert!(matches!(
+        rt.sink::<String>("x"),
+        Err(RuntimeError::WrongEventType { .. })
+    ));
+    assert_eq!(
+        rt.sink::<u32>("nope").unwrap_err(),
+        RuntimeError::NoSuchStage("nope".into())
+    );
+    let dup = rt
+        .stage("x", |_b: Batch<'_, u32>, _cx: &Context<'_>| {})
+        .build();
     assert_eq!(dup.unwrap_err(), RuntimeError::DuplicateStage("x".into()));
-    let zero = rt.stage("z", |_b: Batch<'_, u32>, _cx: &Context<'_>| {}).capacity(0).build();
+    let zero = rt
+        .stage("z", |_b: Batch<'_, u32>, _cx: &Context<'_>| {})
+        .capacity(0)
+        .build();
     assert!(matches!(zero, Err(RuntimeError::InvalidConfig(_))));
 }
 
@@ -219,7 +285,11 @@ struct Hooks {
 impl seda::EventHandler<u32> for Hooks {
     fn init(&self, cx: &Context<'_>) -> Result<(), InitError> {
         self.inits.fetch_add(1, Ordering::SeqCst);
-        if self.fail { Err(format!("{} cannot start", cx.stage_name()).into()) } else { Ok(()) }
+        if self.fail {
+            Err(format!("{} cannot start", cx.stage_name()).into())
+        } else {
+            Ok(())
+        }
     }
     fn handle_events(&self, _batch: Batch<'_, u32>, _cx: &Context<'_>) {}
     fn destroy(&self) {
@@ -231,19 +301,55 @@ impl seda::EventHandler<u32> for Hooks {
 fn init_and_destroy_hooks_run_once_and_init_errors_stop_start() {
     let (inits, destroys) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let rt = Runtime::builder().build();
-    rt.stage("ok", Hooks { inits: inits.clone(), destroys: destroys.clone(), fail: false }).build().unwrap();
+    rt.stage(
+        "ok",
+        Hooks {
+            inits: inits.clone(),
+            destroys: destroys.clone(),
+            fail: false,
+        },
+    )
+    .build()
+    .unwrap();
     rt.start().unwrap();
     rt.start().unwrap();
     assert_eq!(rt.snapshot().stage("ok").unwrap().state, "running");
     rt.shutdown(Duration::from_secs(2));
-    assert_eq!((inits.load(Ordering::SeqCst), destroys.load(Ordering::SeqCst)), (1, 1));
+    assert_eq!(
+        (
+            inits.load(Ordering::SeqCst),
+            destroys.load(Ordering::SeqCst)
+        ),
+        (1, 1)
+    );
     assert_eq!(rt.snapshot().stage("ok").unwrap().state, "stopped");
-    assert!(rt.sink::<u32>("ok").unwrap().try_enqueue(1).unwrap_err().is_closed());
+    assert!(
+        rt.sink::<u32>("ok")
+            .unwrap()
+            .try_enqueue(1)
+            .unwrap_err()
+            .is_closed()
+    );
 
     let rt = Runtime::builder().build();
-    rt.stage("bad", Hooks { inits: inits.clone(), destroys, fail: true }).build().unwrap();
+    rt.stage(
+        "bad",
+        Hooks {
+            inits: inits.clone(),
+            destroys,
+            fail: true,
+        },
+    )
+    .build()
+    .unwrap();
     let err = rt.start().unwrap_err();
-    assert_eq!(err, RuntimeError::Init { stage: "bad".into(), error: "bad cannot start".into() });
+    assert_eq!(
+        err,
+        RuntimeError::Init {
+            stage: "bad".into(),
+            error: "bad cannot start".into()
+        }
+    );
 }
 
 #[test]
@@ -265,19 +371,31 @@ fn timers_fire_after_their_delay_and_can_be_cancelled() {
     let cancelled = rt.schedule(Duration::from_millis(40), &sink, 2);
     assert!(rt.cancel_timer(cancelled));
     rt.schedule(Duration::from_secs(3600), &sink, 3);
-    assert!(eventually(Duration::from_secs(5), || !got.lock().unwrap().is_empty()));
+    assert!(eventually(Duration::from_secs(5), || !got
+        .lock()
+        .unwrap()
+        .is_empty()));
     let (v, at) = got.lock().unwrap()[0];
     assert_eq!(v, 1);
     assert!(at.duration_since(t0) >= Duration::from_millis(80));
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(got.lock().unwrap().len(), 1, "the cancelled timer never fired");
+    assert_eq!(
+        got.lock().unwrap().len(),
+        1,
+        "the cancelled timer never fired"
+    );
     let report = rt.shutdown(Duration::from_secs(2));
-    assert_eq!(report.timers_cancelled, 1, "the hour-long timer is reported");
+    assert_eq!(
+        report.timers_cancelled, 1,
+        "the hour-long timer is reported"
+    );
 }
 
 #[test]
 fn thread_pool_controller_grows_under_load_and_shrinks_when_idle() {
-    let rt = Runtime::builder().control_interval(Duration::from_millis(5)).build();
+    let rt = Runtime::builder()
+        .control_interval(Duration::from_millis(5))
+        .build();
     let sink = rt
         .stage("slow", |batch: Batch<'_, u32>, _cx: &Context<'_>| {
             for _ in batch {
@@ -301,7 +419,12 @@ fn thread_pool_controller_grows_under_load_and_shrinks_when_idle() {
         sink.try_enqueue(i).unwrap();
     }
     assert!(
-        eventually(Duration::from_secs(10), || rt.snapshot().stage("slow").unwrap().threads == 4),
+        eventually(Duration::from_secs(10), || rt
+            .snapshot()
+            .stage("slow")
+            .unwrap()
+            .threads
+            == 4),
         "grew to max under a long queue"
     );
     assert!(
@@ -348,7 +471,10 @@ fn draining_finishes_work_inside_the_service_but_refuses_new_work() {
             })
         };
         let report = rt.shutdown(Duration::from_secs(10));
-        assert!(closer.join().unwrap().unwrap_err().is_closed(), "outside enqueue refused while draining");
+        assert!(
+            closer.join().unwrap().unwrap_err().is_closed(),
+            "outside enqueue refused while draining"
+        );
         assert!(report.drained, "{report:?}");
         assert_eq!(done.load(Ordering::Relaxed), 500, "{model}");
     }

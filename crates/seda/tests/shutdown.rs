@@ -19,8 +19,18 @@ struct Ledger {
     handed_back_inside: AtomicU64,
 }
 
-fn run_case(model: ThreadModel, producers: u64, per_producer: u64, capacity: usize, stop_after_us: u64, grace_ms: u64) {
-    let rt = Runtime::builder().thread_model(model).shared_workers(3).build();
+fn run_case(
+    model: ThreadModel,
+    producers: u64,
+    per_producer: u64,
+    capacity: usize,
+    stop_after_us: u64,
+    grace_ms: u64,
+) {
+    let rt = Runtime::builder()
+        .thread_model(model)
+        .shared_workers(3)
+        .build();
     let ledger = Arc::new(Ledger::default());
     let l = ledger.clone();
     rt.stage("last", move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
@@ -62,9 +72,13 @@ fn run_case(model: ThreadModel, producers: u64, per_producer: u64, capacity: usi
                 for i in 0..per_producer {
                     let id = p * 1_000_000 + i;
                     let r = if i % 5 == 0 {
-                        first.try_enqueue_batch(vec![id]).map_err(|e| e.into_inner()[0])
+                        first
+                            .try_enqueue_batch(vec![id])
+                            .map_err(|e| e.into_inner()[0])
                     } else {
-                        first.try_enqueue(id).map_err(seda::EnqueueError::into_inner)
+                        first
+                            .try_enqueue(id)
+                            .map_err(seda::EnqueueError::into_inner)
                     };
                     match r {
                         Ok(()) => accepted.fetch_add(1, Ordering::SeqCst),
@@ -85,8 +99,15 @@ fn run_case(model: ThreadModel, producers: u64, per_producer: u64, capacity: usi
     let handled = ledger.handled.lock().unwrap().len() as u64;
     let accepted = accepted.load(Ordering::SeqCst);
     let inside = ledger.handed_back_inside.load(Ordering::SeqCst);
-    assert_eq!(ledger.duplicates.load(Ordering::SeqCst), 0, "an event was handled twice");
-    assert_eq!(accepted + refused.load(Ordering::SeqCst), producers * per_producer);
+    assert_eq!(
+        ledger.duplicates.load(Ordering::SeqCst),
+        0,
+        "an event was handled twice"
+    );
+    assert_eq!(
+        accepted + refused.load(Ordering::SeqCst),
+        producers * per_producer
+    );
     assert_eq!(
         accepted,
         handled + inside + report.unfinished(),

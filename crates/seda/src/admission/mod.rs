@@ -16,6 +16,24 @@
 //! - `on_tick` is called by the controller thread at the stage's control interval.
 //! - A stage may switch its admission control off (service degradation, USITS'03 3.4):
 //!   the stage then admits without calling `admit`, but keeps calling `on_complete`.
+//!
+//! # Policies
+//! | policy | law | source |
+//! |---|---|---|
+//! | [`Unbounded`] | admit everything (the queue's capacity still applies) | SEDA 3.2 |
+//! | [`QueueThreshold`] | admit while queue length < threshold | SEDA 3.2 |
+//! | [`Red`] | drop with probability rising linearly in the averaged queue length | Floyd & Jacobson 1993 |
+//! | [`TokenBucketPolicy`] | fixed-rate token bucket | USITS'03 3.2 (the actuator) |
+//! | [`ResponseTimePolicy`] | token bucket tuned AIMD from the p90 response time | USITS'03 3.2 |
+//! | [`MulticlassPolicy`] | per-class buckets, lower classes cut first | USITS'03 3.3 |
+//! | [`CoDel`] | shed when the queue delay stayed above target for an interval | Nichols & Jacobson 2012; adaptive CoDel |
+//! | [`GradientLimit`] | concurrency limit from the ratio of long to short latency | Netflix concurrency-limits, Gradient2 |
+//! | [`AimdLimit`] | concurrency limit, +1 on success, x backoff on slow responses | Netflix concurrency-limits, AIMD |
+
+mod codel;
+mod limit;
+mod response_time;
+mod simple;
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -23,6 +41,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::envelope::Class;
+
+pub use codel::{CoDel, CoDelConfig};
+pub use limit::{AimdLimit, AimdLimitConfig, GradientLimit, GradientLimitConfig};
+pub use response_time::{MulticlassPolicy, ResponseTimePolicy};
+pub use simple::{QueueThreshold, Red, TokenBucket, TokenBucketPolicy, Unbounded};
 
 /// What a policy sees of one enqueue attempt.
 #[derive(Clone, Copy, Debug)]
@@ -50,6 +73,8 @@ pub struct Completion {
     pub queue_delay: Duration,
     /// Time the handler spent on the batch, divided by the batch's length.
     pub service_time: Duration,
+    /// Events in the stage (waiting plus being handled) when it finished.
+    pub in_flight: usize,
     /// When the event finished.
     pub now: Instant,
 }
@@ -100,6 +125,9 @@ pub trait AdmissionPolicy: Send + Sync + fmt::Debug + 'static {
 
     /// Current state for stats.
     fn state(&self) -> AdmissionState {
-        AdmissionState { policy: self.name().to_owned(), ..AdmissionState::default() }
+        AdmissionState {
+            policy: self.name().to_owned(),
+            ..AdmissionState::default()
+        }
     }
 }

@@ -1,15 +1,42 @@
-#![allow(missing_docs, dead_code)]
-use std::time::Duration;
-#[derive(Clone, Debug)]
-pub struct ThreadPoolConfig { pub min_threads: usize, pub max_threads: usize, pub queue_threshold: usize, pub idle_timeout: Duration, pub interval: Duration }
-impl Default for ThreadPoolConfig { fn default() -> Self { Self { min_threads: 1, max_threads: 20, queue_threshold: 1000, idle_timeout: Duration::from_secs(1), interval: Duration::from_secs(2) } } }
-impl ThreadPoolConfig { pub fn validate(&self) -> Result<(), String> { Ok(()) } }
-pub struct PoolObservation { pub queue_len: usize, pub threads: usize, pub idle_expired: usize }
-pub enum PoolAdjustment { Hold, Grow(usize), Shrink(usize) }
-pub struct ThreadPoolController { cfg: ThreadPoolConfig }
-impl ThreadPoolController { pub fn new(cfg: ThreadPoolConfig) -> Self { Self { cfg } } pub fn step(&mut self, o: PoolObservation) -> PoolAdjustment { if o.queue_len > self.cfg.queue_threshold && o.threads < self.cfg.max_threads { PoolAdjustment::Grow(1) } else if o.idle_expired > 0 && o.threads > self.cfg.min_threads { PoolAdjustment::Shrink(o.idle_expired.min(o.threads - self.cfg.min_threads)) } else { PoolAdjustment::Hold } } }
-#[derive(Clone, Debug)]
-pub struct BatchingConfig { pub min_batch: usize, pub max_batch: usize }
-pub struct BatchObservation { pub processed: u64, pub elapsed: Duration }
-pub struct BatchingController { b: usize }
-impl BatchingController { pub fn new(c: BatchingConfig) -> Result<Self, String> { Ok(Self { b: c.max_batch }) } pub fn step(&mut self, _o: BatchObservation) -> usize { self.b } pub fn batch_size(&self) -> usize { self.b } }
+//! Controllers: the feedback loops that tune a stage while it runs (SEDA 3.4, USITS'03 3).
+//!
+//! Every controller here is a *pure* state machine: it is fed an observation and
+//! returns an adjustment, with no threads, clocks or locks of its own. The runtime's
+//! controller thread samples each stage and applies the adjustments; tests replay
+//! synthetic traces through the same `step` functions.
+//!
+//! | controller | paper | observation | adjustment |
+//! |---|---|---|---|
+//! | [`ThreadPoolController`] | SEDA 3.4, Fig. 8 | queue length, idle threads | grow / shrink the pool |
+//! | [`BatchingController`] | SEDA 3.4, Fig. 9 | output rate | batching factor |
+//! | [`ResponseTimeController`] | USITS'03 3.2 | 90th-percentile response time | token-bucket rate |
+//! | [`MulticlassController`] | USITS'03 3.3 | per-class p90 | per-class rates |
+//! | [`QualityController`] | USITS'03 3.4 | p90 vs target | quality factor, admission on/off |
+
+mod batching;
+mod multiclass;
+mod quality;
+mod response_time;
+mod thread_pool;
+
+pub use batching::{BatchObservation, BatchingConfig, BatchingController};
+pub use multiclass::{MulticlassConfig, MulticlassController};
+pub use quality::{QualityConfig, QualityController, QualityDecision};
+pub use response_time::{P90Window, RateChange, ResponseTimeConfig, ResponseTimeController};
+pub use thread_pool::{PoolAdjustment, PoolObservation, ThreadPoolConfig, ThreadPoolController};
+
+/// A controller configuration that fails validation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+pub(crate) fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), ConfigError> {
+    if ok { Ok(()) } else { Err(ConfigError(msg())) }
+}

@@ -37,7 +37,9 @@ impl std::str::FromStr for ThreadModel {
         match s {
             "per-stage" | "tps" => Ok(ThreadModel::PerStage),
             "shared" | "tpp" => Ok(ThreadModel::Shared),
-            other => Err(format!("unknown thread model '{other}' (expected per-stage or shared)")),
+            other => Err(format!(
+                "unknown thread model '{other}' (expected per-stage or shared)"
+            )),
         }
     }
 }

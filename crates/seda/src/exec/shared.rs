@@ -33,14 +33,19 @@ pub(crate) struct SharedPool {
 
 impl std::fmt::Debug for SharedPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedPool").field("workers", &self.workers).finish_non_exhaustive()
+        f.debug_struct("SharedPool")
+            .field("workers", &self.workers)
+            .finish_non_exhaustive()
     }
 }
 
 impl SharedPool {
     pub(crate) fn new(workers: usize) -> Self {
         SharedPool {
-            queue: Mutex::new(RunQueue { stages: VecDeque::new(), sleepers: 0 }),
+            queue: Mutex::new(RunQueue {
+                stages: VecDeque::new(),
+                sleepers: 0,
+            }),
             ready: Condvar::new(),
             stop: AtomicBool::new(false),
             workers: workers.max(1),

@@ -30,7 +30,9 @@ fn new_hist() -> Histogram<u64> {
 }
 
 fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).clamp(1, 3_600_000_000)
+    u64::try_from(d.as_micros())
+        .unwrap_or(u64::MAX)
+        .clamp(1, 3_600_000_000)
 }
 
 pub(crate) struct Histograms {
@@ -110,7 +112,8 @@ impl StageStats {
     pub(crate) fn rotate_window(&self) {
         let mut h = self.hist.lock();
         if !h.recent.is_empty() {
-            self.recent_p90_us.store(h.recent.value_at_quantile(0.9), Relaxed);
+            self.recent_p90_us
+                .store(h.recent.value_at_quantile(0.9), Relaxed);
             h.recent.reset();
         }
     }

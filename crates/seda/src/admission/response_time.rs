@@ -1,0 +1,238 @@
+//! The USITS'03 response-time policies: the controllers of `crate::control` wired to
+//! token buckets on a stage's queue.
+//!
+//! Samples are the response time of each finished event measured from `born` (USITS'03
+//! 3.2: the time the request entered the service, so the p90 covers every queue it has
+//! crossed). Each sample goes into a [`P90Window`]; a full window, or the controller
+//! thread's tick after `timeout`, yields the p90 sample that drives one controller
+//! update, and the new rate is installed in the bucket.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::simple::TokenBucket;
+use super::{AdmissionPolicy, AdmissionState, ClassState, Completion, Offer};
+use crate::control::{
+    ConfigError, MulticlassConfig, MulticlassController, P90Window, ResponseTimeConfig,
+    ResponseTimeController,
+};
+use crate::envelope::Class;
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[derive(Debug)]
+struct Single {
+    ctl: ResponseTimeController,
+    window: P90Window,
+    bucket: TokenBucket,
+}
+
+impl Single {
+    fn apply(&mut self, samp: Option<std::time::Duration>, now: Instant) {
+        if let Some(samp) = samp {
+            let rate = self.ctl.update(samp).rate();
+            self.bucket.set_rate(rate, now);
+        }
+    }
+}
+
+/// Token-bucket admission tuned by the USITS'03 response-time controller.
+#[derive(Debug)]
+pub struct ResponseTimePolicy {
+    inner: Mutex<Single>,
+}
+
+impl ResponseTimePolicy {
+    /// A policy with these controller parameters.
+    pub fn new(cfg: ResponseTimeConfig) -> Result<Self, ConfigError> {
+        let now = Instant::now();
+        let ctl = ResponseTimeController::new(cfg)?;
+        let c = ctl.config();
+        let window = P90Window::new(c.nreq, c.timeout, now);
+        let bucket = TokenBucket::new(c.initial_rate, c.bucket_depth, now);
+        Ok(Self {
+            inner: Mutex::new(Single {
+                ctl,
+                window,
+                bucket,
+            }),
+        })
+    }
+
+    /// A policy with the paper's defaults and this target.
+    pub fn with_target(target: std::time::Duration) -> Self {
+        Self::new(ResponseTimeConfig::with_target(target)).expect("defaults are valid")
+    }
+}
+
+impl AdmissionPolicy for ResponseTimePolicy {
+    fn name(&self) -> &'static str {
+        "response-time"
+    }
+
+    fn admit(&self, offer: &Offer) -> bool {
+        self.inner.lock().bucket.try_take(offer.now)
+    }
+
+    fn on_complete(&self, done: &Completion) {
+        let mut s = self.inner.lock();
+        let samp = s.window.push(done.response_time, done.now);
+        s.apply(samp, done.now);
+    }
+
+    fn on_tick(&self, now: Instant) {
+        let mut s = self.inner.lock();
+        let samp = s.window.tick(now);
+        s.apply(samp, now);
+    }
+
+    fn state(&self) -> AdmissionState {
+        let s = self.inner.lock();
+        AdmissionState {
+            policy: self.name().into(),
+            rate: Some(s.ctl.rate()),
+            p90_ms: s.ctl.estimate().map(ms),
+            target_ms: Some(ms(s.ctl.config().target)),
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Multi {
+    ctl: MulticlassController,
+    windows: BTreeMap<Class, P90Window>,
+    buckets: BTreeMap<Class, TokenBucket>,
+    nreq: usize,
+    timeout: std::time::Duration,
+    depth: f64,
+}
+
+impl Multi {
+    fn sync_rates(&mut self, now: Instant) {
+        for (class, bucket) in &mut self.buckets {
+            let r = self.ctl.rate(*class);
+            if r != bucket.rate() {
+                bucket.set_rate(r, now);
+            }
+        }
+    }
+
+    fn bucket(&mut self, class: Class, now: Instant) -> &mut TokenBucket {
+        if !self.buckets.contains_key(&class) {
+            self.ctl.add_class(class);
+            self.windows
+                .insert(class, P90Window::new(self.nreq, self.timeout, now));
+            let b = TokenBucket::new(self.ctl.rate(class), self.depth, now);
+            self.buckets.insert(class, b);
+        }
+        self.buckets.get_mut(&class).expect("inserted")
+    }
+}
+
+/// Per-class token buckets tuned by the USITS'03 multiclass controller: when a class
+/// misses its target, lower classes are cut first.
+#[derive(Debug)]
+pub struct MulticlassPolicy {
+    inner: Mutex<Multi>,
+}
+
+impl MulticlassPolicy {
+    /// A policy with these parameters.
+    pub fn new(cfg: MulticlassConfig) -> Result<Self, ConfigError> {
+        let nreq = cfg.base.nreq;
+        let timeout = cfg.base.timeout;
+        let depth = cfg.base.bucket_depth;
+        let ctl = MulticlassController::new(cfg)?;
+        let now = Instant::now();
+        let mut m = Multi {
+            ctl,
+            windows: BTreeMap::new(),
+            buckets: BTreeMap::new(),
+            nreq,
+            timeout,
+            depth,
+        };
+        let known: Vec<Class> = m.ctl.classes().collect();
+        for c in known {
+            m.bucket(c, now);
+        }
+        Ok(Self {
+            inner: Mutex::new(m),
+        })
+    }
+}
+
+impl AdmissionPolicy for MulticlassPolicy {
+    fn name(&self) -> &'static str {
+        "multiclass"
+    }
+
+    fn admit(&self, offer: &Offer) -> bool {
+        self.inner
+            .lock()
+            .bucket(offer.class, offer.now)
+            .try_take(offer.now)
+    }
+
+    fn on_complete(&self, done: &Completion) {
+        let mut m = self.inner.lock();
+        m.bucket(done.class, done.now);
+        let samp = m
+            .windows
+            .get_mut(&done.class)
+            .and_then(|w| w.push(done.response_time, done.now));
+        if let Some(samp) = samp {
+            m.ctl.update(done.class, samp);
+            m.sync_rates(done.now);
+        }
+    }
+
+    fn on_tick(&self, now: Instant) {
+        let mut m = self.inner.lock();
+        let due: Vec<(Class, std::time::Duration)> = m
+            .windows
+            .iter_mut()
+            .filter_map(|(c, w)| w.tick(now).map(|s| (*c, s)))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        // Highest class first, so that its flags apply to this round of lower classes.
+        for (class, samp) in due.into_iter().rev() {
+            m.ctl.update(class, samp);
+        }
+        m.sync_rates(now);
+    }
+
+    fn state(&self) -> AdmissionState {
+        let m = self.inner.lock();
+        let classes: Vec<ClassState> = m
+            .ctl
+            .classes()
+            .map(|c| ClassState {
+                class: c,
+                rate: m.ctl.rate(c),
+                p90_ms: m.ctl.estimate(c).map(ms),
+                target_ms: ms(m.ctl.target(c)),
+            })
+            .collect();
+        let p90_ms = classes
+            .iter()
+            .filter_map(|c| c.p90_ms)
+            .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
+        let target_ms = classes.iter().map(|c| c.target_ms).reduce(f64::min);
+        AdmissionState {
+            policy: self.name().into(),
+            rate: Some(classes.iter().map(|c| c.rate).sum()),
+            p90_ms,
+            target_ms,
+            limit: None,
+            classes,
+        }
+    }
+}
