@@ -1,0 +1,1 @@
+//! Experiments: servers under test, load series, tables and charts.

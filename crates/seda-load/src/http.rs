@@ -1,0 +1,389 @@
+//! An incremental HTTP/1.1 response reader: status and headers by `httparse`, bodies
+//! framed by Content-Length, chunked transfer coding, or the end of the connection.
+//! Body bytes are counted and dropped, never stored.
+
+/// Largest response head accepted, in bytes.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// Why a response could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpError {
+    /// The head is not valid HTTP or exceeds [`MAX_HEAD`].
+    BadHead(String),
+    /// A chunk-size line is not hexadecimal or a chunk is not followed by CRLF.
+    BadChunk,
+    /// The connection ended before the response did.
+    Truncated,
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpError::BadHead(e) => write!(f, "bad response head: {e}"),
+            HttpError::BadChunk => f.write_str("bad chunked encoding"),
+            HttpError::Truncated => f.write_str("connection closed mid-response"),
+        }
+    }
+}
+
+/// A complete response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// The server will close the connection (Connection: close, HTTP/1.0 without
+    /// keep-alive, or a body delimited by the connection's end).
+    pub close: bool,
+    /// Bytes of the response, head included.
+    pub bytes: u64,
+}
+
+/// Result of feeding bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feed {
+    /// All bytes consumed; the response is not complete yet.
+    More,
+    /// The response is complete; `used` bytes of the input belonged to it.
+    Done { response: Response, used: usize },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Head,
+    Fixed(u64),
+    ChunkSize,
+    ChunkData(u64),
+    ChunkEnd,
+    Trailers,
+    UntilClose,
+}
+
+/// Reads one response at a time; `start` before each request.
+#[derive(Debug)]
+pub struct ResponseReader {
+    state: State,
+    head: Vec<u8>,
+    line: Vec<u8>,
+    head_request: bool,
+    status: u16,
+    close: bool,
+    bytes: u64,
+}
+
+impl Default for ResponseReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ResponseReader {
+    /// A reader waiting for a response head.
+    pub fn new() -> Self {
+        ResponseReader {
+            state: State::Head,
+            head: Vec::with_capacity(1024),
+            line: Vec::new(),
+            head_request: false,
+            status: 0,
+            close: false,
+            bytes: 0,
+        }
+    }
+
+    /// Expect the response to a new request (`head_request`: it was a HEAD, so no body).
+    pub fn start(&mut self, head_request: bool) {
+        self.state = State::Head;
+        self.head.clear();
+        self.line.clear();
+        self.head_request = head_request;
+        self.status = 0;
+        self.close = false;
+        self.bytes = 0;
+    }
+
+    /// True if no byte of the current response has arrived yet.
+    pub fn is_fresh(&self) -> bool {
+        self.state == State::Head && self.head.is_empty()
+    }
+
+    fn done(&self, used: usize) -> Feed {
+        Feed::Done {
+            response: Response { status: self.status, close: self.close, bytes: self.bytes },
+            used,
+        }
+    }
+
+    /// Feed bytes received from the connection.
+    pub fn feed(&mut self, data: &[u8]) -> Result<Feed, HttpError> {
+        let mut i = 0;
+        while i < data.len() {
+            let rest = &data[i..];
+            match self.state {
+                State::Head => {
+                    let scan_from = self.head.len().saturating_sub(3);
+                    self.head.extend_from_slice(rest);
+                    let Some(end) = find_crlfcrlf(&self.head, scan_from) else {
+                        if self.head.len() > MAX_HEAD {
+                            return Err(HttpError::BadHead("head too large".into()));
+                        }
+                        self.bytes += rest.len() as u64;
+                        return Ok(Feed::More);
+                    };
+                    let head_len = end + 4;
+                    let consumed = head_len - (self.head.len() - rest.len());
+                    self.bytes += consumed as u64;
+                    i += consumed;
+                    self.parse_head(head_len)?;
+                    if self.state == State::Head {
+                        // 1xx interim response: drop it and read the real one.
+                        self.head.clear();
+                        continue;
+                    }
+                    if let State::Fixed(0) = self.state {
+                        return Ok(self.done(i));
+                    }
+                    if self.head_request || matches!(self.status, 204 | 304) {
+                        return Ok(self.done(i));
+                    }
+                }
+                State::Fixed(n) => {
+                    let take = (rest.len() as u64).min(n);
+                    self.bytes += take;
+                    i += take as usize;
+                    self.state = State::Fixed(n - take);
+                    if n == take {
+                        return Ok(self.done(i));
+                    }
+                }
+                State::UntilClose => {
+                    self.bytes += rest.len() as u64;
+                    i = data.len();
+                }
+                State::ChunkData(n) => {
+                    let take = (rest.len() as u64).min(n);
+                    self.bytes += take;
+                    i += take as usize;
+                    self.state = if n == take { State::ChunkEnd } else { State::ChunkData(n - take) };
+                }
+                State::ChunkSize | State::ChunkEnd | State::Trailers => {
+                    let (line_done, used) = take_line(&mut self.line, rest);
+                    self.bytes += used as u64;
+                    i += used;
+                    if !line_done {
+                        if self.line.len() > 4096 {
+                            return Err(HttpError::BadChunk);
+                        }
+                        continue;
+                    }
+                    let line = trim_crlf(&self.line).to_vec();
+                    self.line.clear();
+                    match self.state {
+                        State::ChunkSize => {
+                            let size = parse_chunk_size(&line)?;
+                            self.state = if size == 0 { State::Trailers } else { State::ChunkData(size) };
+                        }
+                        State::ChunkEnd => {
+                            if !line.is_empty() {
+                                return Err(HttpError::BadChunk);
+                            }
+                            self.state = State::ChunkSize;
+                        }
+                        _ => {
+                            if line.is_empty() {
+                                return Ok(self.done(i));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Feed::More)
+    }
+
+    /// The connection reached end of file. A body delimited by the connection's end is
+    /// now complete; anything else in progress is truncated.
+    pub fn eof(&mut self) -> Result<Response, HttpError> {
+        match self.state {
+            State::UntilClose => {
+                Ok(Response { status: self.status, close: true, bytes: self.bytes })
+            }
+            _ => Err(HttpError::Truncated),
+        }
+    }
+
+    fn parse_head(&mut self, head_len: usize) -> Result<(), HttpError> {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut resp = httparse::Response::new(&mut headers);
+        match resp.parse(&self.head[..head_len]) {
+            Ok(httparse::Status::Complete(_)) => {}
+            Ok(httparse::Status::Partial) => return Err(HttpError::BadHead("incomplete".into())),
+            Err(e) => return Err(HttpError::BadHead(e.to_string())),
+        }
+        let status = resp.code.unwrap_or(0);
+        let http10 = resp.version == Some(0);
+        let mut length: Option<u64> = None;
+        let mut chunked = false;
+        let mut close = http10;
+        for h in resp.headers.iter() {
+            let v = std::str::from_utf8(h.value).unwrap_or("").trim();
+            if h.name.eq_ignore_ascii_case("content-length") {
+                length = Some(v.parse().map_err(|_| HttpError::BadHead(format!("content-length {v:?}")))?);
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = v.to_ascii_lowercase().split(',').any(|t| t.trim() == "chunked");
+            } else if h.name.eq_ignore_ascii_case("connection") {
+                let v = v.to_ascii_lowercase();
+                if v.contains("close") {
+                    close = true;
+                } else if v.contains("keep-alive") {
+                    close = false;
+                }
+            }
+        }
+        self.status = status;
+        self.close = close;
+        if (100..200).contains(&status) {
+            self.state = State::Head;
+        } else if self.head_request || matches!(status, 204 | 304) {
+            self.state = State::Fixed(0);
+        } else if chunked {
+            self.state = State::ChunkSize;
+        } else if let Some(n) = length {
+            self.state = State::Fixed(n);
+        } else {
+            self.close = true;
+            self.state = State::UntilClose;
+        }
+        Ok(())
+    }
+}
+
+fn find_crlfcrlf(buf: &[u8], from: usize) -> Option<usize> {
+    buf.get(from..)?.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + from)
+}
+
+/// Append bytes up to and including the first `\n`; (line complete, bytes used).
+fn take_line(line: &mut Vec<u8>, data: &[u8]) -> (bool, usize) {
+    match data.iter().position(|&b| b == b'\n') {
+        Some(p) => {
+            line.extend_from_slice(&data[..=p]);
+            (true, p + 1)
+        }
+        None => {
+            line.extend_from_slice(data);
+            (false, data.len())
+        }
+    }
+}
+
+fn trim_crlf(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+fn parse_chunk_size(line: &[u8]) -> Result<u64, HttpError> {
+    let hex = line.split(|&b| b == b';').next().unwrap_or(&[]);
+    let s = std::str::from_utf8(hex).map_err(|_| HttpError::BadChunk)?.trim();
+    if s.is_empty() {
+        return Err(HttpError::BadChunk);
+    }
+    u64::from_str_radix(s, 16).map_err(|_| HttpError::BadChunk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed_in_pieces(r: &mut ResponseReader, data: &[u8], piece: usize) -> Option<(Response, usize)> {
+        let mut off = 0;
+        while off < data.len() {
+            let end = (off + piece).min(data.len());
+            match r.feed(&data[off..end]).unwrap() {
+                Feed::More => off = end,
+                Feed::Done { response, used } => return Some((response, off + used)),
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn content_length_in_any_split() {
+        let msg = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloEXTRA";
+        for piece in 1..msg.len() {
+            let mut r = ResponseReader::new();
+            r.start(false);
+            let (resp, used) = feed_in_pieces(&mut r, msg, piece).unwrap();
+            assert_eq!(resp.status, 200);
+            assert!(!resp.close);
+            assert_eq!(used, msg.len() - 5, "piece {piece}");
+            assert_eq!(resp.bytes, (msg.len() - 5) as u64);
+        }
+    }
+
+    #[test]
+    fn chunked_in_any_split_with_extension_and_trailer() {
+        let msg = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;x=y\r\nWiki\r\n5\r\npedia\r\n0\r\nX-T: 1\r\n\r\n";
+        for piece in 1..=msg.len() {
+            let mut r = ResponseReader::new();
+            r.start(false);
+            let (resp, used) = feed_in_pieces(&mut r, msg, piece).unwrap();
+            assert_eq!((resp.status, used, resp.bytes), (200, msg.len(), msg.len() as u64));
+        }
+    }
+
+    #[test]
+    fn body_until_close_and_truncation() {
+        let mut r = ResponseReader::new();
+        r.start(false);
+        assert_eq!(r.feed(b"HTTP/1.0 200 OK\r\n\r\nabc").unwrap(), Feed::More);
+        let resp = r.eof().unwrap();
+        assert!(resp.close);
+        assert_eq!(resp.bytes, 22);
+
+        r.start(false);
+        assert_eq!(r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc").unwrap(), Feed::More);
+        assert_eq!(r.eof(), Err(HttpError::Truncated));
+        r.start(false);
+        assert!(r.is_fresh());
+        assert_eq!(r.eof(), Err(HttpError::Truncated));
+    }
+
+    #[test]
+    fn no_body_for_head_204_304_and_interim_100_is_skipped() {
+        let mut r = ResponseReader::new();
+        r.start(true);
+        let f = r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n").unwrap();
+        assert!(matches!(f, Feed::Done { response: Response { status: 200, .. }, .. }));
+        r.start(false);
+        let f = r.feed(b"HTTP/1.1 304 Not Modified\r\n\r\n").unwrap();
+        assert!(matches!(f, Feed::Done { response: Response { status: 304, .. }, .. }));
+        r.start(false);
+        let f = r.feed(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Busy\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno").unwrap();
+        match f {
+            Feed::Done { response, .. } => {
+                assert_eq!(response.status, 503);
+                assert!(response.close);
+            }
+            Feed::More => panic!("incomplete"),
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let mut r = ResponseReader::new();
+        r.start(false);
+        assert!(r.feed(b"HTTP/1.1 2x0 OK\r\n\r\n").is_err());
+        r.start(false);
+        assert!(r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: nope\r\n\r\n").is_err());
+        r.start(false);
+        assert!(r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
+        r.start(false);
+        assert_eq!(
+            r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX").unwrap(),
+            Feed::More
+        );
+        assert_eq!(r.feed(b"\r\n"), Err(HttpError::BadChunk));
+        r.start(false);
+        let big = vec![b'a'; MAX_HEAD + 10];
+        assert!(r.feed(&big).is_err());
+    }
+}

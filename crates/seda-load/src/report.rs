@@ -1,0 +1,124 @@
+//! The result of a load run: totals, response-time statistics, per-second time series
+//! and the response-time CDF. Serialises to the JSON of `seda load http --json`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::CdfPoint;
+
+/// One second of a run (by completion time).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TimePoint {
+    /// Seconds since the start; this point covers [t, t + 1).
+    pub t: u64,
+    /// Scheduled level during this second: users (closed loop) or requests/s (open loop).
+    pub level: f64,
+    /// Requests completed with a 2xx/3xx response.
+    pub completed: u64,
+    /// Requests answered 503.
+    pub rejected: u64,
+    /// Requests that failed (connection, protocol, timeout, other status).
+    pub errors: u64,
+    /// 90th percentile response time of the completed requests, ms (0 if none).
+    pub rt_p90_ms: f64,
+    /// Mean response time of the completed requests, ms (0 if none).
+    pub rt_mean_ms: f64,
+    /// Received throughput, Mbit/s.
+    pub mbps: f64,
+}
+
+/// Completions per SPECweb99 class (file-set loads only).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClassCount {
+    /// Class 0..4.
+    pub class: usize,
+    /// Completed requests for files of this class.
+    pub completed: u64,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LoadReport {
+    /// The configuration, echoed.
+    pub config: serde_json::Value,
+    /// Requests started (closed loop) or arrived (open loop).
+    pub issued: u64,
+    /// Requests answered 2xx/3xx.
+    pub completed: u64,
+    /// Requests failed: connection or protocol error, timeout, unfinished at the end
+    /// of the drain, or a status other than 2xx/3xx/503. `completed + errors +
+    /// rejected == issued`.
+    pub errors: u64,
+    /// Requests answered 503 Service Unavailable.
+    pub rejected: u64,
+    /// Errors by kind.
+    pub errors_by_kind: BTreeMap<String, u64>,
+    /// Responses by status code.
+    pub status_counts: BTreeMap<u16, u64>,
+    /// Wall time from start to the last completion or the end of the drain, seconds.
+    pub elapsed_s: f64,
+    /// Bytes received (heads and bodies).
+    pub bytes: u64,
+    /// TCP connections opened.
+    pub connections: u64,
+    /// Completed requests per second of `elapsed_s`.
+    pub throughput_rps: f64,
+    /// Received Mbit/s over `elapsed_s`.
+    pub throughput_mbps: f64,
+    /// Response time of completed requests, ms.
+    pub rt_mean_ms: f64,
+    /// Median, ms.
+    pub rt_p50_ms: f64,
+    /// 90th percentile, ms.
+    pub rt_p90_ms: f64,
+    /// 99th percentile, ms.
+    pub rt_p99_ms: f64,
+    /// Largest, ms.
+    pub rt_max_ms: f64,
+    /// Smallest, ms.
+    pub rt_min_ms: f64,
+    /// Mean response time of rejected (503) requests, ms.
+    pub rejected_rt_mean_ms: f64,
+    /// Users that took part (closed loop), 0 for an open loop.
+    pub users: usize,
+    /// Jain's index over per-user completions (closed loop); null for an open loop.
+    pub fairness: Option<f64>,
+    /// Per-second series.
+    pub timeseries: Vec<TimePoint>,
+    /// Response-time CDF of completed requests (log-spaced points).
+    pub cdf: Vec<CdfPoint>,
+    /// Completions per class (file-set loads only).
+    pub by_class: Option<Vec<ClassCount>>,
+}
+
+impl LoadReport {
+    /// A few lines for a terminal.
+    pub fn summary(&self) -> String {
+        let fairness = self.fairness.map_or("-".to_string(), |f| format!("{f:.3}"));
+        let mut s = format!(
+            "requests: {} issued, {} completed, {} rejected (503), {} errors in {:.1} s over {} connections\n\
+             throughput: {:.1} req/s, {:.2} Mbit/s\n\
+             response time (ms): mean {:.2}  p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}\n\
+             fairness (Jain, per user): {fairness}",
+            self.issued,
+            self.completed,
+            self.rejected,
+            self.errors,
+            self.elapsed_s,
+            self.connections,
+            self.throughput_rps,
+            self.throughput_mbps,
+            self.rt_mean_ms,
+            self.rt_p50_ms,
+            self.rt_p90_ms,
+            self.rt_p99_ms,
+            self.rt_max_ms,
+        );
+        if !self.errors_by_kind.is_empty() {
+            let kinds: Vec<String> = self.errors_by_kind.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            s.push_str(&format!("\nerrors: {}", kinds.join(", ")));
+        }
+        s
+    }
+}

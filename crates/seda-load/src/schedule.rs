@@ -1,0 +1,136 @@
+//! Load schedules: a sequence of phases, each a duration at a level (users in a closed
+//! loop, requests per second in an open loop). Text form: `60s@3,60s@1000,60s@3`;
+//! durations take `ms`, `s` or `m`.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// One phase.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Phase {
+    /// How long the phase lasts.
+    #[serde(serialize_with = "ser_secs")]
+    pub duration: Duration,
+    /// Users (closed loop) or requests per second (open loop).
+    pub level: f64,
+}
+
+fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// A load schedule: phases run back to back.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Schedule {
+    /// The phases, in order; never empty.
+    pub phases: Vec<Phase>,
+}
+
+impl Schedule {
+    /// One phase.
+    pub fn steady(duration: Duration, level: f64) -> Self {
+        Schedule { phases: vec![Phase { duration, level }] }
+    }
+
+    /// Parse `DUR@LEVEL[,DUR@LEVEL...]`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut phases = Vec::new();
+        for part in text.split(',') {
+            let part = part.trim();
+            let (d, l) = part
+                .split_once('@')
+                .ok_or_else(|| format!("schedule phase {part:?} is not DURATION@LEVEL (e.g. 60s@100)"))?;
+            let duration = parse_duration(d)?;
+            let level: f64 = l
+                .trim()
+                .parse()
+                .map_err(|_| format!("schedule level {l:?} is not a number"))?;
+            if !level.is_finite() || level < 0.0 {
+                return Err(format!("schedule level {l:?} must be >= 0"));
+            }
+            phases.push(Phase { duration, level });
+        }
+        if phases.iter().all(|p| p.duration.is_zero()) {
+            return Err("schedule has no duration".into());
+        }
+        Ok(Schedule { phases })
+    }
+
+    /// Total duration.
+    pub fn total(&self) -> Duration {
+        self.phases.iter().map(|p| p.duration).sum()
+    }
+
+    /// Largest level of any phase.
+    pub fn max_level(&self) -> f64 {
+        self.phases.iter().map(|p| p.level).fold(0.0, f64::max)
+    }
+
+    /// Index of the phase at offset `t` from the start (`None` past the end).
+    pub fn phase_at(&self, t: Duration) -> Option<usize> {
+        let mut end = Duration::ZERO;
+        for (i, p) in self.phases.iter().enumerate() {
+            end += p.duration;
+            if t < end {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Level at offset `t` (0 past the end).
+    pub fn level_at(&self, t: Duration) -> f64 {
+        self.phase_at(t).map_or(0.0, |i| self.phases[i].level)
+    }
+
+    /// Offset at which phase `i` ends.
+    pub fn phase_end(&self, i: usize) -> Duration {
+        self.phases.iter().take(i + 1).map(|p| p.duration).sum()
+    }
+}
+
+/// Parse `250ms`, `30s`, `2m` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let bad = || format!("duration {text:?} is not like 250ms, 30s or 2m");
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !v.is_finite() || v < 0.0 || v * scale > 1e7 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_spike() {
+        let s = Schedule::parse("60s@3, 500ms@1000,1m@3").unwrap();
+        assert_eq!(s.phases.len(), 3);
+        assert_eq!(s.total(), Duration::from_millis(120_500));
+        assert_eq!(s.level_at(Duration::from_secs(59)), 3.0);
+        assert_eq!(s.level_at(Duration::from_millis(60_100)), 1000.0);
+        assert_eq!(s.level_at(Duration::from_secs(61)), 3.0);
+        assert_eq!(s.phase_at(Duration::from_secs(121)), None);
+        assert_eq!(s.max_level(), 1000.0);
+        assert_eq!(s.phase_end(1), Duration::from_millis(60_500));
+    }
+
+    #[test]
+    fn rejects_bad_text() {
+        for bad in ["", "60s", "x@3", "60s@-1", "60s@abc", "0s@3", "5h@1"] {
+            assert!(Schedule::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The load generator measured against a server whose behaviour we know: the
+//! fixed-delay test server. Loopback only; each test runs a few seconds.
+
+use std::time::Duration;
+
+use seda_load::testserver::{TestServer, TestServerConfig};
+use seda_load::{LoadConfig, LoadReport, Mode, RequestMix, Schedule, parse_url};
+
+fn config(server: &TestServer, mode: Mode, schedule: Schedule) -> LoadConfig {
+    let (addr, host) = parse_url(&server.url()).unwrap();
+    LoadConfig {
+        addr,
+        host,
+        mode,
+        requests: RequestMix::Path("/x".into()),
+        headers: vec![("X-Class".into(), "1".into())],
+        schedule,
+        timeout: Duration::from_secs(10),
+        drain: Duration::from_secs(2),
+        threads: 1,
+        seed: 1,
+    }
+}
+
+fn check_accounting(r: &LoadReport) {
+    assert_eq!(r.completed + r.errors + r.rejected, r.issued, "every request ends exactly once");
+    let ts_completed: u64 = r.timeseries.iter().map(|p| p.completed).sum();
+    let ts_rejected: u64 = r.timeseries.iter().map(|p| p.rejected).sum();
+    let ts_errors: u64 = r.timeseries.iter().map(|p| p.errors).sum();
+    assert_eq!(ts_completed, r.completed);
+    assert_eq!(ts_rejected, r.rejected);
+    assert_eq!(ts_errors, r.errors);
+    assert_eq!(r.errors_by_kind.values().sum::<u64>(), r.errors);
+    let statuses: u64 = r.status_counts.values().sum();
+    assert_eq!(statuses, r.completed + r.rejected + r.errors_by_kind.get("status").copied().unwrap_or(0));
+}
+
+/// Closed loop against a 20 ms server: every response takes 20 ms plus loopback and
+/// scheduling noise, so the median must be in [20, 30] ms and the max under 200 ms.
+/// 10 users with 20 ms think time each complete one request per ~40 ms: throughput
+/// within 20 % of 10 / 0.040 = 250/s minus the connect overhead (we require 180..260).
+#[test]
+fn closed_loop_latency_matches_a_20ms_server() {
+    let server = TestServer::start(TestServerConfig { delay: Duration::from_millis(20), ..Default::default() }).unwrap();
+    let cfg = config(
+        &server,
+        Mode::Closed { think: Duration::from_millis(20), reqs_per_conn: 5 },
+        Schedule::steady(Duration::from_secs(3), 10.0),
+    );
+    let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
+    check_accounting(&r);
+    assert_eq!(r.errors, 0, "{:?}", r.errors_by_kind);
+    assert!((20.0..=30.0).contains(&r.rt_p50_ms), "p50 {}", r.rt_p50_ms);
+    assert!(r.rt_min_ms >= 20.0, "min {}", r.rt_min_ms);
+    assert!(r.rt_max_ms < 200.0, "max {}", r.rt_max_ms);
+    assert!((180.0..=260.0).contains(&r.throughput_rps), "rps {}", r.throughput_rps);
+    // Equal users get equal service.
+    assert_eq!(r.users, 10);
+    assert!(r.fairness.unwrap() > 0.95, "fairness {:?}", r.fairness);
+    // Reconnect every 5 requests: about completed / 5 connections, and the server agrees.
+    let server_conns = server.stats().connections.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(r.connections >= r.completed / 5 && r.connections <= r.completed / 5 + 11, "{} conns", r.connections);
+    assert!(server_conns >= r.connections.saturating_sub(1));
+    // Bytes: each response is a 40-byte head + 100-byte body.
+    assert_eq!(r.bytes, r.completed * (40 + 100));
+}
+
+/// Open loop at 200/s for 4 s against a 20 ms server: throughput within 10 % of 200/s,
+/// latency from the intended send time with p50 in [20, 30] ms.
+#[test]
+fn open_loop_rate_and_latency_match() {
+    let server = TestServer::start(TestServerConfig { delay: Duration::from_millis(20), ..Default::default() }).unwrap();
+    let cfg = config(
+        &server,
+        Mode::Open { reqs_per_conn: 100, max_conns: 64 },
+        Schedule::steady(Duration::from_secs(4), 200.0),
+    );
+    let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
+    check_accounting(&r);
+    assert_eq!(r.errors, 0, "{:?}", r.errors_by_kind);
+    let rate = r.completed as f64 / 4.0;
+    assert!((180.0..=220.0).contains(&rate), "rate {rate}");
+    assert!((20.0..=30.0).contains(&r.rt_p50_ms), "p50 {}", r.rt_p50_ms);
+    assert!(r.fairness.is_none());
+}
+
+/// No coordinated omission: with one connection and a 50 ms server, an open loop at
+/// 40/s offers twice what the server can do (20/s), so requests queue in the client
+/// and their latency, measured from the intended time, grows far beyond 50 ms.
+#[test]
+fn open_loop_counts_client_side_queueing() {
+    let server = TestServer::start(TestServerConfig { delay: Duration::from_millis(50), ..Default::default() }).unwrap();
+    let mut cfg = config(
+        &server,
+        Mode::Open { reqs_per_conn: 1000, max_conns: 1 },
+        Schedule::steady(Duration::from_secs(3), 40.0),
+    );
+    cfg.drain = Duration::from_secs(1);
+    let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
+    check_accounting(&r);
+    // About 20/s are served; the rest is unfinished after the 1 s drain.
+    assert!(r.completed <= 20 * 4 + 5, "completed {}", r.completed);
+    assert!(r.errors_by_kind.get("unfinished").copied().unwrap_or(0) > 20, "{:?}", r.errors_by_kind);
+    // A request that waited behind 40 others in the queue: p90 well over a second.
+    assert!(r.rt_p90_ms > 1000.0, "p90 {}", r.rt_p90_ms);
+    assert!(r.rt_p50_ms > 200.0, "p50 {}", r.rt_p50_ms);
+}
+
+/// 503s are counted as rejected, chunked bodies are read in full, the schedule's
+/// levels show in the time series, and the JSON has every field the spec names.
+#[test]
+fn rejected_chunked_schedule_and_json_fields() {
+    let server = TestServer::start(TestServerConfig {
+        delay: Duration::from_millis(5),
+        body_len: 5000,
+        chunked: true,
+        reject_every: Some(4),
+    })
+    .unwrap();
+    let cfg = config(
+        &server,
+        Mode::Closed { think: Duration::from_millis(10), reqs_per_conn: 3 },
+        Schedule::parse("1s@2,1s@8,1s@2").unwrap(),
+    );
+    let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
+    check_accounting(&r);
+    assert_eq!(r.errors, 0, "{:?}", r.errors_by_kind);
+    let served = server.stats().requests.load(std::sync::atomic::Ordering::Relaxed);
+    let rejected = server.stats().rejected.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(r.completed + r.rejected, served);
+    assert_eq!(r.rejected, rejected);
+    assert!(r.rejected > 0 && r.rejected <= r.issued / 4 + 1);
+    assert_eq!(r.users, 8);
+    let levels: Vec<f64> = r.timeseries.iter().take(3).map(|p| p.level).collect();
+    assert_eq!(levels, vec![2.0, 8.0, 2.0]);
+    // The middle second has 4x the users and so about 4x the completions.
+    let c: Vec<u64> = r.timeseries.iter().map(|p| p.completed + p.rejected).collect();
+    assert!(c[1] as f64 > 2.5 * c[0] as f64 && c[1] as f64 > 2.5 * c[2] as f64, "{c:?}");
+
+    let json = serde_json::to_value(&r).unwrap();
+    for f in [
+        "completed", "errors", "rejected", "throughput_rps", "throughput_mbps", "rt_mean_ms", "rt_p50_ms",
+        "rt_p90_ms", "rt_p99_ms", "rt_max_ms", "fairness", "timeseries", "cdf", "config", "issued",
+    ] {
+        assert!(json.get(f).is_some(), "missing {f}");
+    }
+    for f in ["t", "completed", "rejected", "rt_p90_ms"] {
+        assert!(json["timeseries"][0].get(f).is_some(), "missing timeseries.{f}");
+    }
+    assert_eq!(json["config"]["headers"][0], "X-Class: 1");
+}
+
+/// A server that is not there: every request is a connect error, and they still add up.
+#[test]
+fn refused_connections_are_errors() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let (addr, host) = parse_url(&format!("http://127.0.0.1:{port}")).unwrap();
+    let cfg = LoadConfig {
+        addr,
+        host,
+        mode: Mode::Closed { think: Duration::from_millis(50), reqs_per_conn: 5 },
+        requests: RequestMix::Path("/".into()),
+        headers: vec![],
+        schedule: Schedule::steady(Duration::from_millis(500), 2.0),
+        timeout: Duration::from_secs(1),
+        drain: Duration::from_millis(200),
+        threads: 2,
+        seed: 3,
+    };
+    let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
+    check_accounting(&r);
+    assert_eq!(r.completed, 0);
+    assert!(r.errors_by_kind.get("connect").copied().unwrap_or(0) >= 2, "{:?}", r.errors_by_kind);
+}
+
+#[test]
+fn non_loopback_targets_are_refused() {
+    let e = parse_url("http://192.0.2.1:80").unwrap_err();
+    assert!(e.contains("non-loopback"), "{e}");
+    assert!(parse_url("https://127.0.0.1:1").is_err());
+    assert!(parse_url("http://localhost:8080/x").is_ok());
+}
