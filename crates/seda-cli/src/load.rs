@@ -1,20 +1,204 @@
-//! `seda load` and `seda fileset`. (Owned by issue 4; not built yet.)
+//! `seda load` and `seda fileset`: thin argument layers over the `seda-load` crate.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use seda_load::client::{LoadConfig, Mode, Progress, RequestMix, parse_url};
+use seda_load::fileset::{self, Manifest};
+use seda_load::schedule::{Schedule, parse_duration};
 
 /// Load generators.
 #[derive(Debug, clap::Subcommand)]
 pub enum LoadCommand {
-    /// HTTP load (closed or open loop).
-    Http,
+    /// HTTP load: closed loop (users with think time, the SEDA/SPECweb99 client) or
+    /// open loop (Poisson arrivals at --rate).
+    Http(HttpArgs),
+}
+
+/// Arguments of `seda load http`.
+#[derive(Debug, clap::Args)]
+pub struct HttpArgs {
+    /// Target, e.g. http://127.0.0.1:8080 (loopback only).
+    #[arg(long)]
+    pub url: String,
+    /// Closed loop: number of users (ignored with --schedule).
+    #[arg(long, default_value_t = 16)]
+    pub users: u64,
+    /// Open loop: Poisson arrivals per second (switches to the open loop).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Open loop with --schedule levels read as requests per second.
+    #[arg(long)]
+    pub open: bool,
+    /// Load schedule, e.g. 60s@3,60s@1000,60s@3 (users, or req/s in an open loop).
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// Run length without --schedule, e.g. 30s.
+    #[arg(long, default_value = "10s")]
+    pub duration: String,
+    /// Closed loop: think time between a response and the next request, ms.
+    #[arg(long, default_value_t = 20)]
+    pub think_ms: u64,
+    /// Requests per connection before the client closes it.
+    #[arg(long, default_value_t = 5)]
+    pub reqs_per_conn: u32,
+    /// Open loop: most connections at once.
+    #[arg(long, default_value_t = 1000)]
+    pub max_conns: usize,
+    /// Request files of this SPECweb99 file set (written by `seda fileset`) by its
+    /// popularity model.
+    #[arg(long, conflicts_with = "path")]
+    pub fileset: Option<PathBuf>,
+    /// Request this path every time (default /).
+    #[arg(long)]
+    pub path: Option<String>,
+    /// Extra request header 'Name: value' (repeatable).
+    #[arg(long = "header")]
+    pub headers: Vec<String>,
+    /// A request running longer than this fails (timeout), seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_s: f64,
+    /// After the schedule, wait this long for running requests, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub drain_s: f64,
+    /// Event-loop threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Seed of the random choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the full report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// No per-second progress line.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// Arguments of `seda fileset`.
 #[derive(Debug, clap::Args)]
-pub struct FilesetArgs {}
-
-pub fn run(_cmd: LoadCommand) -> Result<(), String> {
-    Err("`seda load` is not built yet (issue 4)".into())
+pub struct FilesetArgs {
+    /// Directory to write (created if missing).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Total size, MiB (rounded up to whole 4.88 MiB directories).
+    #[arg(long)]
+    pub size_mb: u64,
+    /// Seed of the file contents.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
-pub fn fileset(_args: FilesetArgs) -> Result<(), String> {
-    Err("`seda fileset` is not built yet (issue 4)".into())
+pub fn run(cmd: LoadCommand) -> Result<(), String> {
+    match cmd {
+        LoadCommand::Http(args) => http(args),
+    }
+}
+
+pub fn fileset(args: FilesetArgs) -> Result<(), String> {
+    let m = fileset::generate(&args.dir, args.size_mb, args.seed)?;
+    println!(
+        "wrote {} files in {} directories, {:.1} MiB, under {} (manifest: {})",
+        m.files,
+        m.dirs,
+        m.total_bytes as f64 / (1 << 20) as f64,
+        args.dir.display(),
+        args.dir.join(fileset::MANIFEST).display()
+    );
+    Ok(())
+}
+
+fn parse_header(h: &str) -> Result<(String, String), String> {
+    let (k, v) = h.split_once(':').ok_or_else(|| format!("--header {h:?} is not 'Name: value'"))?;
+    Ok((k.trim().to_string(), v.trim().to_string()))
+}
+
+fn seconds(name: &str, v: f64) -> Result<Duration, String> {
+    if !v.is_finite() || v < 0.0 || v > 1e6 {
+        return Err(format!("--{name} must be between 0 and 1e6 seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn http(a: HttpArgs) -> Result<(), String> {
+    let (addr, host) = parse_url(&a.url)?;
+    let open = a.open || a.rate.is_some();
+    let schedule = match (&a.schedule, a.rate) {
+        (Some(s), _) => Schedule::parse(s)?,
+        (None, Some(rate)) => {
+            if !(rate > 0.0 && rate.is_finite()) {
+                return Err("--rate must be > 0".into());
+            }
+            Schedule::steady(parse_duration(&a.duration)?, rate)
+        }
+        (None, None) => {
+            if open {
+                return Err("--open needs --schedule or --rate".into());
+            }
+            Schedule::steady(parse_duration(&a.duration)?, a.users as f64)
+        }
+    };
+    if schedule.total().is_zero() {
+        return Err("the run has no duration".into());
+    }
+    let mode = if open {
+        Mode::Open { reqs_per_conn: a.reqs_per_conn, max_conns: a.max_conns }
+    } else {
+        Mode::Closed { think: Duration::from_millis(a.think_ms), reqs_per_conn: a.reqs_per_conn }
+    };
+    let requests = match (&a.fileset, &a.path) {
+        (Some(dir), _) => RequestMix::FileSet(Manifest::load(dir)?),
+        (None, Some(p)) => RequestMix::Path(p.clone()),
+        (None, None) => RequestMix::Path("/".into()),
+    };
+    let headers = a.headers.iter().map(|h| parse_header(h)).collect::<Result<Vec<_>, _>>()?;
+    let cfg = LoadConfig {
+        addr,
+        host,
+        mode,
+        requests,
+        headers,
+        schedule: schedule.clone(),
+        timeout: seconds("timeout-s", a.timeout_s)?,
+        drain: seconds("drain-s", a.drain_s)?,
+        threads: a.threads,
+        seed: a.seed,
+    };
+    let live = !a.quiet && std::io::stderr().is_terminal();
+    let unit = if open { "req/s" } else { "users" };
+    let total = schedule.total().as_secs_f64();
+    eprintln!(
+        "seda load: {} loop against {addr}, {:.0} s, up to {} {unit}",
+        if open { "open" } else { "closed" },
+        total,
+        schedule.max_level()
+    );
+    let mut last = (0u64, 0u64, 0u64);
+    let report = seda_load::client::run(&cfg, |el: Duration, p: &Progress| {
+        if !live {
+            return;
+        }
+        let now = (
+            p.completed.load(std::sync::atomic::Ordering::Relaxed),
+            p.rejected.load(std::sync::atomic::Ordering::Relaxed),
+            p.errors.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let level = schedule.level_at(el);
+        eprintln!(
+            "[{:>5.0}/{total:.0} s] {level:>6} {unit}  {:>7} ok/s  {:>5} 503/s  {:>5} err/s  total {} ok",
+            el.as_secs_f64(),
+            now.0 - last.0,
+            now.1 - last.1,
+            now.2 - last.2,
+            now.0
+        );
+        last = now;
+    })?;
+    println!("{}", report.summary());
+    if let Some(path) = &a.json {
+        std::fs::write(path, report.to_json()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        println!("report: {}", path.display());
+    }
+    Ok(())
 }

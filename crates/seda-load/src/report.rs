@@ -93,6 +93,12 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
+    /// Pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        // Every field is a plain number, string, map with string-like keys or list.
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
     /// A few lines for a terminal.
     pub fn summary(&self) -> String {
         let fairness = self.fairness.map_or("-".to_string(), |f| format!("{f:.3}"));
