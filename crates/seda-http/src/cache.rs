@@ -81,17 +81,27 @@ pub struct FileInfo {
     /// The response-header cache (Flash 5.3): the `200` head of this file without the
     /// `Date` and `Connection` lines and the blank line, which vary per response.
     pub head_200: Bytes,
+    /// For a file too large for the page cache: the open file, streamed with
+    /// `sendfile` (positioned reads, so one descriptor serves every request).
+    pub stream: Option<Arc<std::fs::File>>,
 }
 
 impl FileInfo {
-    /// Builds the info and its cached `200` head.
-    pub fn new(path: PathBuf, key: FileKey, validators: Validators, content_type: &'static str) -> Self {
+    /// Builds the info and its cached `200` head; `stream` is the open file when
+    /// the file bypasses the page cache.
+    pub fn new(
+        path: PathBuf,
+        key: FileKey,
+        validators: Validators,
+        content_type: &'static str,
+        stream: Option<Arc<std::fs::File>>,
+    ) -> Self {
         let last_modified = crate::proto::http_date(validators.last_modified);
         let head_200 = Bytes::from(format!(
             "HTTP/1.1 200 OK\r\nServer: seda\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nLast-Modified: {last_modified}\r\nETag: {}\r\nAccept-Ranges: bytes\r\n",
             key.len, validators.etag
         ));
-        FileInfo { path, key, content_type, validators, last_modified, head_200 }
+        FileInfo { path, key, content_type, validators, last_modified, head_200, stream }
     }
 }
 

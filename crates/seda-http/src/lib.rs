@@ -1,11 +1,37 @@
 //! # seda-http: Haboob, the staged HTTP/1.1 server (SEDA, SOSP'01 section 5.1)
+//!
+//! Haboob answers HTTP/1.0 and 1.1 (GET and HEAD for files; any method for dynamic
+//! handlers) with keep-alive and pipelining. Its stages follow SEDA Fig. 5: the
+//! socket stages of `seda-io`, HttpParse, HttpRecv, PageCache, CacheMiss, HttpSend, and
+//! one stage per dynamic handler. Beside the page cache sit Flash's pathname-translation
+//! and response-header caches (Flash 5.2-5.3). Admin endpoints under `/_seda/` show
+//! the runtime's statistics and stage graph.
+//!
+//! - [`proto`]: the protocol, pure (parsing with limits, paths, validators, ranges).
+//! - [`Server`] / [`ServerConfig`]: start, register handlers, graceful shutdown.
+//! - [`Handler`] / [`HandlerRegistration`]: the dynamic handler API (HDAPI).
+//! - [`PageCache`] / [`PathCache`]: the caches.
+//! - [`DemoSite`]: the built-in demo site.
+//!
+//! ```no_run
+//! use seda_http::{DemoSite, Server, ServerConfig};
+//! let site = DemoSite::create().unwrap();
+//! let cfg = ServerConfig { root: site.path().to_owned(), handlers: vec![DemoSite::hello_handler()], ..ServerConfig::default() };
+//! let server = Server::start(cfg).unwrap();
+//! println!("listening on {}", server.local_addr());
+//! server.shutdown(std::time::Duration::from_secs(5));
+//! ```
 #![forbid(unsafe_code)]
 
 mod cache;
+mod demo;
 mod handler;
 pub mod proto;
+mod server;
 
 pub use cache::{FileInfo, FileKey, PageCache, PageCacheStats, PathCache, Target};
+pub use demo::DemoSite;
 pub use handler::{
     Classifier, Handler, HandlerContext, HandlerRegistration, OverloadAction, Request, Response,
 };
+pub use server::{Server, ServerConfig, ServerError, ServerShutdown, stages};

@@ -126,7 +126,7 @@ impl std::error::Error for ParseError {}
 
 /// Stack scratch for the header fields of one parse; reuse it across calls.
 pub struct HeaderScratch<'b> {
-    fields: [httparse::Header<'b>; MAX_HEADERS],
+    fields: [std::mem::MaybeUninit<httparse::Header<'b>>; MAX_HEADERS],
 }
 
 impl fmt::Debug for HeaderScratch<'_> {
@@ -137,7 +137,9 @@ impl fmt::Debug for HeaderScratch<'_> {
 
 impl Default for HeaderScratch<'_> {
     fn default() -> Self {
-        HeaderScratch { fields: [httparse::EMPTY_HEADER; MAX_HEADERS] }
+        // Left uninitialised: httparse initialises the fields it fills, so a parse
+        // costs nothing for the slots a request does not use.
+        HeaderScratch { fields: [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS] }
     }
 }
 
@@ -173,7 +175,11 @@ pub struct RequestHead<'h, 'b> {
     fields: &'h [httparse::Header<'b>],
 }
 
-impl<'b> RequestHead<'_, 'b> {
+impl<'h, 'b> RequestHead<'h, 'b> {
+    pub(crate) fn fields(&self) -> &'h [httparse::Header<'b>] {
+        self.fields
+    }
+
     /// Every header field in order, as (name, value).
     pub fn headers(&self) -> impl Iterator<Item = (&'b str, &'b [u8])> + '_ {
         self.fields.iter().map(|h| (h.name, h.value))
@@ -206,8 +212,8 @@ pub fn parse_head<'h, 'b>(
         }
         Some(_) => {}
     }
-    let mut req = httparse::Request::new(&mut scratch.fields[..max_headers]);
-    let status = match req.parse(buf) {
+    let mut req = httparse::Request::new(&mut []);
+    let status = match req.parse_with_uninit_headers(buf, &mut scratch.fields[..max_headers]) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadersTooLarge),
         Err(httparse::Error::Version) => return Err(version_error(buf)),
