@@ -1,2 +1,60 @@
-//! # seda-io: asynchronous socket and file stages (work in progress)
+//! # seda-io: asynchronous socket and file stages
+//!
+//! The I/O layer of SEDA (SOSP'01 section 4) on the [`seda`] runtime:
+//!
+//! - **Sockets** (4.1): [`Sockets::start`] runs one epoll event loop per core as a
+//!   stage (`sock-io`) that accepts, reads up to 16 KiB per connection per readiness
+//!   event and delivers [`SocketEvent`]s to the application's sink, each colored by
+//!   its connection so one connection's packets are handled serially and in order.
+//!   [`Writer`] writes from the caller's thread and queues only what the socket does
+//!   not take, in a bounded per-connection queue. See [`socket`](crate::Sockets) docs
+//!   for how the loops map onto stages, backpressure and shutdown.
+//! - **Files** (4.2, Flash's AMPED): [`FileHelper`] runs blocking open/stat/read on a
+//!   helper stage sized by the thread-pool controller; operations on one file run in
+//!   order; [`read_resident`] skips the helper for data already in the page cache.
+//! - [`raise_fd_limit`] lifts the open-files limit to the hard limit (done by
+//!   [`Sockets::start`]).
+//!
+//! # API notes (relative to the shape agreed with seda-http)
+//! All agreed names exist as agreed. Additions: `SocketConfig` also has
+//! `listen_backlog`, `send_buffer`, `nodelay`, `stage_name`; `SocketHandle` has
+//! `stats()` and `stage_name()`; `Writer::queued`; `WriteError::{NoConnection,
+//! Closed, Backlog, InvalidRange, Io}`; `FileHelper::{submit_with, submit_to_with}`
+//! take the request's `Meta` so completions keep `born`, class and color;
+//! `submit`/`submit_to` return `Err(SubmitError { op, reason })` on overload.
+//!
+//! ```no_run
+//! use seda::{Batch, Context, Runtime};
+//! use seda_io::{Outgoing, SocketConfig, SocketEvent, Sockets};
+//! use std::sync::{Arc, OnceLock};
+//!
+//! let rt = Runtime::builder().build();
+//! let writer: Arc<OnceLock<seda_io::Writer>> = Arc::default();
+//! let w = writer.clone();
+//! let echo = rt
+//!     .stage("echo", move |batch: Batch<'_, SocketEvent>, _cx: &Context<'_>| {
+//!         for ev in batch {
+//!             if let (SocketEvent::Data { conn, bytes }, Some(w)) = (ev, w.get()) {
+//!                 let _ = w.send(conn, Outgoing::from(bytes));
+//!             }
+//!         }
+//!     })
+//!     .build()
+//!     .unwrap();
+//! let sockets = Sockets::start(&rt, SocketConfig::default(), echo).unwrap();
+//! let _ = writer.set(sockets.writer());
+//! rt.start().unwrap();
+//! println!("echo on {}", sockets.local_addr());
+//! ```
 #![forbid(unsafe_code)]
+
+mod file;
+mod socket;
+mod sys;
+
+pub use crate::file::{FileConfig, FileHelper, FileOp, FileReply, FileStats, Refusal, SubmitError, read_resident};
+pub use crate::socket::{
+    BacklogAction, CloseReason, ConnId, DEFAULT_STAGE, Outgoing, SocketConfig, SocketEvent, SocketHandle, SocketStats,
+    Sockets, WriteError, Writer,
+};
+pub use crate::sys::raise_fd_limit;

@@ -1,0 +1,174 @@
+//! One connection as the writers and its event loop share it: the socket and the
+//! bounded outgoing queue.
+//!
+//! # Invariants
+//! - `Out::queued` is the sum of the costs of the segments in `Out::queue` (bytes for
+//!   memory segments, [`FILE_SEGMENT_COST`] per file segment).
+//! - The queue is non-empty only if the last write attempt on the socket saw
+//!   `WouldBlock`, so an `EPOLLOUT` edge is still to come and the loop will flush it.
+//!   Every flush runs under the `out` lock, so a writer and the loop never interleave
+//!   bytes.
+//! - Once `state` is `Closed` it never changes again and the queue stays empty.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, IoSlice, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use bytes::{Buf, Bytes};
+use mio::net::TcpStream;
+use parking_lot::Mutex;
+
+use super::ConnId;
+use crate::sys;
+
+/// What a queued file segment counts toward the write threshold: its bytes are not
+/// in memory, but its bookkeeping is, and a client that pipelines requests without
+/// reading must still hit the bound.
+pub(crate) const FILE_SEGMENT_COST: usize = 256;
+/// Largest `sendfile` per call, so one big file does not hog the loop.
+const MAX_SENDFILE: u64 = 1 << 20;
+/// Largest number of buffers per `writev`.
+const MAX_IOV: usize = 64;
+
+/// The write side's life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteState {
+    /// Accepting output.
+    Open,
+    /// `close` was asked with output queued: close once the queue is flushed.
+    Closing,
+    /// Closed or being torn down: no more output.
+    Closed,
+}
+
+#[derive(Debug)]
+pub(crate) enum Segment {
+    Bytes(Bytes),
+    File { file: Arc<File>, offset: u64, remaining: u64 },
+}
+
+#[derive(Debug)]
+pub(crate) struct Out {
+    pub(crate) queue: VecDeque<Segment>,
+    pub(crate) queued: usize,
+    pub(crate) state: WriteState,
+    /// A `WriteBacklog` notice was sent and the queue has not drained below the
+    /// threshold since.
+    pub(crate) notified: bool,
+}
+
+impl Out {
+    pub(crate) fn push(&mut self, seg: Segment) {
+        self.queued += match &seg {
+            Segment::Bytes(b) => b.len(),
+            Segment::File { .. } => FILE_SEGMENT_COST,
+        };
+        self.queue.push_back(seg);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.queue.clear();
+        self.queued = 0;
+    }
+
+    /// Writes as much of the queue as the socket takes. `Ok(true)` when the queue is
+    /// empty, `Ok(false)` when the socket would block.
+    pub(crate) fn flush(&mut self, stream: &TcpStream, written: &AtomicU64) -> io::Result<bool> {
+        loop {
+            let n = match self.queue.front_mut() {
+                None => return Ok(true),
+                Some(Segment::File { file, offset, remaining }) => {
+                    let want = (*remaining).min(MAX_SENDFILE) as usize;
+                    match sys::sendfile(stream, file, offset, want) {
+                        Ok(0) => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "file ended before the range queued for sending",
+                            ));
+                        }
+                        Ok(n) => {
+                            *remaining -= n as u64;
+                            if *remaining == 0 {
+                                self.queue.pop_front();
+                                self.queued -= FILE_SEGMENT_COST;
+                            }
+                            n
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Some(Segment::Bytes(_)) => {
+                    let res = {
+                        let mut iov = [IoSlice::new(&[]); MAX_IOV];
+                        let mut k = 0;
+                        for seg in self.queue.iter() {
+                            match seg {
+                                Segment::Bytes(b) if k < MAX_IOV => {
+                                    iov[k] = IoSlice::new(b);
+                                    k += 1;
+                                }
+                                _ => break,
+                            }
+                        }
+                        (&*stream).write_vectored(&iov[..k])
+                    };
+                    match res {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(n) => {
+                            self.consume(n);
+                            n
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            written.fetch_add(n as u64, Relaxed);
+        }
+    }
+
+    /// Drops `n` written bytes from the front memory segments.
+    fn consume(&mut self, mut n: usize) {
+        self.queued -= n;
+        while n > 0 {
+            let Some(Segment::Bytes(b)) = self.queue.front_mut() else {
+                debug_assert!(false, "wrote more bytes than the memory segments hold");
+                return;
+            };
+            if b.len() <= n {
+                n -= b.len();
+                self.queue.pop_front();
+            } else {
+                b.advance(n);
+                n = 0;
+            }
+        }
+    }
+}
+
+/// A connection: shared by its event loop (reads, `EPOLLOUT` flushes, teardown) and
+/// every [`super::Writer`] (direct writes).
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) id: ConnId,
+    /// Index of the event loop that owns the connection.
+    pub(crate) owner: usize,
+    pub(crate) stream: TcpStream,
+    pub(crate) out: Mutex<Out>,
+}
+
+impl Conn {
+    pub(crate) fn new(id: ConnId, owner: usize, stream: TcpStream) -> Self {
+        Conn {
+            id,
+            owner,
+            stream,
+            out: Mutex::new(Out { queue: VecDeque::new(), queued: 0, state: WriteState::Open, notified: false }),
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! One epoll event loop: accepts, reads, flushes, tears connections down.
+//!
+//! # Invariants
+//! - A connection's events reach the application in the order they arose: while a
+//!   connection has `pending` (refused) events, new ones queue behind them and the
+//!   connection is not read.
+//! - `Closed` is queued exactly once per connection, by [`EventLoop::close`], which
+//!   marks it `dead`; a dead connection is forgotten once `pending` is empty.
+//! - Registration is edge-triggered for reads and writes: a connection whose last
+//!   read filled the chunk (more may be waiting) is in `again`, one with refused
+//!   events is in `blocked`, one over its read rate is in `throttled`; no edge is lost.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpListener;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use seda::{Color, EnqueueError, Meta};
+
+use super::conn::{Conn, WriteState};
+use super::{CloseReason, ConnId, LISTENER, Shared, SocketEvent, WAKER};
+
+/// A command from a writer to the loop owning a connection.
+#[derive(Debug)]
+pub(crate) enum Cmd {
+    Close(ConnId, CloseReason),
+    Backlog(ConnId, usize),
+}
+
+/// What a loop needs that is created before its thread runs.
+#[derive(Debug)]
+pub(crate) struct LoopParts {
+    pub(crate) poll: Poll,
+    pub(crate) listener: Option<TcpListener>,
+}
+
+/// Retry period of refused deliveries (backpressure) and failed accepts.
+const RETRY: Duration = Duration::from_millis(1);
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+/// Longest `epoll_wait` with nothing to do (the stop flag comes with a wake-up; this
+/// is only a safety net).
+const IDLE_WAIT: Duration = Duration::from_millis(500);
+/// How long a stopping loop keeps offering `Closed` events to a full application.
+const STOP_DELIVERY: Duration = Duration::from_secs(2);
+
+/// Token bucket of the optional read-rate controller.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+}
+
+#[derive(Debug)]
+struct LocalConn {
+    conn: Arc<Conn>,
+    /// Events the application refused, oldest first, with their `born`.
+    pending: VecDeque<(SocketEvent, Instant)>,
+    dead: bool,
+    /// Turn of the last read, so a connection is read at most once per turn.
+    read_turn: u64,
+    bucket: Option<Bucket>,
+}
+
+/// Result of offering an event to the application.
+enum Offer {
+    Taken,
+    Refused(SocketEvent),
+    Gone,
+}
+
+struct EventLoop<'a> {
+    shared: &'a Shared,
+    idx: usize,
+    poll: Poll,
+    listener: Option<TcpListener>,
+    conns: HashMap<u64, LocalConn>,
+    again: Vec<u64>,
+    blocked: Vec<u64>,
+    throttled: Vec<(Instant, u64)>,
+    accept_retry: Option<Instant>,
+    turn: u64,
+    buf: Vec<u8>,
+}
+
+/// Runs loop `idx` until the sockets stop. Called from the event-loop stage's handler.
+pub(crate) fn run(shared: &Shared, idx: usize) {
+    let Some(parts) = shared.loops.get(idx).and_then(|s| s.parts.lock().take()) else { return };
+    *shared.active.lock() += 1;
+    let mut l = EventLoop {
+        shared,
+        idx,
+        poll: parts.poll,
+        listener: parts.listener,
+        conns: HashMap::new(),
+        again: Vec::new(),
+        blocked: Vec::new(),
+        throttled: Vec::new(),
+        accept_retry: None,
+        turn: 0,
+        buf: vec![0; shared.cfg.read_chunk],
+    };
+    l.main();
+    l.finish();
+    let mut active = shared.active.lock();
+    *active -= 1;
+    shared.idle.notify_all();
+}
+
+impl EventLoop<'_> {
+    fn main(&mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut ready: Vec<u64> = Vec::with_capacity(1024);
+        let mut writable: Vec<u64> = Vec::with_capacity(1024);
+        while !self.shared.stopping() {
+            let timeout = self.timeout();
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                tracing::error!(event_loop = self.idx, "epoll_wait failed: {e}; stopping this loop");
+                return;
+            }
+            self.turn += 1;
+            let (mut wake, mut accept) = (false, false);
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => wake = true,
+                    LISTENER => accept = true,
+                    Token(t) => {
+                        if ev.is_writable() {
+                            writable.push(t as u64);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            ready.push(t as u64);
+                        }
+                    }
+                }
+            }
+            if wake {
+                self.commands();
+            }
+            for id in writable.drain(..) {
+                self.on_writable(id);
+            }
+            if accept || self.accept_retry.is_some_and(|t| t <= Instant::now()) {
+                self.accept();
+            }
+            self.retry_blocked();
+            self.release_throttled();
+            ready.append(&mut self.again);
+            fastrand::shuffle(&mut ready);
+            for id in ready.drain(..) {
+                self.read(id);
+            }
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        if !self.again.is_empty() {
+            return Duration::ZERO;
+        }
+        let now = Instant::now();
+        let mut t = IDLE_WAIT;
+        if !self.blocked.is_empty() {
+            t = t.min(RETRY);
+        }
+        if let Some(at) = self.accept_retry {
+            t = t.min(at.saturating_duration_since(now));
+        }
+        if let Some(at) = self.throttled.iter().map(|(at, _)| *at).min() {
+            t = t.min(at.saturating_duration_since(now));
+        }
+        t
+    }
+
+    fn commands(&mut self) {
+        let Some(slot) = self.shared.loops.get(self.idx) else { return };
+        let cmds = std::mem::take(&mut *slot.cmds.lock());
+        for cmd in cmds {
+            match cmd {
+                Cmd::Close(conn, reason) => self.close(conn.0, reason),
+                Cmd::Backlog(conn, queued) => {
+                    if self.conns.get(&conn.0).is_some_and(|lc| !lc.dead) {
+                        self.deliver(conn.0, SocketEvent::WriteBacklog { conn, queued }, Instant::now());
+                    }
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        self.accept_retry = None;
+        loop {
+            let Some(listener) = &self.listener else { return };
+            match listener.accept() {
+                Ok((stream, peer)) => self.admit(stream, peer),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+                    ) => {}
+                Err(e) => {
+                    // EMFILE, ENFILE, ENOBUFS: the edge is spent, so try again soon.
+                    tracing::warn!(event_loop = self.idx, "accept failed: {e}; retrying in 10 ms");
+                    self.accept_retry = Some(Instant::now() + ACCEPT_RETRY);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, stream: mio::net::TcpStream, peer: std::net::SocketAddr) {
+        let shared = self.shared;
+        let cfg = &shared.cfg;
+        if shared.open.load(Relaxed) >= cfg.max_connections {
+            shared.counters.refused.fetch_add(1, Relaxed);
+            return;
+        }
+        if cfg.nodelay {
+            let _ = stream.set_nodelay(true);
+        }
+        if let Some(n) = cfg.send_buffer
+            && let Err(e) = crate::sys::set_send_buffer(&stream, n)
+        {
+            tracing::debug!("cannot set SO_SNDBUF: {e}");
+        }
+        let id = ConnId::next();
+        let fd = stream.as_raw_fd();
+        if let Err(e) = self.poll.registry().register(
+            &mut SourceFd(&fd),
+            Token(id.0 as usize),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            tracing::warn!("cannot register an accepted socket: {e}");
+            return;
+        }
+        let conn = Arc::new(Conn::new(id, self.idx, stream));
+        shared.conns.insert(Arc::clone(&conn));
+        shared.open.fetch_add(1, Relaxed);
+        shared.counters.accepted.fetch_add(1, Relaxed);
+        let bucket = cfg.read_rate.map(|_| Bucket { tokens: cfg.read_chunk as f64, last: Instant::now() });
+        self.conns.insert(id.0, LocalConn { conn, pending: VecDeque::new(), dead: false, read_turn: 0, bucket });
+        self.deliver(id.0, SocketEvent::Accepted { conn: id, peer }, Instant::now());
+    }
+
+    /// Reads one chunk from connection `id` and delivers it.
+    fn read(&mut self, id: u64) {
+        let turn = self.turn;
+        let rate = self.shared.cfg.read_rate;
+        let chunk = self.shared.cfg.read_chunk;
+        let Some(lc) = self.conns.get_mut(&id) else { return };
+        if lc.dead || !lc.pending.is_empty() || lc.read_turn == turn {
+            return;
+        }
+        if let (Some(b), Some(rate)) = (lc.bucket.as_mut(), rate) {
+            let now = Instant::now();
+            b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(chunk as f64);
+            b.last = now;
+            if b.tokens < 1.0 {
+                let wait = Duration::from_secs_f64((1.0 - b.tokens) / rate);
+                self.throttled.push((now + wait, id));
+                return;
+            }
+        }
+        lc.read_turn = turn;
+        let res = (&lc.conn.stream).read(&mut self.buf);
+        match res {
+            Ok(0) => self.close(id, CloseReason::PeerClosed),
+            Ok(n) => {
+                if let Some(b) = lc.bucket.as_mut() {
+                    b.tokens -= n as f64;
+                }
+                let counters = &self.shared.counters;
+                counters.bytes_read.fetch_add(n as u64, Relaxed);
+                counters.packets_read.fetch_add(1, Relaxed);
+                let event = SocketEvent::Data { conn: ConnId(id), bytes: self.buf[..n].to_vec() };
+                // A full chunk may leave more in the socket, and edge-triggered epoll
+                // will not say so again: come back next turn. A short read drained it.
+                if n == chunk {
+                    self.again.push(id);
+                }
+                self.deliver(id, event, Instant::now());
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => self.again.push(id),
+            Err(e) => self.close(id, CloseReason::Error(e.kind())),
+        }
+    }
+
+    fn offer(&self, id: u64, event: SocketEvent, born: Instant) -> Offer {
+        let meta = Meta::born_at(born).with_color(Color(id));
+        match self.shared.app.try_enqueue_with(event, meta) {
+            Ok(()) => Offer::Taken,
+            Err(EnqueueError::Full(e) | EnqueueError::Rejected(e)) => Offer::Refused(e),
+            Err(EnqueueError::Closed(_)) => {
+                self.shared.counters.undelivered.fetch_add(1, Relaxed);
+                Offer::Gone
+            }
+        }
+    }
+
+    /// Delivers an event of connection `id`, or keeps it (and stops reading the
+    /// connection) if the application refuses it.
+    fn deliver(&mut self, id: u64, event: SocketEvent, born: Instant) {
+        let closed = matches!(event, SocketEvent::Closed { .. });
+        let Some(lc) = self.conns.get(&id) else { return };
+        if !lc.pending.is_empty() {
+            if let Some(lc) = self.conns.get_mut(&id) {
+                lc.pending.push_back((event, born));
+            }
+            return;
+        }
+        match self.offer(id, event, born) {
+            Offer::Taken if closed => self.forget(id, true),
+            Offer::Gone if closed => self.forget(id, false),
+            Offer::Taken | Offer::Gone => {}
+            Offer::Refused(event) => {
+                self.shared.counters.stalls.fetch_add(1, Relaxed);
+                if let Some(lc) = self.conns.get_mut(&id) {
+                    lc.pending.push_back((event, born));
+                }
+                self.blocked.push(id);
+            }
+        }
+    }
+
+    /// A connection's `Closed` event left the loop (`delivered`, or the application
+    /// stage is gone): forget the connection.
+    fn forget(&mut self, id: u64, delivered: bool) {
+        if delivered {
+            self.shared.counters.closed.fetch_add(1, Relaxed);
+        }
+        self.conns.remove(&id);
+    }
+
+    /// Offers every blocked connection's pending events again, in order.
+    fn retry_blocked(&mut self) {
+        if self.blocked.is_empty() {
+            return;
+        }
+        let list = std::mem::take(&mut self.blocked);
+        for id in list {
+            let Some(mut pending) = self.conns.get_mut(&id).map(|lc| std::mem::take(&mut lc.pending)) else {
+                continue;
+            };
+            let mut closed = None;
+            while let Some((event, born)) = pending.pop_front() {
+                let is_closed = matches!(event, SocketEvent::Closed { .. });
+                match self.offer(id, event, born) {
+                    Offer::Taken if is_closed => closed = Some(true),
+                    Offer::Gone if is_closed => closed = Some(false),
+                    Offer::Taken | Offer::Gone => {}
+                    Offer::Refused(event) => {
+                        pending.push_front((event, born));
+                        break;
+                    }
+                }
+            }
+            if let Some(delivered) = closed {
+                debug_assert!(pending.is_empty(), "events after Closed");
+                self.forget(id, delivered);
+                continue;
+            }
+            let Some(lc) = self.conns.get_mut(&id) else { continue };
+            lc.pending = pending;
+            if !lc.pending.is_empty() {
+                self.blocked.push(id);
+            } else if !lc.dead {
+                // Reading stopped while blocked; the socket may hold data.
+                self.again.push(id);
+            }
+        }
+    }
+
+    fn release_throttled(&mut self) {
+        if self.throttled.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let again = &mut self.again;
+        self.throttled.retain(|(at, id)| {
+            if *at <= now {
+                again.push(*id);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// `EPOLLOUT`: flush the connection's queue; close it if it was closing.
+    fn on_writable(&mut self, id: u64) {
+        let Some(lc) = self.conns.get(&id) else { return };
+        if lc.dead {
+            return;
+        }
+        let conn = Arc::clone(&lc.conn);
+        let threshold = self.shared.cfg.write_threshold;
+        let mut o = conn.out.lock();
+        if o.queue.is_empty() || o.state == WriteState::Closed {
+            return;
+        }
+        match o.flush(&conn.stream, &self.shared.counters.bytes_written) {
+            Ok(done) => {
+                if o.queued <= threshold {
+                    o.notified = false;
+                }
+                if done && o.state == WriteState::Closing {
+                    o.state = WriteState::Closed;
+                    drop(o);
+                    self.close(id, CloseReason::Local);
+                }
+            }
+            Err(e) => {
+                o.state = WriteState::Closed;
+                o.clear();
+                drop(o);
+                self.close(id, CloseReason::Error(e.kind()));
+            }
+        }
+    }
+
+    /// Tears connection `id` down and queues its one `Closed` event.
+    fn close(&mut self, id: u64, reason: CloseReason) {
+        let Some(lc) = self.conns.get_mut(&id) else { return };
+        if lc.dead {
+            return;
+        }
+        lc.dead = true;
+        let conn = Arc::clone(&lc.conn);
+        {
+            let mut o = conn.out.lock();
+            o.state = WriteState::Closed;
+            o.clear();
+        }
+        let fd = conn.stream.as_raw_fd();
+        if let Err(e) = self.poll.registry().deregister(&mut SourceFd(&fd)) {
+            tracing::debug!("deregister failed: {e}");
+        }
+        // Writers may still hold the `Arc` for a moment; shut the socket now so the
+        // peer sees the close at once.
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        self.shared.conns.remove(conn.id);
+        self.shared.open.fetch_sub(1, Relaxed);
+        self.deliver(id, SocketEvent::Closed { conn: conn.id, reason }, Instant::now());
+    }
+
+    /// The loop is stopping: close the listener and every connection, and deliver
+    /// the `Closed` events (waiting a bounded time for a full application).
+    fn finish(&mut self) {
+        if let Some(mut l) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        self.commands();
+        let ids: Vec<u64> = self.conns.iter().filter(|(_, lc)| !lc.dead).map(|(id, _)| *id).collect();
+        for id in ids {
+            if let Some(lc) = self.conns.get(&id) {
+                let conn = Arc::clone(&lc.conn);
+                let mut o = conn.out.lock();
+                if !o.queue.is_empty() && o.state != WriteState::Closed {
+                    let _ = o.flush(&conn.stream, &self.shared.counters.bytes_written);
+                }
+            }
+            self.close(id, CloseReason::Shutdown);
+        }
+        let deadline = Instant::now() + STOP_DELIVERY;
+        while !self.blocked.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(RETRY);
+            self.retry_blocked();
+        }
+        let lost: usize = self.conns.values().map(|lc| lc.pending.len()).sum();
+        if lost > 0 {
+            tracing::warn!(event_loop = self.idx, lost, "the application took no events for 2 s at stop");
+            self.shared.counters.undelivered.fetch_add(lost as u64, Relaxed);
+        }
+        self.conns.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::conn::{FILE_SEGMENT_COST, Segment};
+    use super::*;
+
+    #[test]
+    fn file_segments_count_toward_the_threshold() {
+        let f = Arc::new(tempfile::tempfile().unwrap());
+        let seg = Segment::File { file: f, offset: 0, remaining: 10 };
+        let mut out = super::super::conn::Out {
+            queue: VecDeque::new(),
+            queued: 0,
+            state: WriteState::Open,
+            notified: false,
+        };
+        out.push(seg);
+        assert_eq!(out.queued, FILE_SEGMENT_COST);
+    }
+}

@@ -1,0 +1,724 @@
+//! Socket stages over epoll (SEDA SOSP'01 section 4.1).
+//!
+//! # How the epoll loops map onto stages
+//! One stage, `sock-io` by default ([`SocketConfig::stage_name`]), with one fixed
+//! thread per event loop. At start it receives one `Run(i)` event per loop, and its
+//! handler runs loop `i` for as long as the sockets are up: a *long-running handler
+//! on a fixed-thread stage*. We chose this over dedicated threads because events the
+//! loop enqueues then come from inside a stage handler, so the runtime records the
+//! stage-graph edge `sock-io -> <app>` and lets the loop deliver `Closed` events while
+//! the runtime drains. Each loop plays the three roles of Sandstorm's socket stages:
+//! it accepts (one `SO_REUSEPORT` listener per loop, so accepts spread over cores and
+//! a connection stays on the core that accepted it), reads (edge-triggered, at most
+//! [`SocketConfig::read_chunk`] bytes per connection per turn, ready sockets served
+//! in random order) and writes (flushes outgoing queues on `EPOLLOUT`). Its counters
+//! are in [`SocketHandle::stats`]; the stage's own statistics show its threads.
+//!
+//! Writers do not hop through a queue: [`Writer::send`] writes from the caller's
+//! thread with `writev`/`sendfile` when the connection's outgoing queue is empty and
+//! queues only what the socket would not take; the owning loop flushes the rest.
+//!
+//! # Backpressure and bounds
+//! - Into the application: when the app's sink answers `Full` or `Rejected`, the
+//!   loop keeps the refused packet, stops reading that connection (TCP flow control
+//!   then slows the peer) and offers it again on the next turn. Nothing is dropped.
+//! - Out of the application: each connection's outgoing queue is bounded by
+//!   [`SocketConfig::write_threshold`]; past it the connection is closed
+//!   ([`BacklogAction::Close`], `Closed { reason: Backlog }`) or the app is told
+//!   ([`BacklogAction::Notify`], one `WriteBacklog` per crossing).
+//! - At most [`SocketConfig::max_connections`] open connections; more are accepted
+//!   and closed at once (counted as `refused`).
+//!
+//! # Shutdown
+//! [`SocketHandle::stop`] (or dropping the handle, or the runtime starting to shut
+//! down, which a watcher thread notices) stops the loops: listeners close, each open
+//! connection gets one best-effort flush, is closed, and its `Closed { reason:
+//! Shutdown }` is delivered. Every accepted connection gets exactly one `Closed`.
+
+mod conn;
+mod event_loop;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mio::{Interest, Poll, Token, Waker};
+use parking_lot::{Condvar, Mutex, RwLock};
+use seda::{Batch, Context, EnqueueError, Runtime, Sink};
+use serde::Serialize;
+
+use conn::{Conn, Segment, WriteState};
+use event_loop::{Cmd, LoopParts};
+
+pub(crate) const WAKER: Token = Token(usize::MAX);
+pub(crate) const LISTENER: Token = Token(usize::MAX - 1);
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+/// A connection's identity: unique in the process, never reused. Events of one
+/// connection carry `Color(conn.0)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+impl ConnId {
+    fn next() -> Self {
+        ConnId(NEXT_CONN.fetch_add(1, Relaxed))
+    }
+}
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "conn#{}", self.0)
+    }
+}
+
+/// Why a connection closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The peer closed its side (read returned end of file).
+    PeerClosed,
+    /// A read or write failed.
+    Error(io::ErrorKind),
+    /// The outgoing queue passed the write threshold ([`BacklogAction::Close`]).
+    Backlog,
+    /// The application called [`Writer::close`] or [`Writer::abort`].
+    Local,
+    /// The socket stages stopped.
+    Shutdown,
+}
+
+/// An event the socket stages deliver to the application's sink. Each carries
+/// `Color(conn.0)`; `born` is the time the event arose (bytes read, connection
+/// accepted).
+#[derive(Debug)]
+pub enum SocketEvent {
+    /// A new connection. Always the first event of a connection.
+    Accepted {
+        /// The connection.
+        conn: ConnId,
+        /// The peer's address.
+        peer: SocketAddr,
+    },
+    /// Bytes read, at most `read_chunk` of them.
+    Data {
+        /// The connection.
+        conn: ConnId,
+        /// The bytes, in stream order.
+        bytes: Vec<u8>,
+    },
+    /// The outgoing queue passed its threshold ([`BacklogAction::Notify`] only); sent
+    /// once per crossing.
+    WriteBacklog {
+        /// The connection.
+        conn: ConnId,
+        /// Bytes queued when the threshold was passed.
+        queued: usize,
+    },
+    /// The connection is closed. Exactly once per accepted connection, and last.
+    Closed {
+        /// The connection.
+        conn: ConnId,
+        /// Why.
+        reason: CloseReason,
+    },
+}
+
+impl SocketEvent {
+    /// The connection the event is about.
+    pub fn conn(&self) -> ConnId {
+        match self {
+            SocketEvent::Accepted { conn, .. }
+            | SocketEvent::Data { conn, .. }
+            | SocketEvent::WriteBacklog { conn, .. }
+            | SocketEvent::Closed { conn, .. } => *conn,
+        }
+    }
+}
+
+/// What to do when a connection's outgoing queue passes its threshold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BacklogAction {
+    /// Close the connection (`Closed { reason: Backlog }`): a slow reader cannot
+    /// grow memory.
+    #[default]
+    Close,
+    /// Keep queueing and send the application a `WriteBacklog` event.
+    Notify,
+}
+
+/// Configuration of the socket stages.
+#[derive(Clone, Debug)]
+pub struct SocketConfig {
+    /// Address to listen on (port 0: an ephemeral port, see
+    /// [`SocketHandle::local_addr`]).
+    pub listen: SocketAddr,
+    /// Event loops, one thread each. Default: the number of cores. At least 1.
+    pub event_loops: usize,
+    /// Most bytes read from one connection per readiness event. Default 16 KiB.
+    pub read_chunk: usize,
+    /// Outgoing bytes queued per connection beyond which [`Self::on_backlog`]
+    /// applies. Default 1 MiB. At least 1.
+    pub write_threshold: usize,
+    /// What to do past the write threshold. Default [`BacklogAction::Close`].
+    pub on_backlog: BacklogAction,
+    /// Most open connections; further ones are closed on accept. Default 100,000.
+    pub max_connections: usize,
+    /// Optional read-rate controller: a token bucket per connection, bytes per
+    /// second, depth `read_chunk`. A connection over its rate is not read until its
+    /// bucket refills. Default: none.
+    pub read_rate: Option<f64>,
+    /// `listen(2)` backlog. Default 1,024.
+    pub listen_backlog: i32,
+    /// `SO_SNDBUF` of accepted sockets; default: the kernel's.
+    pub send_buffer: Option<usize>,
+    /// Set `TCP_NODELAY` on accepted sockets. Default true.
+    pub nodelay: bool,
+    /// Name of the event-loop stage. Default `sock-io`.
+    pub stage_name: String,
+}
+
+/// Default name of the event-loop stage.
+pub const DEFAULT_STAGE: &str = "sock-io";
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        SocketConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            event_loops: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            read_chunk: 16 * 1024,
+            write_threshold: 1 << 20,
+            on_backlog: BacklogAction::Close,
+            max_connections: 100_000,
+            read_rate: None,
+            listen_backlog: 1024,
+            send_buffer: None,
+            nodelay: true,
+            stage_name: DEFAULT_STAGE.to_owned(),
+        }
+    }
+}
+
+impl SocketConfig {
+    /// Defaults, listening on `listen`.
+    pub fn new(listen: SocketAddr) -> Self {
+        SocketConfig { listen, ..SocketConfig::default() }
+    }
+
+    /// Checks every field's range; the error names the field.
+    pub fn validate(&self) -> io::Result<()> {
+        let bad = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
+        if self.event_loops == 0 || self.event_loops > 1024 {
+            return bad(format!("event_loops must be in 1..=1024, got {}", self.event_loops));
+        }
+        if self.read_chunk == 0 || self.read_chunk > 64 << 20 {
+            return bad(format!("read_chunk must be in 1..=64 MiB, got {}", self.read_chunk));
+        }
+        if self.write_threshold == 0 {
+            return bad("write_threshold must be at least 1 byte".to_owned());
+        }
+        if self.max_connections == 0 {
+            return bad("max_connections must be at least 1".to_owned());
+        }
+        if let Some(r) = self.read_rate
+            && !(r.is_finite() && r > 0.0)
+        {
+            return bad(format!("read_rate must be a positive number of bytes per second, got {r}"));
+        }
+        if self.listen_backlog <= 0 {
+            return bad(format!("listen_backlog must be positive, got {}", self.listen_backlog));
+        }
+        if self.stage_name.is_empty() {
+            return bad("stage_name must not be empty".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// What one piece of output is.
+#[derive(Clone, Debug)]
+pub enum Outgoing {
+    /// A buffer.
+    Bytes(Bytes),
+    /// Several buffers, written with one `writev` where possible.
+    Vectored(Vec<Bytes>),
+    /// `len` bytes of `file` from `offset`, sent with `sendfile`.
+    File {
+        /// The file.
+        file: Arc<File>,
+        /// Where the range starts.
+        offset: u64,
+        /// How many bytes.
+        len: u64,
+    },
+}
+
+impl From<Bytes> for Outgoing {
+    fn from(b: Bytes) -> Self {
+        Outgoing::Bytes(b)
+    }
+}
+
+impl From<Vec<u8>> for Outgoing {
+    fn from(v: Vec<u8>) -> Self {
+        Outgoing::Bytes(Bytes::from(v))
+    }
+}
+
+impl From<&'static [u8]> for Outgoing {
+    fn from(s: &'static [u8]) -> Self {
+        Outgoing::Bytes(Bytes::from_static(s))
+    }
+}
+
+/// Why [`Writer::send`] did not take the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteError {
+    /// No open connection has this id (never existed, or closed and gone).
+    NoConnection,
+    /// The connection is closing or closed: `close`/`abort` was called, or it is
+    /// being torn down.
+    Closed,
+    /// This output took the queue past the write threshold and the connection is
+    /// being closed (`Closed { reason: Backlog }` follows).
+    Backlog,
+    /// A file range lies outside the file: `offset + len` beyond its size.
+    InvalidRange,
+    /// The socket failed; the connection is being closed (`Closed { reason:
+    /// Error(kind) }` follows).
+    Io(io::ErrorKind),
+}
+
+impl fmt::Display for WriteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteError::NoConnection => f.write_str("no such connection"),
+            WriteError::Closed => f.write_str("connection closed"),
+            WriteError::Backlog => f.write_str("outgoing queue passed its threshold; connection closed"),
+            WriteError::InvalidRange => f.write_str("file range beyond the end of the file"),
+            WriteError::Io(k) => write!(f, "socket error: {k}"),
+        }
+    }
+}
+
+impl std::error::Error for WriteError {}
+
+/// Counters of the socket stages since start.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct SocketStats {
+    /// Event loops.
+    pub event_loops: usize,
+    /// Connections accepted and announced to the application.
+    pub accepted: u64,
+    /// Connections closed at accept because `max_connections` were open.
+    pub refused: u64,
+    /// Connections open now.
+    pub open: usize,
+    /// `Closed` events delivered.
+    pub closed: u64,
+    /// Connections closed because their outgoing queue passed the threshold.
+    pub backlog_closes: u64,
+    /// `WriteBacklog` notices sent.
+    pub backlog_notices: u64,
+    /// `Data` events delivered.
+    pub packets_read: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Sends that could not be written at once and were queued for `EPOLLOUT`.
+    pub deferred_writes: u64,
+    /// Times the application's sink refused an event (Full or Rejected) and the loop
+    /// held it back and stopped reading that connection: the backpressure path.
+    pub stalls: u64,
+    /// Events that could not be delivered because the application's stage had
+    /// stopped (only at runtime shutdown).
+    pub undelivered: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    accepted: AtomicU64,
+    refused: AtomicU64,
+    closed: AtomicU64,
+    backlog_closes: AtomicU64,
+    backlog_notices: AtomicU64,
+    packets_read: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    deferred_writes: AtomicU64,
+    stalls: AtomicU64,
+    undelivered: AtomicU64,
+}
+
+const SHARDS: usize = 64;
+
+/// Open connections by id, sharded to keep writers on different connections apart.
+#[derive(Debug)]
+struct ConnTable {
+    shards: Vec<RwLock<HashMap<u64, Arc<Conn>>>>,
+}
+
+impl ConnTable {
+    fn new() -> Self {
+        ConnTable { shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect() }
+    }
+
+    fn shard(&self, id: ConnId) -> &RwLock<HashMap<u64, Arc<Conn>>> {
+        &self.shards[(id.0 % SHARDS as u64) as usize]
+    }
+
+    fn get(&self, id: ConnId) -> Option<Arc<Conn>> {
+        self.shard(id).read().get(&id.0).cloned()
+    }
+
+    fn insert(&self, conn: Arc<Conn>) {
+        self.shard(conn.id).write().insert(conn.id.0, conn);
+    }
+
+    fn remove(&self, id: ConnId) {
+        self.shard(id).write().remove(&id.0);
+    }
+}
+
+/// One loop's mailbox: commands from writers, and the waker that interrupts its
+/// `epoll_wait`.
+#[derive(Debug)]
+struct LoopSlot {
+    cmds: Mutex<Vec<Cmd>>,
+    waker: Waker,
+    /// The loop's poller and listener until its thread takes them.
+    parts: Mutex<Option<LoopParts>>,
+}
+
+/// State shared by the loops, the writers and the handle.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    cfg: SocketConfig,
+    app: Sink<SocketEvent>,
+    conns: ConnTable,
+    loops: Vec<LoopSlot>,
+    stopping: AtomicBool,
+    open: AtomicUsize,
+    /// Loops running now.
+    active: Mutex<usize>,
+    idle: Condvar,
+    counters: Counters,
+}
+
+impl Shared {
+    fn command(&self, owner: usize, cmd: Cmd) {
+        let Some(slot) = self.loops.get(owner) else { return };
+        slot.cmds.lock().push(cmd);
+        if let Err(e) = slot.waker.wake() {
+            tracing::warn!("cannot wake event loop {owner}: {e}");
+        }
+    }
+
+    fn begin_stop(&self) {
+        if self.stopping.swap(true, AcqRel) {
+            return;
+        }
+        for (i, slot) in self.loops.iter().enumerate() {
+            // A loop that never ran gives up its listener now.
+            drop(slot.parts.lock().take());
+            if let Err(e) = slot.waker.wake() {
+                tracing::warn!("cannot wake event loop {i}: {e}");
+            }
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Acquire)
+    }
+}
+
+/// The events of the event-loop stage.
+#[derive(Debug)]
+enum IoEvent {
+    /// Run event loop `i` until the sockets stop.
+    Run(usize),
+    /// The watcher's liveness probe (see [`watch`]); ignored.
+    Probe,
+}
+
+/// Entry point of the socket stages.
+#[derive(Debug)]
+pub struct Sockets;
+
+impl Sockets {
+    /// Binds the listeners, registers the event-loop stage in `rt` and returns the
+    /// handle. The loops run once the runtime runs (at once if it already does).
+    /// Raises the open-files limit to the hard limit first.
+    ///
+    /// Errors: an invalid configuration (`InvalidInput`), a bind failure, or the
+    /// runtime refusing the stage (e.g. a duplicate stage name).
+    pub fn start(rt: &Runtime, cfg: SocketConfig, app: Sink<SocketEvent>) -> io::Result<SocketHandle> {
+        cfg.validate()?;
+        if let Err(e) = crate::sys::raise_fd_limit() {
+            tracing::warn!("cannot raise the open-files limit: {e}");
+        }
+        let n = cfg.event_loops;
+        let first = crate::sys::listener(cfg.listen, n > 1, cfg.listen_backlog)?;
+        let local_addr = first.local_addr()?;
+        let mut listeners = vec![first];
+        for _ in 1..n {
+            listeners.push(crate::sys::listener(local_addr, true, cfg.listen_backlog)?);
+        }
+        let mut loops = Vec::with_capacity(n);
+        for l in listeners {
+            let poll = Poll::new()?;
+            let waker = Waker::new(poll.registry(), WAKER)?;
+            let mut listener = mio::net::TcpListener::from_std(l);
+            poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+            loops.push(LoopSlot {
+                cmds: Mutex::new(Vec::new()),
+                waker,
+                parts: Mutex::new(Some(LoopParts { poll, listener: Some(listener) })),
+            });
+        }
+        let shared = Arc::new(Shared {
+            cfg,
+            app,
+            conns: ConnTable::new(),
+            loops,
+            stopping: AtomicBool::new(false),
+            open: AtomicUsize::new(0),
+            active: Mutex::new(0),
+            idle: Condvar::new(),
+            counters: Counters::default(),
+        });
+        let for_loops = Arc::clone(&shared);
+        let stage = rt
+            .stage(&shared.cfg.stage_name, move |batch: Batch<'_, IoEvent>, _cx: &Context<'_>| {
+                for ev in batch {
+                    if let IoEvent::Run(i) = ev {
+                        event_loop::run(&for_loops, i);
+                    }
+                }
+            })
+            .capacity(n + 1)
+            .fixed_threads(n)
+            .batch(1)
+            .build()
+            .map_err(io::Error::other)?;
+        for i in 0..n {
+            stage.try_enqueue(IoEvent::Run(i)).map_err(|e| io::Error::other(format!("cannot start event loop {i}: {e}")))?;
+        }
+        let watched = Arc::clone(&shared);
+        let watcher = std::thread::Builder::new()
+            .name("seda-io-watch".to_owned())
+            .spawn(move || watch(&watched, &stage))?;
+        Ok(SocketHandle { shared, local_addr, watcher: Some(watcher) })
+    }
+}
+
+/// Notices the runtime shutting down, so the loops (long-running handlers) stop and
+/// deliver their `Closed` events instead of holding the drain until its deadline.
+/// An enqueue from outside the runtime is refused with `Closed` once the stage
+/// drains; the first probe waits in the stage's queue (which has one slot more than
+/// loops) and later ones find it `Full` while everything runs.
+fn watch(shared: &Shared, stage: &Sink<IoEvent>) {
+    const PERIOD: Duration = Duration::from_millis(20);
+    while !shared.stopping() {
+        if let Err(EnqueueError::Closed(_)) = stage.try_enqueue(IoEvent::Probe) {
+            shared.begin_stop();
+            return;
+        }
+        std::thread::sleep(PERIOD);
+    }
+}
+
+/// The running socket stages. Dropping it stops them (as [`SocketHandle::stop`]).
+#[derive(Debug)]
+pub struct SocketHandle {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+    watcher: Option<JoinHandle<()>>,
+}
+
+impl SocketHandle {
+    /// The address the listeners are bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// A writer for the connections of these sockets.
+    pub fn writer(&self) -> Writer {
+        Writer { shared: Arc::clone(&self.shared) }
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.shared.open.load(Relaxed)
+    }
+
+    /// Name of the event-loop stage.
+    pub fn stage_name(&self) -> &str {
+        &self.shared.cfg.stage_name
+    }
+
+    /// Counters since start.
+    pub fn stats(&self) -> SocketStats {
+        let c = &self.shared.counters;
+        SocketStats {
+            event_loops: self.shared.cfg.event_loops,
+            accepted: c.accepted.load(Relaxed),
+            refused: c.refused.load(Relaxed),
+            open: self.shared.open.load(Relaxed),
+            closed: c.closed.load(Relaxed),
+            backlog_closes: c.backlog_closes.load(Relaxed),
+            backlog_notices: c.backlog_notices.load(Relaxed),
+            packets_read: c.packets_read.load(Relaxed),
+            bytes_read: c.bytes_read.load(Relaxed),
+            bytes_written: c.bytes_written.load(Relaxed),
+            deferred_writes: c.deferred_writes.load(Relaxed),
+            stalls: c.stalls.load(Relaxed),
+            undelivered: c.undelivered.load(Relaxed),
+        }
+    }
+
+    /// Stops accepting, closes every connection (one best-effort flush each) and
+    /// delivers their `Closed { reason: Shutdown }`; returns when the loops have
+    /// finished, or after 10 s. Idempotent.
+    pub fn stop(&self) {
+        self.shared.begin_stop();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut active = self.shared.active.lock();
+        while *active > 0 {
+            if self.shared.idle.wait_until(&mut active, deadline).timed_out() {
+                tracing::warn!(loops = *active, "socket event loops did not stop within 10 s");
+                break;
+            }
+        }
+    }
+}
+
+impl Drop for SocketHandle {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Sends output on connections. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Writer {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Writer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer").finish_non_exhaustive()
+    }
+}
+
+impl Writer {
+    /// Sends `out` on `conn`: writes at once from this thread (`writev`, `sendfile`)
+    /// if nothing is queued before it, queues what the socket does not take, and the
+    /// connection's event loop flushes the rest on `EPOLLOUT`. Output of one
+    /// connection goes out in the order of `send` calls.
+    ///
+    /// Past the write threshold the connection is closed (`Err(Backlog)`) or the
+    /// application notified, per [`SocketConfig::on_backlog`].
+    pub fn send(&self, conn: ConnId, out: Outgoing) -> Result<(), WriteError> {
+        let c = self.shared.conns.get(conn).ok_or(WriteError::NoConnection)?;
+        if let Outgoing::File { file, offset, len } = &out {
+            let size = file.metadata().map_err(|e| WriteError::Io(e.kind()))?.len();
+            if offset.checked_add(*len).is_none_or(|end| end > size) {
+                return Err(WriteError::InvalidRange);
+            }
+        }
+        let counters = &self.shared.counters;
+        let mut o = c.out.lock();
+        if o.state != WriteState::Open {
+            return Err(WriteError::Closed);
+        }
+        let was_empty = o.queue.is_empty();
+        match out {
+            Outgoing::Bytes(b) if !b.is_empty() => o.push(Segment::Bytes(b)),
+            Outgoing::Bytes(_) => {}
+            Outgoing::Vectored(v) => v.into_iter().filter(|b| !b.is_empty()).for_each(|b| o.push(Segment::Bytes(b))),
+            Outgoing::File { len: 0, .. } => {}
+            Outgoing::File { file, offset, len } => o.push(Segment::File { file, offset, remaining: len }),
+        }
+        if was_empty && !o.queue.is_empty() {
+            match o.flush(&c.stream, &counters.bytes_written) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    counters.deferred_writes.fetch_add(1, Relaxed);
+                }
+                Err(e) => {
+                    o.state = WriteState::Closed;
+                    o.clear();
+                    drop(o);
+                    self.shared.command(c.owner, Cmd::Close(conn, CloseReason::Error(e.kind())));
+                    return Err(WriteError::Io(e.kind()));
+                }
+            }
+        }
+        if o.queued > self.shared.cfg.write_threshold {
+            match self.shared.cfg.on_backlog {
+                BacklogAction::Close => {
+                    o.state = WriteState::Closed;
+                    o.clear();
+                    drop(o);
+                    counters.backlog_closes.fetch_add(1, Relaxed);
+                    self.shared.command(c.owner, Cmd::Close(conn, CloseReason::Backlog));
+                    return Err(WriteError::Backlog);
+                }
+                BacklogAction::Notify if !o.notified => {
+                    o.notified = true;
+                    let queued = o.queued;
+                    drop(o);
+                    counters.backlog_notices.fetch_add(1, Relaxed);
+                    self.shared.command(c.owner, Cmd::Backlog(conn, queued));
+                }
+                BacklogAction::Notify => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes `conn` once its queued output is flushed (at once if none is). No-op
+    /// for an unknown or already closing connection.
+    pub fn close(&self, conn: ConnId) {
+        let Some(c) = self.shared.conns.get(conn) else { return };
+        let mut o = c.out.lock();
+        match o.state {
+            WriteState::Open if !o.queue.is_empty() => o.state = WriteState::Closing,
+            WriteState::Open => {
+                o.state = WriteState::Closed;
+                drop(o);
+                self.shared.command(c.owner, Cmd::Close(conn, CloseReason::Local));
+            }
+            WriteState::Closing | WriteState::Closed => {}
+        }
+    }
+
+    /// Closes `conn` now, dropping queued output.
+    pub fn abort(&self, conn: ConnId) {
+        let Some(c) = self.shared.conns.get(conn) else { return };
+        let mut o = c.out.lock();
+        if o.state == WriteState::Closed {
+            return;
+        }
+        o.state = WriteState::Closed;
+        o.clear();
+        drop(o);
+        self.shared.command(c.owner, Cmd::Close(conn, CloseReason::Local));
+    }
+
+    /// Bytes queued on `conn` waiting for the socket (`None` if it is not open).
+    pub fn queued(&self, conn: ConnId) -> Option<usize> {
+        self.shared.conns.get(conn).map(|c| c.out.lock().queued)
+    }
+}
