@@ -156,6 +156,16 @@ pub(crate) struct DynEvent {
     pub(crate) keep_alive: bool,
 }
 
+/// Where HttpRecv sent a request that may belong to a dynamic handler.
+enum Dispatch {
+    /// No handler is mounted at its path.
+    NoRoute,
+    /// Its handler's stage took it; the stage will answer.
+    Enqueued,
+    /// The stage refused it; this is the overload action's answer.
+    Refused(Reply),
+}
+
 pub(crate) struct Route {
     pub(crate) reg: HandlerRegistration,
     pub(crate) sink: Sink<DynEvent>,
@@ -415,9 +425,10 @@ impl Haboob {
             c.deliver(st, seq, reply, out, writer);
             return;
         }
-        if let Some(reply) = self.try_dynamic(c, seq, v, meta, close) {
-            c.deliver(st, seq, reply, out, writer);
-            return;
+        match self.try_dynamic(c, seq, v, meta, close) {
+            Dispatch::NoRoute => {}
+            Dispatch::Enqueued => return,
+            Dispatch::Refused(reply) => return c.deliver(st, seq, reply, out, writer),
         }
         if !get_or_head {
             c.deliver(st, seq, self.method_not_allowed(close), out, writer);
@@ -451,28 +462,26 @@ impl Haboob {
         }
     }
 
-    /// Sends a request to its dynamic handler's stage. Returns the reply to send now
-    /// when the stage refused it (the overload action), `None` when it was enqueued
-    /// or no handler matches.
-    fn try_dynamic(&self, c: &Arc<Conn>, seq: u64, v: &ReqView<'_>, meta: Meta, close: bool) -> Option<Reply> {
+    /// Sends a request to its dynamic handler's stage, if one is mounted there.
+    fn try_dynamic(&self, c: &Arc<Conn>, seq: u64, v: &ReqView<'_>, meta: Meta, close: bool) -> Dispatch {
         let routes = self.routes.read();
         if routes.is_empty() {
-            return None;
+            return Dispatch::NoRoute;
         }
-        let decoded = proto::percent_decode(v.path)?;
+        let Some(decoded) = proto::percent_decode(v.path) else { return Dispatch::NoRoute };
         let path = String::from_utf8_lossy(&decoded);
-        let route = routes.iter().find(|r| r.reg.matches(&path))?;
+        let Some(route) = routes.iter().find(|r| r.reg.matches(&path)) else { return Dispatch::NoRoute };
         self.counters.dynamic.fetch_add(1, Relaxed);
         let req = v.to_request(c.peer);
         let class = route.reg.classifier.as_ref().map_or(0, |f| f(&req));
         let ev = DynEvent { conn: Arc::clone(c), seq, req, keep_alive: v.keep_alive };
         match route.sink.try_enqueue_with(ev, uncolored(meta).with_class(class)) {
-            Ok(()) => None,
+            Ok(()) => Dispatch::Enqueued,
             Err(e) => {
                 self.counters.overload.fetch_add(1, Relaxed);
                 let ev = e.into_inner();
                 let resp = route.reg.overload_response(&ev.req);
-                Some(self.response_reply(resp, ev.req.method == "HEAD", close))
+                Dispatch::Refused(self.response_reply(resp, ev.req.method == "HEAD", close))
             }
         }
     }
