@@ -110,12 +110,14 @@ pub fn fileset(args: FilesetArgs) -> Result<(), String> {
 }
 
 fn parse_header(h: &str) -> Result<(String, String), String> {
-    let (k, v) = h.split_once(':').ok_or_else(|| format!("--header {h:?} is not 'Name: value'"))?;
+    let (k, v) = h
+        .split_once(':')
+        .ok_or_else(|| format!("--header {h:?} is not 'Name: value'"))?;
     Ok((k.trim().to_string(), v.trim().to_string()))
 }
 
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
-    if !v.is_finite() || v < 0.0 || v > 1e6 {
+    if !v.is_finite() || !(0.0..=1e6).contains(&v) {
         return Err(format!("--{name} must be between 0 and 1e6 seconds"));
     }
     Ok(Duration::from_secs_f64(v))
@@ -143,16 +145,26 @@ fn http(a: HttpArgs) -> Result<(), String> {
         return Err("the run has no duration".into());
     }
     let mode = if open {
-        Mode::Open { reqs_per_conn: a.reqs_per_conn, max_conns: a.max_conns }
+        Mode::Open {
+            reqs_per_conn: a.reqs_per_conn,
+            max_conns: a.max_conns,
+        }
     } else {
-        Mode::Closed { think: Duration::from_millis(a.think_ms), reqs_per_conn: a.reqs_per_conn }
+        Mode::Closed {
+            think: Duration::from_millis(a.think_ms),
+            reqs_per_conn: a.reqs_per_conn,
+        }
     };
     let requests = match (&a.fileset, &a.path) {
         (Some(dir), _) => RequestMix::FileSet(Manifest::load(dir)?),
         (None, Some(p)) => RequestMix::Path(p.clone()),
         (None, None) => RequestMix::Path("/".into()),
     };
-    let headers = a.headers.iter().map(|h| parse_header(h)).collect::<Result<Vec<_>, _>>()?;
+    let headers = a
+        .headers
+        .iter()
+        .map(|h| parse_header(h))
+        .collect::<Result<Vec<_>, _>>()?;
     let cfg = LoadConfig {
         addr,
         host,
@@ -197,8 +209,130 @@ fn http(a: HttpArgs) -> Result<(), String> {
     })?;
     println!("{}", report.summary());
     if let Some(path) = &a.json {
-        std::fs::write(path, report.to_json()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(path, report.to_json())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         println!("report: {}", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use seda_load::LoadReport;
+    use seda_load::testserver::{TestServer, TestServerConfig};
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: LoadCommand,
+    }
+
+    fn parse(args: &[&str]) -> Result<LoadCommand, String> {
+        Cli::try_parse_from(std::iter::once("load").chain(args.iter().copied()))
+            .map(|c| c.cmd)
+            .map_err(|e| e.to_string())
+    }
+
+    /// `seda load http` end to end: a closed loop on a SPECweb99 file set served by the
+    /// test server (every 5th answer a 503), with a header and a JSON report whose
+    /// counts add up.
+    #[test]
+    fn load_http_writes_a_consistent_json_report() {
+        let server = TestServer::start(TestServerConfig {
+            delay: std::time::Duration::from_millis(2),
+            reject_every: Some(5),
+            ..Default::default()
+        })
+        .unwrap();
+        let dir = tempfile_dir();
+        let fs_dir = dir.join("fs");
+        fileset(FilesetArgs {
+            dir: fs_dir.clone(),
+            size_mb: 1,
+            seed: 9,
+        })
+        .unwrap();
+        let json = dir.join("r.json");
+        let cmd = parse(&[
+            "http",
+            "--url",
+            &server.url(),
+            "--schedule",
+            "1s@4,1s@12",
+            "--fileset",
+            fs_dir.to_str().unwrap(),
+            "--header",
+            "X-Class: 2",
+            "--json",
+            json.to_str().unwrap(),
+            "--quiet",
+        ])
+        .unwrap();
+        run(cmd).unwrap();
+        let r = LoadReport::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert!(r.completed > 100, "completed {}", r.completed);
+        assert_eq!(r.completed + r.rejected + r.errors, r.issued);
+        assert_eq!(
+            r.timeseries.iter().map(|p| p.completed).sum::<u64>(),
+            r.completed
+        );
+        assert_eq!(
+            r.timeseries.iter().map(|p| p.rejected).sum::<u64>(),
+            r.rejected
+        );
+        assert!(r.rejected > 0);
+        assert_eq!(r.users, 12);
+        let by_class: u64 = r
+            .by_class
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.completed)
+            .sum();
+        assert_eq!(by_class, r.completed);
+        assert_eq!(r.config["headers"][0], "X-Class: 2");
+        assert_eq!(r.config["requests"]["fileset"]["dirs"], 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bad_input_is_a_clear_error() {
+        let e = run(parse(&["http", "--url", "http://10.1.2.3:80", "--duration", "1s"]).unwrap())
+            .unwrap_err();
+        assert!(e.contains("non-loopback"), "{e}");
+        let e = run(parse(&["http", "--url", "http://127.0.0.1:9", "--schedule", "5x@3"]).unwrap())
+            .unwrap_err();
+        assert!(e.contains("duration"), "{e}");
+        let e =
+            run(parse(&["http", "--url", "http://127.0.0.1:9", "--header", "NoColon"]).unwrap())
+                .unwrap_err();
+        assert!(e.contains("Name: value"), "{e}");
+        let e =
+            run(parse(&["http", "--url", "http://127.0.0.1:9", "--rate=0"]).unwrap()).unwrap_err();
+        assert!(e.contains("rate"), "{e}");
+        assert!(
+            fileset(FilesetArgs {
+                dir: tempfile_dir(),
+                size_mb: 0,
+                seed: 1
+            })
+            .is_err()
+        );
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "seda-cli-load-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
 }

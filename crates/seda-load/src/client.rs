@@ -112,7 +112,11 @@ pub fn parse_url(url: &str) -> Result<(SocketAddr, String), String> {
         return Err(format!("--url {url:?} has no host"));
     }
     let with_port = if hostport.starts_with('[') {
-        if hostport.contains("]:") { hostport.to_string() } else { format!("{hostport}:80") }
+        if hostport.contains("]:") {
+            hostport.to_string()
+        } else {
+            format!("{hostport}:80")
+        }
     } else if hostport.contains(':') {
         hostport.to_string()
     } else {
@@ -144,13 +148,19 @@ impl LoadConfig {
                     return Err("--reqs-per-conn must be at least 1".into());
                 }
                 if let Some(p) = self.schedule.phases.iter().find(|p| p.level.fract() != 0.0) {
-                    return Err(format!("closed-loop schedule levels are user counts, got {}", p.level));
+                    return Err(format!(
+                        "closed-loop schedule levels are user counts, got {}",
+                        p.level
+                    ));
                 }
                 if self.schedule.max_level() > 1_000_000.0 {
                     return Err("at most 1,000,000 users".into());
                 }
             }
-            Mode::Open { reqs_per_conn, max_conns } => {
+            Mode::Open {
+                reqs_per_conn,
+                max_conns,
+            } => {
                 if reqs_per_conn == 0 || max_conns == 0 {
                     return Err("--reqs-per-conn and --max-conns must be at least 1".into());
                 }
@@ -171,8 +181,19 @@ impl LoadConfig {
 
     fn echo(&self) -> serde_json::Value {
         let (mode, think_ms, rpc, max_conns) = match self.mode {
-            Mode::Closed { think, reqs_per_conn } => ("closed", Some(think.as_secs_f64() * 1e3), reqs_per_conn, None),
-            Mode::Open { reqs_per_conn, max_conns } => ("open", None, reqs_per_conn, Some(max_conns)),
+            Mode::Closed {
+                think,
+                reqs_per_conn,
+            } => (
+                "closed",
+                Some(think.as_secs_f64() * 1e3),
+                reqs_per_conn,
+                None,
+            ),
+            Mode::Open {
+                reqs_per_conn,
+                max_conns,
+            } => ("open", None, reqs_per_conn, Some(max_conns)),
         };
         let requests = match &self.requests {
             RequestMix::Path(p) => serde_json::json!({ "path": p }),
@@ -199,7 +220,10 @@ impl LoadConfig {
 
 /// Run the load and return its report. `on_second` is called about once a second
 /// with the elapsed time and the live counters (for a progress line).
-pub fn run(cfg: &LoadConfig, mut on_second: impl FnMut(Duration, &Progress)) -> Result<LoadReport, String> {
+pub fn run(
+    cfg: &LoadConfig,
+    mut on_second: impl FnMut(Duration, &Progress),
+) -> Result<LoadReport, String> {
     cfg.validate()?;
     let progress = Arc::new(Progress::default());
     let t0 = Instant::now();
@@ -279,7 +303,13 @@ impl Recorder {
     fn second(&mut self, now_us: u64) -> &mut Second {
         let s = (now_us / 1_000_000) as usize;
         while self.seconds.len() <= s {
-            self.seconds.push(Second { completed: 0, rejected: 0, errors: 0, bytes: 0, hist: rt_histogram(2) });
+            self.seconds.push(Second {
+                completed: 0,
+                rejected: 0,
+                errors: 0,
+                bytes: 0,
+                hist: rt_histogram(2),
+            });
         }
         &mut self.seconds[s]
     }
@@ -310,8 +340,19 @@ struct Agent {
 }
 
 enum ModeState {
-    Closed { think_us: u64, rpc: u32, heap: BinaryHeap<Reverse<(u64, usize)>>, global_ids: Vec<usize> },
-    Open { rpc: u32, max_conns: usize, idle: Vec<usize>, pending: VecDeque<(u64, Option<u8>, String)>, next_arrival_us: Option<u64> },
+    Closed {
+        think_us: u64,
+        rpc: u32,
+        heap: BinaryHeap<Reverse<(u64, usize)>>,
+        global_ids: Vec<usize>,
+    },
+    Open {
+        rpc: u32,
+        max_conns: usize,
+        idle: Vec<usize>,
+        pending: VecDeque<(u64, Option<u8>, String)>,
+        next_arrival_us: Option<u64>,
+    },
 }
 
 struct Worker {
@@ -340,17 +381,31 @@ struct Worker {
 const TICK_US: u64 = 100_000;
 
 impl Worker {
-    fn new(cfg: &LoadConfig, index: usize, t0: Instant, progress: Arc<Progress>) -> Result<Self, String> {
+    fn new(
+        cfg: &LoadConfig,
+        index: usize,
+        t0: Instant,
+        progress: Arc<Progress>,
+    ) -> Result<Self, String> {
         let poll = Poll::new().map_err(|e| format!("cannot create a poller: {e}"))?;
         let popularity = match &cfg.requests {
             RequestMix::FileSet(m) => Some(m.popularity()?),
             RequestMix::Path(_) => None,
         };
-        let headers: String = cfg.headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+        let headers: String = cfg
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\r\n"))
+            .collect();
         let mode = match cfg.mode {
-            Mode::Closed { think, reqs_per_conn } => {
+            Mode::Closed {
+                think,
+                reqs_per_conn,
+            } => {
                 let max_users = cfg.schedule.max_level() as usize;
-                let global_ids: Vec<usize> = (0..max_users).filter(|u| u % cfg.threads == index).collect();
+                let global_ids: Vec<usize> = (0..max_users)
+                    .filter(|u| u % cfg.threads == index)
+                    .collect();
                 ModeState::Closed {
                     think_us: think.as_micros() as u64,
                     rpc: reqs_per_conn,
@@ -358,7 +413,10 @@ impl Worker {
                     global_ids,
                 }
             }
-            Mode::Open { reqs_per_conn, max_conns } => ModeState::Open {
+            Mode::Open {
+                reqs_per_conn,
+                max_conns,
+            } => ModeState::Open {
                 rpc: reqs_per_conn,
                 max_conns: max_conns.div_ceil(cfg.threads).max(1),
                 idle: Vec::new(),
@@ -384,7 +442,11 @@ impl Worker {
             poll,
             agents,
             rbuf: vec![0; 64 * 1024],
-            rng: fastrand::Rng::with_seed(cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(index as u64)),
+            rng: fastrand::Rng::with_seed(
+                cfg.seed
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    .wrapping_add(index as u64),
+            ),
             mode,
             inflight: 0,
             draining: false,
@@ -411,11 +473,18 @@ impl Worker {
                     self.update_phase(now);
                 }
             }
-            if self.draining && (self.inflight == 0 && self.pending_len() == 0 || now >= end_us + self.drain_us) {
+            if self.draining
+                && (self.inflight == 0 && self.pending_len() == 0 || now >= end_us + self.drain_us)
+            {
                 self.finish_unfinished(now);
                 self.rec.end_us = self.now_us();
                 if matches!(self.mode, ModeState::Closed { .. }) {
-                    self.rec.per_user = self.agents.iter().filter(|a| a.ever_active).map(|a| a.completions).collect();
+                    self.rec.per_user = self
+                        .agents
+                        .iter()
+                        .filter(|a| a.ever_active)
+                        .map(|a| a.completions)
+                        .collect();
                 }
                 return Ok(());
             }
@@ -424,7 +493,11 @@ impl Worker {
                 self.check_timeouts(now);
                 next_tick = now + TICK_US;
             }
-            let mut wake = next_tick.min(if self.draining { end_us + self.drain_us } else { end_us });
+            let mut wake = next_tick.min(if self.draining {
+                end_us + self.drain_us
+            } else {
+                end_us
+            });
             if let Some(t) = self.next_timer() {
                 wake = wake.min(t);
             }
@@ -454,7 +527,9 @@ impl Worker {
     fn next_timer(&self) -> Option<u64> {
         match &self.mode {
             ModeState::Closed { heap, .. } => heap.peek().map(|Reverse((t, _))| *t),
-            ModeState::Open { next_arrival_us, .. } => {
+            ModeState::Open {
+                next_arrival_us, ..
+            } => {
                 if self.draining {
                     None
                 } else {
@@ -466,7 +541,9 @@ impl Worker {
 
     /// Apply the schedule's level at `now`.
     fn update_phase(&mut self, now: u64) {
-        let Some(phase) = self.schedule.phase_at(Duration::from_micros(now)) else { return };
+        let Some(phase) = self.schedule.phase_at(Duration::from_micros(now)) else {
+            return;
+        };
         if self.phase == Some(phase) {
             return;
         }
@@ -474,7 +551,12 @@ impl Worker {
         let level = self.schedule.phases[phase].level;
         let phase_end_us = self.schedule.phase_end(phase).as_micros() as u64;
         match &mut self.mode {
-            ModeState::Closed { think_us, heap, global_ids, .. } => {
+            ModeState::Closed {
+                think_us,
+                heap,
+                global_ids,
+                ..
+            } => {
                 let users = level as usize;
                 for (j, &u) in global_ids.iter().enumerate() {
                     let a = &mut self.agents[j];
@@ -499,11 +581,17 @@ impl Worker {
                     }
                 }
             }
-            ModeState::Open { next_arrival_us, .. } => {
+            ModeState::Open {
+                next_arrival_us, ..
+            } => {
                 // The first arrival of the phase; with no rate, a marker at its end so
                 // that the next phase is read on time.
                 let rate = level / self.threads as f64;
-                let first = if rate > 0.0 { now + exp_gap_us(&mut self.rng, rate) } else { phase_end_us };
+                let first = if rate > 0.0 {
+                    now + exp_gap_us(&mut self.rng, rate)
+                } else {
+                    phase_end_us
+                };
                 *next_arrival_us = Some(first.min(phase_end_us));
             }
         }
@@ -569,7 +657,12 @@ impl Worker {
                     return;
                 }
                 loop {
-                    let ModeState::Open { next_arrival_us, .. } = &mut self.mode else { return };
+                    let ModeState::Open {
+                        next_arrival_us, ..
+                    } = &mut self.mode
+                    else {
+                        return;
+                    };
                     let Some(t) = *next_arrival_us else { return };
                     if t > now {
                         return;
@@ -588,10 +681,15 @@ impl Worker {
                             continue;
                         }
                     }
-                    let rate = self.schedule.phases[self.phase.unwrap_or(0)].level / self.threads as f64;
-                    let phase_end = self.schedule.phase_end(self.phase.unwrap_or(0)).as_micros() as u64;
+                    let rate =
+                        self.schedule.phases[self.phase.unwrap_or(0)].level / self.threads as f64;
+                    let phase_end =
+                        self.schedule.phase_end(self.phase.unwrap_or(0)).as_micros() as u64;
                     let next = t + exp_gap_us(&mut self.rng, rate);
-                    if let ModeState::Open { next_arrival_us, .. } = &mut self.mode {
+                    if let ModeState::Open {
+                        next_arrival_us, ..
+                    } = &mut self.mode
+                    {
                         *next_arrival_us = Some(next.min(phase_end));
                     }
                     self.rec.issued += 1;
@@ -615,7 +713,15 @@ impl Worker {
 
     /// Open loop: hand an arrival to a connection, or queue it.
     fn dispatch(&mut self, intended: u64, path: String, class: Option<u8>) {
-        let ModeState::Open { idle, pending, max_conns, .. } = &mut self.mode else { return };
+        let ModeState::Open {
+            idle,
+            pending,
+            max_conns,
+            ..
+        } = &mut self.mode
+        else {
+            return;
+        };
         let j = if let Some(j) = idle.pop() {
             j
         } else if self.agents.len() < *max_conns {
@@ -639,7 +745,11 @@ impl Worker {
     fn begin(&mut self, j: usize, start_us: u64, path: String, class: Option<u8>) {
         let bytes = self.request_bytes(&path);
         let a = &mut self.agents[j];
-        a.req = Some(Req { start_us, class, retried: false });
+        a.req = Some(Req {
+            start_us,
+            class,
+            retried: false,
+        });
         a.wbuf = bytes;
         a.wpos = 0;
         a.reader.start(false);
@@ -658,7 +768,12 @@ impl Worker {
         match TcpStream::connect(self.addr) {
             Ok(mut s) => {
                 let _ = s.set_nodelay(true);
-                if self.poll.registry().register(&mut s, Token(j), Interest::READABLE | Interest::WRITABLE).is_err() {
+                if self
+                    .poll
+                    .registry()
+                    .register(&mut s, Token(j), Interest::READABLE | Interest::WRITABLE)
+                    .is_err()
+                {
                     let now = self.now_us();
                     self.fail(j, "connect", now);
                     return;
@@ -832,7 +947,9 @@ impl Worker {
 
     fn complete(&mut self, j: usize, resp: Response) {
         let now = self.now_us();
-        let Some(req) = self.agents[j].req.take() else { return };
+        let Some(req) = self.agents[j].req.take() else {
+            return;
+        };
         self.inflight -= 1;
         let rt = now.saturating_sub(req.start_us);
         *self.rec.statuses.entry(resp.status).or_default() += 1;
@@ -923,7 +1040,10 @@ impl Worker {
         }
         if let ModeState::Open { pending, .. } = &mut self.mode {
             let mut n = 0;
-            while pending.front().is_some_and(|(t, _, _)| now.saturating_sub(*t) > self.timeout_us) {
+            while pending
+                .front()
+                .is_some_and(|(t, _, _)| now.saturating_sub(*t) > self.timeout_us)
+            {
                 pending.pop_front();
                 n += 1;
             }
@@ -982,7 +1102,11 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
             rejected: s.rejected,
             errors: s.errors,
             rt_p90_ms: quantile_ms(&s.hist, 0.9),
-            rt_mean_ms: if s.hist.is_empty() { 0.0 } else { s.hist.mean() / 1000.0 },
+            rt_mean_ms: if s.hist.is_empty() {
+                0.0
+            } else {
+                s.hist.mean() / 1000.0
+            },
             mbps: s.bytes as f64 * 8.0 / 1e6,
         })
         .collect();
@@ -992,26 +1116,51 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
         completed: total.completed,
         errors,
         rejected: total.rejected,
-        errors_by_kind: total.errors.iter().map(|(k, v)| ((*k).to_string(), *v)).collect(),
+        errors_by_kind: total
+            .errors
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), *v))
+            .collect(),
         status_counts: total.statuses.clone(),
         elapsed_s,
         bytes: total.bytes,
         connections: total.connections,
         throughput_rps: total.completed as f64 / elapsed_s,
         throughput_mbps: total.bytes as f64 * 8.0 / 1e6 / elapsed_s,
-        rt_mean_ms: if total.ok.is_empty() { 0.0 } else { total.ok.mean() / 1000.0 },
+        rt_mean_ms: if total.ok.is_empty() {
+            0.0
+        } else {
+            total.ok.mean() / 1000.0
+        },
         rt_p50_ms: quantile_ms(&total.ok, 0.5),
         rt_p90_ms: quantile_ms(&total.ok, 0.9),
         rt_p99_ms: quantile_ms(&total.ok, 0.99),
-        rt_max_ms: if total.ok.is_empty() { 0.0 } else { total.ok.max() as f64 / 1000.0 },
-        rt_min_ms: if total.ok.is_empty() { 0.0 } else { total.ok.min() as f64 / 1000.0 },
-        rejected_rt_mean_ms: if total.rejected_rt.is_empty() { 0.0 } else { total.rejected_rt.mean() / 1000.0 },
+        rt_max_ms: if total.ok.is_empty() {
+            0.0
+        } else {
+            total.ok.max() as f64 / 1000.0
+        },
+        rt_min_ms: if total.ok.is_empty() {
+            0.0
+        } else {
+            total.ok.min() as f64 / 1000.0
+        },
+        rejected_rt_mean_ms: if total.rejected_rt.is_empty() {
+            0.0
+        } else {
+            total.rejected_rt.mean() / 1000.0
+        },
         users: if closed { per_user.len() } else { 0 },
         fairness: if closed { jain_index(&per_user) } else { None },
         timeseries,
         cdf: cdf(&total.ok, 200),
         by_class: matches!(cfg.requests, RequestMix::FileSet(_)).then(|| {
-            (0..4).map(|c| ClassCount { class: c, completed: total.by_class[c] }).collect()
+            (0..4)
+                .map(|c| ClassCount {
+                    class: c,
+                    completed: total.by_class[c],
+                })
+                .collect()
         }),
     }
 }

@@ -27,7 +27,7 @@ pub struct Zipf {
 impl Zipf {
     /// A sampler over `n` items with exponent `alpha` (> 0). `None` if `n == 0`.
     pub fn new(n: usize, alpha: f64) -> Option<Self> {
-        if n == 0 || !(alpha > 0.0) {
+        if n == 0 || alpha.is_nan() || alpha <= 0.0 {
             return None;
         }
         let mut cdf = Vec::with_capacity(n);
@@ -149,7 +149,11 @@ mod tests {
         }
         for (k, &c) in counts.iter().enumerate() {
             let f = f64::from(c) / f64::from(n);
-            assert!((f - z.probability(k)).abs() < 0.005, "item {k}: {f} vs {}", z.probability(k));
+            assert!(
+                (f - z.probability(k)).abs() < 0.005,
+                "item {k}: {f} vs {}",
+                z.probability(k)
+            );
         }
     }
 

@@ -62,13 +62,15 @@ impl Manifest {
     /// Read `DIR/manifest.json`.
     pub fn load(dir: &Path) -> Result<Manifest, String> {
         let p = dir.join(MANIFEST);
-        let text = fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        let text =
+            fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("bad manifest {}: {e}", p.display()))
     }
 
     /// The popularity model over this set's directories.
     pub fn popularity(&self) -> Result<SpecWebPopularity, String> {
-        SpecWebPopularity::new(self.dirs).ok_or_else(|| "the file set has no directories".to_string())
+        SpecWebPopularity::new(self.dirs)
+            .ok_or_else(|| "the file set has no directories".to_string())
     }
 }
 
@@ -122,11 +124,17 @@ fn mkdir(dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot chmod {}: {e}", dir.display()))
 }
 
-fn write_file(path: &Path, size: u64, rng: &mut fastrand::Rng, buf: &mut [u8]) -> Result<(), String> {
+fn write_file(
+    path: &Path,
+    size: u64,
+    rng: &mut fastrand::Rng,
+    buf: &mut [u8],
+) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let err = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
     let f = fs::File::create(path).map_err(err)?;
-    f.set_permissions(fs::Permissions::from_mode(0o644)).map_err(err)?;
+    f.set_permissions(fs::Permissions::from_mode(0o644))
+        .map_err(err)?;
     let mut w = BufWriter::new(f);
     let mut left = size;
     while left > 0 {
@@ -168,7 +176,11 @@ mod tests {
         assert_eq!(fa, fb);
         let on_disk: u64 = (0..4)
             .flat_map(|c| (0..9).map(move |i| (c, i)))
-            .map(|(c, i)| fs::metadata(a.path().join(format!("dir00000/class{c}_{i}"))).unwrap().len())
+            .map(|(c, i)| {
+                fs::metadata(a.path().join(format!("dir00000/class{c}_{i}")))
+                    .unwrap()
+                    .len()
+            })
             .sum();
         assert_eq!(on_disk, ma.total_bytes);
         assert_eq!(Manifest::load(a.path()).unwrap(), ma);

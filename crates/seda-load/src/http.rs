@@ -108,7 +108,11 @@ impl ResponseReader {
 
     fn done(&self, used: usize) -> Feed {
         Feed::Done {
-            response: Response { status: self.status, close: self.close, bytes: self.bytes },
+            response: Response {
+                status: self.status,
+                close: self.close,
+                bytes: self.bytes,
+            },
             used,
         }
     }
@@ -163,7 +167,11 @@ impl ResponseReader {
                     let take = (rest.len() as u64).min(n);
                     self.bytes += take;
                     i += take as usize;
-                    self.state = if n == take { State::ChunkEnd } else { State::ChunkData(n - take) };
+                    self.state = if n == take {
+                        State::ChunkEnd
+                    } else {
+                        State::ChunkData(n - take)
+                    };
                 }
                 State::ChunkSize | State::ChunkEnd | State::Trailers => {
                     let (line_done, used) = take_line(&mut self.line, rest);
@@ -180,7 +188,11 @@ impl ResponseReader {
                     match self.state {
                         State::ChunkSize => {
                             let size = parse_chunk_size(&line)?;
-                            self.state = if size == 0 { State::Trailers } else { State::ChunkData(size) };
+                            self.state = if size == 0 {
+                                State::Trailers
+                            } else {
+                                State::ChunkData(size)
+                            };
                         }
                         State::ChunkEnd => {
                             if !line.is_empty() {
@@ -204,9 +216,11 @@ impl ResponseReader {
     /// now complete; anything else in progress is truncated.
     pub fn eof(&mut self) -> Result<Response, HttpError> {
         match self.state {
-            State::UntilClose => {
-                Ok(Response { status: self.status, close: true, bytes: self.bytes })
-            }
+            State::UntilClose => Ok(Response {
+                status: self.status,
+                close: true,
+                bytes: self.bytes,
+            }),
             _ => Err(HttpError::Truncated),
         }
     }
@@ -227,9 +241,15 @@ impl ResponseReader {
         for h in resp.headers.iter() {
             let v = std::str::from_utf8(h.value).unwrap_or("").trim();
             if h.name.eq_ignore_ascii_case("content-length") {
-                length = Some(v.parse().map_err(|_| HttpError::BadHead(format!("content-length {v:?}")))?);
+                length = Some(
+                    v.parse()
+                        .map_err(|_| HttpError::BadHead(format!("content-length {v:?}")))?,
+                );
             } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = v.to_ascii_lowercase().split(',').any(|t| t.trim() == "chunked");
+                chunked = v
+                    .to_ascii_lowercase()
+                    .split(',')
+                    .any(|t| t.trim() == "chunked");
             } else if h.name.eq_ignore_ascii_case("connection") {
                 let v = v.to_ascii_lowercase();
                 if v.contains("close") {
@@ -258,7 +278,10 @@ impl ResponseReader {
 }
 
 fn find_crlfcrlf(buf: &[u8], from: usize) -> Option<usize> {
-    buf.get(from..)?.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + from)
+    buf.get(from..)?
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|p| p + from)
 }
 
 /// Append bytes up to and including the first `\n`; (line complete, bytes used).
@@ -282,7 +305,9 @@ fn trim_crlf(line: &[u8]) -> &[u8] {
 
 fn parse_chunk_size(line: &[u8]) -> Result<u64, HttpError> {
     let hex = line.split(|&b| b == b';').next().unwrap_or(&[]);
-    let s = std::str::from_utf8(hex).map_err(|_| HttpError::BadChunk)?.trim();
+    let s = std::str::from_utf8(hex)
+        .map_err(|_| HttpError::BadChunk)?
+        .trim();
     if s.is_empty() {
         return Err(HttpError::BadChunk);
     }
@@ -293,7 +318,11 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, HttpError> {
 mod tests {
     use super::*;
 
-    fn feed_in_pieces(r: &mut ResponseReader, data: &[u8], piece: usize) -> Option<(Response, usize)> {
+    fn feed_in_pieces(
+        r: &mut ResponseReader,
+        data: &[u8],
+        piece: usize,
+    ) -> Option<(Response, usize)> {
         let mut off = 0;
         while off < data.len() {
             let end = (off + piece).min(data.len());
@@ -326,7 +355,10 @@ mod tests {
             let mut r = ResponseReader::new();
             r.start(false);
             let (resp, used) = feed_in_pieces(&mut r, msg, piece).unwrap();
-            assert_eq!((resp.status, used, resp.bytes), (200, msg.len(), msg.len() as u64));
+            assert_eq!(
+                (resp.status, used, resp.bytes),
+                (200, msg.len(), msg.len() as u64)
+            );
         }
     }
 
@@ -340,7 +372,11 @@ mod tests {
         assert_eq!(resp.bytes, 22);
 
         r.start(false);
-        assert_eq!(r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc").unwrap(), Feed::More);
+        assert_eq!(
+            r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+                .unwrap(),
+            Feed::More
+        );
         assert_eq!(r.eof(), Err(HttpError::Truncated));
         r.start(false);
         assert!(r.is_fresh());
@@ -351,11 +387,25 @@ mod tests {
     fn no_body_for_head_204_304_and_interim_100_is_skipped() {
         let mut r = ResponseReader::new();
         r.start(true);
-        let f = r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n").unwrap();
-        assert!(matches!(f, Feed::Done { response: Response { status: 200, .. }, .. }));
+        let f = r
+            .feed(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n")
+            .unwrap();
+        assert!(matches!(
+            f,
+            Feed::Done {
+                response: Response { status: 200, .. },
+                ..
+            }
+        ));
         r.start(false);
         let f = r.feed(b"HTTP/1.1 304 Not Modified\r\n\r\n").unwrap();
-        assert!(matches!(f, Feed::Done { response: Response { status: 304, .. }, .. }));
+        assert!(matches!(
+            f,
+            Feed::Done {
+                response: Response { status: 304, .. },
+                ..
+            }
+        ));
         r.start(false);
         let f = r.feed(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Busy\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno").unwrap();
         match f {
@@ -373,12 +423,19 @@ mod tests {
         r.start(false);
         assert!(r.feed(b"HTTP/1.1 2x0 OK\r\n\r\n").is_err());
         r.start(false);
-        assert!(r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: nope\r\n\r\n").is_err());
+        assert!(
+            r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: nope\r\n\r\n")
+                .is_err()
+        );
         r.start(false);
-        assert!(r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
+        assert!(
+            r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+                .is_err()
+        );
         r.start(false);
         assert_eq!(
-            r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX").unwrap(),
+            r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX")
+                .unwrap(),
             Feed::More
         );
         assert_eq!(r.feed(b"\r\n"), Err(HttpError::BadChunk));

@@ -65,15 +65,26 @@ pub fn cdf(h: &Histogram<u64>, points: usize) -> Vec<CdfPoint> {
     let n = points.max(2);
     let mut out: Vec<CdfPoint> = Vec::with_capacity(n);
     for i in 0..n {
-        let x = if hi <= lo { hi } else { lo * (hi / lo).powf(i as f64 / (n - 1) as f64) };
+        let x = if hi <= lo {
+            hi
+        } else {
+            lo * (hi / lo).powf(i as f64 / (n - 1) as f64)
+        };
         let at_or_below = h.count_between(0, x as u64) as f64;
-        let p = if i == n - 1 { 1.0 } else { (at_or_below / total).min(1.0) };
+        let p = if i == n - 1 {
+            1.0
+        } else {
+            (at_or_below / total).min(1.0)
+        };
         if let Some(last) = out.last() {
             if last.p == p && i != n - 1 {
                 continue;
             }
         }
-        out.push(CdfPoint { rt_ms: x / 1000.0, p });
+        out.push(CdfPoint {
+            rt_ms: x / 1000.0,
+            p,
+        });
     }
     out
 }
@@ -81,7 +92,11 @@ pub fn cdf(h: &Histogram<u64>, points: usize) -> Vec<CdfPoint> {
 /// P(response time <= `rt_ms`) read off CDF points (step interpolation: the last point
 /// at or below `rt_ms`); 0 below the first point.
 pub fn cdf_at(points: &[CdfPoint], rt_ms: f64) -> f64 {
-    points.iter().take_while(|c| c.rt_ms <= rt_ms).last().map_or(0.0, |c| c.p)
+    points
+        .iter()
+        .take_while(|c| c.rt_ms <= rt_ms)
+        .last()
+        .map_or(0.0, |c| c.p)
 }
 
 #[cfg(test)]
@@ -110,11 +125,17 @@ mod tests {
         }
         let pts = cdf(&h, 200);
         assert_eq!(pts.last().unwrap().p, 1.0);
-        assert!(pts.windows(2).all(|w| w[0].rt_ms <= w[1].rt_ms && w[0].p <= w[1].p));
+        assert!(
+            pts.windows(2)
+                .all(|w| w[0].rt_ms <= w[1].rt_ms && w[0].p <= w[1].p)
+        );
         for x in [10.0, 100.0, 250.0, 500.0, 900.0] {
             let p = cdf_at(&pts, x);
             // Log spacing of 200 points over 3 decades: neighbours differ by 3.5 %.
-            assert!((p - x / 1000.0).abs() <= 0.04 * x / 1000.0 + 0.002, "x={x}: p={p}");
+            assert!(
+                (p - x / 1000.0).abs() <= 0.04 * x / 1000.0 + 0.002,
+                "x={x}: p={p}"
+            );
         }
         assert_eq!(cdf_at(&pts, 0.5), 0.0);
         assert_eq!(cdf_at(&pts, 5000.0), 1.0);

@@ -99,6 +99,11 @@ impl LoadReport {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
 
+    /// Parse the JSON of [`LoadReport::to_json`].
+    pub fn from_json(text: &str) -> Result<LoadReport, String> {
+        serde_json::from_str(text).map_err(|e| format!("not a load report: {e}"))
+    }
+
     /// A few lines for a terminal.
     pub fn summary(&self) -> String {
         let fairness = self.fairness.map_or("-".to_string(), |f| format!("{f:.3}"));
@@ -122,7 +127,11 @@ impl LoadReport {
             self.rt_max_ms,
         );
         if !self.errors_by_kind.is_empty() {
-            let kinds: Vec<String> = self.errors_by_kind.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let kinds: Vec<String> = self
+                .errors_by_kind
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
             s.push_str(&format!("\nerrors: {}", kinds.join(", ")));
         }
         s

@@ -30,7 +30,9 @@ pub struct Schedule {
 impl Schedule {
     /// One phase.
     pub fn steady(duration: Duration, level: f64) -> Self {
-        Schedule { phases: vec![Phase { duration, level }] }
+        Schedule {
+            phases: vec![Phase { duration, level }],
+        }
     }
 
     /// Parse `DUR@LEVEL[,DUR@LEVEL...]`.
@@ -38,9 +40,9 @@ impl Schedule {
         let mut phases = Vec::new();
         for part in text.split(',') {
             let part = part.trim();
-            let (d, l) = part
-                .split_once('@')
-                .ok_or_else(|| format!("schedule phase {part:?} is not DURATION@LEVEL (e.g. 60s@100)"))?;
+            let (d, l) = part.split_once('@').ok_or_else(|| {
+                format!("schedule phase {part:?} is not DURATION@LEVEL (e.g. 60s@100)")
+            })?;
             let duration = parse_duration(d)?;
             let level: f64 = l
                 .trim()

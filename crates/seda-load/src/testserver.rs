@@ -25,7 +25,12 @@ pub struct TestServerConfig {
 
 impl Default for TestServerConfig {
     fn default() -> Self {
-        TestServerConfig { delay: Duration::ZERO, body_len: 100, chunked: false, reject_every: None }
+        TestServerConfig {
+            delay: Duration::ZERO,
+            body_len: 100,
+            chunked: false,
+            reject_every: None,
+        }
     }
 }
 
@@ -58,20 +63,28 @@ impl TestServer {
         let stats = Arc::new(TestServerStats::default());
         let (stop2, stats2) = (Arc::clone(&stop), Arc::clone(&stats));
         let cfg = Arc::new(cfg);
-        let accept = std::thread::Builder::new().name("testserver-accept".into()).spawn(move || {
-            for conn in listener.incoming() {
-                if stop2.load(Ordering::Acquire) {
-                    break;
+        let accept = std::thread::Builder::new()
+            .name("testserver-accept".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if stop2.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let Ok(conn) = conn else { continue };
+                    stats2.connections.fetch_add(1, Ordering::Relaxed);
+                    let (cfg, stats, stop) =
+                        (Arc::clone(&cfg), Arc::clone(&stats2), Arc::clone(&stop2));
+                    let _ = std::thread::Builder::new()
+                        .name("testserver-conn".into())
+                        .spawn(move || serve(conn, &cfg, &stats, &stop));
                 }
-                let Ok(conn) = conn else { continue };
-                stats2.connections.fetch_add(1, Ordering::Relaxed);
-                let (cfg, stats, stop) = (Arc::clone(&cfg), Arc::clone(&stats2), Arc::clone(&stop2));
-                let _ = std::thread::Builder::new()
-                    .name("testserver-conn".into())
-                    .spawn(move || serve(conn, &cfg, &stats, &stop));
-            }
-        })?;
-        Ok(TestServer { addr, stop, stats, accept: Some(accept) })
+            })?;
+        Ok(TestServer {
+            addr,
+            stop,
+            stats,
+            accept: Some(accept),
+        })
     }
 
     /// Listening address.
@@ -116,7 +129,12 @@ fn serve(mut conn: TcpStream, cfg: &TestServerConfig, stats: &TestServerStats, s
             match conn.read(&mut chunk) {
                 Ok(0) => return,
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
                     if stop.load(Ordering::Acquire) {
                         return;
                     }
@@ -143,7 +161,9 @@ fn serve(mut conn: TcpStream, cfg: &TestServerConfig, stats: &TestServerStats, s
             }
             out.extend_from_slice(b"0\r\n\r\n");
         } else {
-            out.extend_from_slice(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
+            out.extend_from_slice(
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes(),
+            );
             out.extend_from_slice(&body);
         }
         if conn.write_all(&out).is_err() {

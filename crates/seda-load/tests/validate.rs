@@ -23,7 +23,11 @@ fn config(server: &TestServer, mode: Mode, schedule: Schedule) -> LoadConfig {
 }
 
 fn check_accounting(r: &LoadReport) {
-    assert_eq!(r.completed + r.errors + r.rejected, r.issued, "every request ends exactly once");
+    assert_eq!(
+        r.completed + r.errors + r.rejected,
+        r.issued,
+        "every request ends exactly once"
+    );
     let ts_completed: u64 = r.timeseries.iter().map(|p| p.completed).sum();
     let ts_rejected: u64 = r.timeseries.iter().map(|p| p.rejected).sum();
     let ts_errors: u64 = r.timeseries.iter().map(|p| p.errors).sum();
@@ -32,7 +36,10 @@ fn check_accounting(r: &LoadReport) {
     assert_eq!(ts_errors, r.errors);
     assert_eq!(r.errors_by_kind.values().sum::<u64>(), r.errors);
     let statuses: u64 = r.status_counts.values().sum();
-    assert_eq!(statuses, r.completed + r.rejected + r.errors_by_kind.get("status").copied().unwrap_or(0));
+    assert_eq!(
+        statuses,
+        r.completed + r.rejected + r.errors_by_kind.get("status").copied().unwrap_or(0)
+    );
 }
 
 /// Closed loop against a 20 ms server: every response takes 20 ms plus loopback and
@@ -41,10 +48,17 @@ fn check_accounting(r: &LoadReport) {
 /// within 20 % of 10 / 0.040 = 250/s minus the connect overhead (we require 180..260).
 #[test]
 fn closed_loop_latency_matches_a_20ms_server() {
-    let server = TestServer::start(TestServerConfig { delay: Duration::from_millis(20), ..Default::default() }).unwrap();
+    let server = TestServer::start(TestServerConfig {
+        delay: Duration::from_millis(20),
+        ..Default::default()
+    })
+    .unwrap();
     let cfg = config(
         &server,
-        Mode::Closed { think: Duration::from_millis(20), reqs_per_conn: 5 },
+        Mode::Closed {
+            think: Duration::from_millis(20),
+            reqs_per_conn: 5,
+        },
         Schedule::steady(Duration::from_secs(3), 10.0),
     );
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
@@ -53,13 +67,24 @@ fn closed_loop_latency_matches_a_20ms_server() {
     assert!((20.0..=30.0).contains(&r.rt_p50_ms), "p50 {}", r.rt_p50_ms);
     assert!(r.rt_min_ms >= 20.0, "min {}", r.rt_min_ms);
     assert!(r.rt_max_ms < 200.0, "max {}", r.rt_max_ms);
-    assert!((180.0..=260.0).contains(&r.throughput_rps), "rps {}", r.throughput_rps);
+    assert!(
+        (180.0..=260.0).contains(&r.throughput_rps),
+        "rps {}",
+        r.throughput_rps
+    );
     // Equal users get equal service.
     assert_eq!(r.users, 10);
     assert!(r.fairness.unwrap() > 0.95, "fairness {:?}", r.fairness);
     // Reconnect every 5 requests: about completed / 5 connections, and the server agrees.
-    let server_conns = server.stats().connections.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(r.connections >= r.completed / 5 && r.connections <= r.completed / 5 + 11, "{} conns", r.connections);
+    let server_conns = server
+        .stats()
+        .connections
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        r.connections >= r.completed / 5 && r.connections <= r.completed / 5 + 11,
+        "{} conns",
+        r.connections
+    );
     assert!(server_conns >= r.connections.saturating_sub(1));
     // Bytes: each response is a 40-byte head + 100-byte body.
     assert_eq!(r.bytes, r.completed * (40 + 100));
@@ -69,10 +94,17 @@ fn closed_loop_latency_matches_a_20ms_server() {
 /// latency from the intended send time with p50 in [20, 30] ms.
 #[test]
 fn open_loop_rate_and_latency_match() {
-    let server = TestServer::start(TestServerConfig { delay: Duration::from_millis(20), ..Default::default() }).unwrap();
+    let server = TestServer::start(TestServerConfig {
+        delay: Duration::from_millis(20),
+        ..Default::default()
+    })
+    .unwrap();
     let cfg = config(
         &server,
-        Mode::Open { reqs_per_conn: 100, max_conns: 64 },
+        Mode::Open {
+            reqs_per_conn: 100,
+            max_conns: 64,
+        },
         Schedule::steady(Duration::from_secs(4), 200.0),
     );
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
@@ -89,10 +121,17 @@ fn open_loop_rate_and_latency_match() {
 /// and their latency, measured from the intended time, grows far beyond 50 ms.
 #[test]
 fn open_loop_counts_client_side_queueing() {
-    let server = TestServer::start(TestServerConfig { delay: Duration::from_millis(50), ..Default::default() }).unwrap();
+    let server = TestServer::start(TestServerConfig {
+        delay: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .unwrap();
     let mut cfg = config(
         &server,
-        Mode::Open { reqs_per_conn: 1000, max_conns: 1 },
+        Mode::Open {
+            reqs_per_conn: 1000,
+            max_conns: 1,
+        },
         Schedule::steady(Duration::from_secs(3), 40.0),
     );
     cfg.drain = Duration::from_secs(1);
@@ -100,7 +139,11 @@ fn open_loop_counts_client_side_queueing() {
     check_accounting(&r);
     // About 20/s are served; the rest is unfinished after the 1 s drain.
     assert!(r.completed <= 20 * 4 + 5, "completed {}", r.completed);
-    assert!(r.errors_by_kind.get("unfinished").copied().unwrap_or(0) > 20, "{:?}", r.errors_by_kind);
+    assert!(
+        r.errors_by_kind.get("unfinished").copied().unwrap_or(0) > 20,
+        "{:?}",
+        r.errors_by_kind
+    );
     // A request that waited behind 40 others in the queue: p90 well over a second.
     assert!(r.rt_p90_ms > 1000.0, "p90 {}", r.rt_p90_ms);
     assert!(r.rt_p50_ms > 200.0, "p50 {}", r.rt_p50_ms);
@@ -119,14 +162,23 @@ fn rejected_chunked_schedule_and_json_fields() {
     .unwrap();
     let cfg = config(
         &server,
-        Mode::Closed { think: Duration::from_millis(10), reqs_per_conn: 3 },
+        Mode::Closed {
+            think: Duration::from_millis(10),
+            reqs_per_conn: 3,
+        },
         Schedule::parse("1s@2,1s@8,1s@2").unwrap(),
     );
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
     check_accounting(&r);
     assert_eq!(r.errors, 0, "{:?}", r.errors_by_kind);
-    let served = server.stats().requests.load(std::sync::atomic::Ordering::Relaxed);
-    let rejected = server.stats().rejected.load(std::sync::atomic::Ordering::Relaxed);
+    let served = server
+        .stats()
+        .requests
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let rejected = server
+        .stats()
+        .rejected
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(r.completed + r.rejected, served);
     assert_eq!(r.rejected, rejected);
     assert!(r.rejected > 0 && r.rejected <= r.issued / 4 + 1);
@@ -134,18 +186,41 @@ fn rejected_chunked_schedule_and_json_fields() {
     let levels: Vec<f64> = r.timeseries.iter().take(3).map(|p| p.level).collect();
     assert_eq!(levels, vec![2.0, 8.0, 2.0]);
     // The middle second has 4x the users and so about 4x the completions.
-    let c: Vec<u64> = r.timeseries.iter().map(|p| p.completed + p.rejected).collect();
-    assert!(c[1] as f64 > 2.5 * c[0] as f64 && c[1] as f64 > 2.5 * c[2] as f64, "{c:?}");
+    let c: Vec<u64> = r
+        .timeseries
+        .iter()
+        .map(|p| p.completed + p.rejected)
+        .collect();
+    assert!(
+        c[1] as f64 > 2.5 * c[0] as f64 && c[1] as f64 > 2.5 * c[2] as f64,
+        "{c:?}"
+    );
 
     let json = serde_json::to_value(&r).unwrap();
     for f in [
-        "completed", "errors", "rejected", "throughput_rps", "throughput_mbps", "rt_mean_ms", "rt_p50_ms",
-        "rt_p90_ms", "rt_p99_ms", "rt_max_ms", "fairness", "timeseries", "cdf", "config", "issued",
+        "completed",
+        "errors",
+        "rejected",
+        "throughput_rps",
+        "throughput_mbps",
+        "rt_mean_ms",
+        "rt_p50_ms",
+        "rt_p90_ms",
+        "rt_p99_ms",
+        "rt_max_ms",
+        "fairness",
+        "timeseries",
+        "cdf",
+        "config",
+        "issued",
     ] {
         assert!(json.get(f).is_some(), "missing {f}");
     }
     for f in ["t", "completed", "rejected", "rt_p90_ms"] {
-        assert!(json["timeseries"][0].get(f).is_some(), "missing timeseries.{f}");
+        assert!(
+            json["timeseries"][0].get(f).is_some(),
+            "missing timeseries.{f}"
+        );
     }
     assert_eq!(json["config"]["headers"][0], "X-Class: 1");
 }
@@ -161,7 +236,10 @@ fn refused_connections_are_errors() {
     let cfg = LoadConfig {
         addr,
         host,
-        mode: Mode::Closed { think: Duration::from_millis(50), reqs_per_conn: 5 },
+        mode: Mode::Closed {
+            think: Duration::from_millis(50),
+            reqs_per_conn: 5,
+        },
         requests: RequestMix::Path("/".into()),
         headers: vec![],
         schedule: Schedule::steady(Duration::from_millis(500), 2.0),
@@ -173,7 +251,11 @@ fn refused_connections_are_errors() {
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
     check_accounting(&r);
     assert_eq!(r.completed, 0);
-    assert!(r.errors_by_kind.get("connect").copied().unwrap_or(0) >= 2, "{:?}", r.errors_by_kind);
+    assert!(
+        r.errors_by_kind.get("connect").copied().unwrap_or(0) >= 2,
+        "{:?}",
+        r.errors_by_kind
+    );
 }
 
 #[test]

@@ -1,0 +1,146 @@
+//! SVG line charts with plotters: one line per series, optional log-10 x axis.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+/// One line of a chart.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Legend label.
+    pub name: String,
+    /// (x, y) points, in x order.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Axes and labels of a chart.
+#[derive(Debug, Clone)]
+pub struct Chart<'a> {
+    /// Title above the plot.
+    pub title: &'a str,
+    /// X axis label.
+    pub x_label: &'a str,
+    /// Y axis label.
+    pub y_label: &'a str,
+    /// Plot x on a log-10 scale (x must be > 0).
+    pub x_log: bool,
+    /// Fixed y range; otherwise 0 .. 1.1 * max.
+    pub y_range: Option<(f64, f64)>,
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+];
+
+/// Write `series` as an SVG line chart to `path`.
+pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(), String> {
+    let tx = |x: f64| if chart.x_log { x.max(1e-9).log10() } else { x };
+    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| tx(p.0)));
+    let (mut x0, mut x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+        (a.min(x), b.max(x))
+    });
+    if !x0.is_finite() {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let pad = (x1 - x0) * 0.03;
+    let (y0, y1) = chart.y_range.unwrap_or_else(|| {
+        let m = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .fold(0.0, f64::max);
+        (0.0, if m > 0.0 { m * 1.1 } else { 1.0 })
+    });
+    let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d((x0 - pad)..(x1 + pad), y0..y1)
+        .map_err(|e| err(&e))?;
+    let x_log = chart.x_log;
+    let fmt_x = move |v: &f64| {
+        if x_log {
+            let x = 10f64.powf(*v);
+            if x >= 10.0 {
+                format!("{x:.0}")
+            } else {
+                format!("{x:.2}")
+            }
+        } else {
+            format!("{v}")
+        }
+    };
+    c.configure_mesh()
+        .x_desc(chart.x_label)
+        .y_desc(chart.y_label)
+        .x_label_formatter(&fmt_x)
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, s) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
+        c.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        c.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| err(&e))?;
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_an_svg_with_every_series() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.svg");
+        let series = vec![
+            Series {
+                name: "alpha".into(),
+                points: vec![(1.0, 1.0), (10.0, 5.0), (1000.0, 4.0)],
+            },
+            Series {
+                name: "beta".into(),
+                points: vec![(1.0, 2.0), (1000.0, 3.0)],
+            },
+        ];
+        let chart = Chart {
+            title: "t",
+            x_label: "clients",
+            y_label: "Mbit/s",
+            x_log: true,
+            y_range: None,
+        };
+        line_chart(&p, &chart, &series).unwrap();
+        let svg = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            svg.starts_with("<svg")
+                && svg.contains("alpha")
+                && svg.contains("beta")
+                && svg.contains("1000")
+        );
+    }
+}
