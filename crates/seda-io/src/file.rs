@@ -137,7 +137,10 @@ impl FileOp {
             FileOp::Open { path } => {
                 let file = File::open(path)?;
                 let meta = file.metadata()?;
-                Ok(FileReply::Opened { file: Arc::new(file), meta })
+                Ok(FileReply::Opened {
+                    file: Arc::new(file),
+                    meta,
+                })
             }
             FileOp::Stat { path } => Ok(FileReply::Stat(std::fs::metadata(path)?)),
             FileOp::Read { file, offset, len } => {
@@ -165,7 +168,9 @@ impl FileOp {
                 }
                 let mut buf = Vec::with_capacity(size as usize);
                 // Read one byte past max_len at most, in case the file grew.
-                (&mut file).take(max_len.saturating_add(1)).read_to_end(&mut buf)?;
+                (&mut file)
+                    .take(max_len.saturating_add(1))
+                    .read_to_end(&mut buf)?;
                 if buf.len() as u64 > max_len {
                     return Err(io::Error::new(
                         io::ErrorKind::FileTooLarge,
@@ -268,29 +273,36 @@ pub struct FileHelper {
 
 impl fmt::Debug for FileHelper {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FileHelper").field("stage", &self.sink.stage_name()).finish()
+        f.debug_struct("FileHelper")
+            .field("stage", &self.sink.stage_name())
+            .finish()
     }
 }
 
 impl FileHelper {
     /// Registers the helper stage in `rt`.
     pub fn start(rt: &Runtime, cfg: FileConfig) -> Result<FileHelper, RuntimeError> {
-        cfg.pool.validate().map_err(|e| RuntimeError::InvalidConfig(format!("file helper: {e}")))?;
+        cfg.pool
+            .validate()
+            .map_err(|e| RuntimeError::InvalidConfig(format!("file helper: {e}")))?;
         let counters = Arc::new(Counters::default());
         let c = Arc::clone(&counters);
         let sink = rt
-            .stage(&cfg.stage_name, move |batch: Batch<'_, FileTask>, _cx: &Context<'_>| {
-                for task in batch {
-                    let result = task.op.run();
-                    c.completed.fetch_add(1, Relaxed);
-                    // A panicking callback must not lose the rest of the batch.
-                    let done = task.done;
-                    if catch_unwind(AssertUnwindSafe(move || done(result))).is_err() {
-                        c.callback_panics.fetch_add(1, Relaxed);
-                        tracing::error!("a file completion callback panicked");
+            .stage(
+                &cfg.stage_name,
+                move |batch: Batch<'_, FileTask>, _cx: &Context<'_>| {
+                    for task in batch {
+                        let result = task.op.run();
+                        c.completed.fetch_add(1, Relaxed);
+                        // A panicking callback must not lose the rest of the batch.
+                        let done = task.done;
+                        if catch_unwind(AssertUnwindSafe(move || done(result))).is_err() {
+                            c.callback_panics.fetch_add(1, Relaxed);
+                            tracing::error!("a file completion callback panicked");
+                        }
                     }
-                }
-            })
+                },
+            )
             .capacity(cfg.capacity)
             .thread_pool(cfg.pool)
             .build()?;
@@ -337,7 +349,13 @@ impl FileHelper {
         done: impl FnOnce(io::Result<FileReply>) + Send + 'static,
     ) -> Result<(), SubmitError> {
         let meta = meta.with_color(op.color());
-        match self.sink.try_enqueue_with(FileTask { op, done: Box::new(done) }, meta) {
+        match self.sink.try_enqueue_with(
+            FileTask {
+                op,
+                done: Box::new(done),
+            },
+            meta,
+        ) {
             Ok(()) => {
                 self.counters.submitted.fetch_add(1, Relaxed);
                 Ok(())
@@ -349,7 +367,10 @@ impl FileHelper {
                     EnqueueError::Rejected(_) => Refusal::Rejected,
                     EnqueueError::Closed(_) => Refusal::Closed,
                 };
-                Err(SubmitError { op: e.into_inner().op, reason })
+                Err(SubmitError {
+                    op: e.into_inner().op,
+                    reason,
+                })
             }
         }
     }
@@ -397,7 +418,10 @@ impl FileHelper {
                 }
             }
             counters.completions_undelivered.fetch_add(1, Relaxed);
-            tracing::warn!(stage = sink.stage_name(), "a file completion could not be delivered");
+            tracing::warn!(
+                stage = sink.stage_name(),
+                "a file completion could not be delivered"
+            );
         })
     }
 }

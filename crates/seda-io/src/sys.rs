@@ -17,7 +17,13 @@ use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 pub fn raise_fd_limit() -> io::Result<u64> {
     let lim = getrlimit(Resource::Nofile);
     if lim.current != lim.maximum {
-        setrlimit(Resource::Nofile, Rlimit { current: lim.maximum, maximum: lim.maximum })?;
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: lim.maximum,
+                maximum: lim.maximum,
+            },
+        )?;
     }
     Ok(getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX))
 }
@@ -25,9 +31,22 @@ pub fn raise_fd_limit() -> io::Result<u64> {
 /// A non-blocking listening socket with `SO_REUSEADDR` and, if `reuse_port`,
 /// `SO_REUSEPORT`, so that each event loop can own a listener on the same address
 /// and the kernel spreads incoming connections over them.
-pub(crate) fn listener(addr: SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<std::net::TcpListener> {
-    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
-    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC, None)?;
+pub(crate) fn listener(
+    addr: SocketAddr,
+    reuse_port: bool,
+    backlog: i32,
+) -> io::Result<std::net::TcpListener> {
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(
+        family,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?;
     sockopt::set_socket_reuseaddr(&fd, true)?;
     if reuse_port {
         sockopt::set_socket_reuseport(&fd, true)?;
@@ -43,7 +62,12 @@ pub(crate) fn set_send_buffer(fd: impl AsFd, bytes: usize) -> io::Result<()> {
 }
 
 /// `sendfile(out, file, &offset, count)`: bytes sent (advances `offset`).
-pub(crate) fn sendfile(out: impl AsFd, file: &File, offset: &mut u64, count: usize) -> io::Result<usize> {
+pub(crate) fn sendfile(
+    out: impl AsFd,
+    file: &File,
+    offset: &mut u64,
+    count: usize,
+) -> io::Result<usize> {
     Ok(rustix::fs::sendfile(out, file, Some(offset), count)?)
 }
 

@@ -29,7 +29,12 @@ fn write_files(dir: &tempfile::TempDir, n: usize, len: usize) -> Vec<PathBuf> {
         .map(|i| {
             let p = dir.path().join(format!("f{i}"));
             let mut f = std::fs::File::create(&p).unwrap();
-            f.write_all(&(0..len).map(|j| ((i * 7 + j) % 251) as u8).collect::<Vec<_>>()).unwrap();
+            f.write_all(
+                &(0..len)
+                    .map(|j| ((i * 7 + j) % 251) as u8)
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
             p
         })
         .collect()
@@ -54,7 +59,10 @@ fn operations_on_one_file_complete_in_submission_order() {
     let dir = tempfile::tempdir().unwrap();
     let paths = write_files(&dir, 4, 64 * 1024);
     // Files 0-1 through path operations, files 2-3 through reads of an open file.
-    let open: Vec<Arc<std::fs::File>> = paths.iter().map(|p| Arc::new(std::fs::File::open(p).unwrap())).collect();
+    let open: Vec<Arc<std::fs::File>> = paths
+        .iter()
+        .map(|p| Arc::new(std::fs::File::open(p).unwrap()))
+        .collect();
     let order: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
     let inside = Arc::new(AtomicUsize::new(0));
     let max_inside = Arc::new(AtomicUsize::new(0));
@@ -63,9 +71,16 @@ fn operations_on_one_file_complete_in_submission_order() {
         for (f, path) in paths.iter().enumerate() {
             let op = match (f, seq % 3) {
                 (0 | 1, 0) => FileOp::Stat { path: path.clone() },
-                (0 | 1, 1) => FileOp::ReadAll { path: path.clone(), max_len: 1 << 20 },
+                (0 | 1, 1) => FileOp::ReadAll {
+                    path: path.clone(),
+                    max_len: 1 << 20,
+                },
                 (0 | 1, _) => FileOp::Open { path: path.clone() },
-                _ => FileOp::Read { file: open[f].clone(), offset: (seq * 100) as u64, len: 100 },
+                _ => FileOp::Read {
+                    file: open[f].clone(),
+                    offset: (seq * 100) as u64,
+                    len: 100,
+                },
             };
             let (order, inside, max_inside) = (order.clone(), inside.clone(), max_inside.clone());
             helper
@@ -82,20 +97,36 @@ fn operations_on_one_file_complete_in_submission_order() {
                 .unwrap();
         }
     }
-    assert!(wait_for(Duration::from_secs(8), || order.lock().len() == 4 * PER_FILE));
+    assert!(wait_for(Duration::from_secs(8), || order.lock().len()
+        == 4 * PER_FILE));
     let order = order.lock().clone();
     for f in 0..4 {
-        let seqs: Vec<usize> = order.iter().filter(|(g, _)| *g == f).map(|(_, s)| *s).collect();
-        assert_eq!(seqs, (0..PER_FILE).collect::<Vec<_>>(), "file {f} completed out of order");
+        let seqs: Vec<usize> = order
+            .iter()
+            .filter(|(g, _)| *g == f)
+            .map(|(_, s)| *s)
+            .collect();
+        assert_eq!(
+            seqs,
+            (0..PER_FILE).collect::<Vec<_>>(),
+            "file {f} completed out of order"
+        );
     }
-    assert!(max_inside.load(Ordering::SeqCst) > 1, "different files never ran concurrently");
+    assert!(
+        max_inside.load(Ordering::SeqCst) > 1,
+        "different files never ran concurrently"
+    );
     assert_eq!(helper.stats().completed, 4 * PER_FILE as u64);
     assert!(rt.shutdown(Duration::from_secs(5)).drained);
 }
 
 #[derive(Debug)]
 enum Done {
-    Read { offset: u64, data: Vec<u8>, color: Option<Color> },
+    Read {
+        offset: u64,
+        data: Vec<u8>,
+        color: Option<Color>,
+    },
     Failed(std::io::ErrorKind),
 }
 
@@ -105,16 +136,23 @@ fn completions_reach_the_callers_sink_in_order_with_the_callers_metadata() {
     let got: Arc<Mutex<Vec<Done>>> = Arc::default();
     let g = got.clone();
     let collector = rt
-        .stage("collector", move |batch: Batch<'_, Done>, cx: &Context<'_>| {
-            let mut batch = batch;
-            while let Some((ev, meta)) = batch.next_with_meta() {
-                let _ = cx;
-                g.lock().push(match ev {
-                    Done::Read { offset, data, .. } => Done::Read { offset, data, color: meta.color },
-                    other => other,
-                });
-            }
-        })
+        .stage(
+            "collector",
+            move |batch: Batch<'_, Done>, cx: &Context<'_>| {
+                let mut batch = batch;
+                while let Some((ev, meta)) = batch.next_with_meta() {
+                    let _ = cx;
+                    g.lock().push(match ev {
+                        Done::Read { offset, data, .. } => Done::Read {
+                            offset,
+                            data,
+                            color: meta.color,
+                        },
+                        other => other,
+                    });
+                }
+            },
+        )
         .build()
         .unwrap();
     let helper = FileHelper::start(&rt, pool(3, 3)).unwrap();
@@ -124,11 +162,19 @@ fn completions_reach_the_callers_sink_in_order_with_the_callers_metadata() {
     let file = Arc::new(std::fs::File::open(&path).unwrap());
     let expected = std::fs::read(&path).unwrap();
     for i in 0..100u64 {
-        let op = FileOp::Read { file: file.clone(), offset: i * 1000, len: 1000 };
+        let op = FileOp::Read {
+            file: file.clone(),
+            offset: i * 1000,
+            len: 1000,
+        };
         let meta = Meta::new().with_color(Color(42));
         helper
             .submit_to_with(op, meta, &collector, move |r| match r {
-                Ok(FileReply::Data(data)) => Done::Read { offset: i * 1000, data, color: None },
+                Ok(FileReply::Data(data)) => Done::Read {
+                    offset: i * 1000,
+                    data,
+                    color: None,
+                },
                 Ok(other) => panic!("unexpected reply {other:?}"),
                 Err(e) => Done::Failed(e.kind()),
             })
@@ -136,20 +182,37 @@ fn completions_reach_the_callers_sink_in_order_with_the_callers_metadata() {
     }
     // A missing file is an error completion, not a panic.
     helper
-        .submit_to(FileOp::Stat { path: dir.path().join("missing") }, &collector, |r| match r {
-            Err(e) => Done::Failed(e.kind()),
-            Ok(_) => Done::Failed(std::io::ErrorKind::Other),
-        })
+        .submit_to(
+            FileOp::Stat {
+                path: dir.path().join("missing"),
+            },
+            &collector,
+            |r| match r {
+                Err(e) => Done::Failed(e.kind()),
+                Ok(_) => Done::Failed(std::io::ErrorKind::Other),
+            },
+        )
         .unwrap();
     assert!(wait_for(Duration::from_secs(8), || got.lock().len() == 101));
     let got = got.lock();
     let mut next = 0;
     for d in got.iter() {
         match d {
-            Done::Read { offset, data, color } => {
+            Done::Read {
+                offset,
+                data,
+                color,
+            } => {
                 assert_eq!(*offset, next, "reads completed out of order");
-                assert_eq!(&data[..], &expected[*offset as usize..*offset as usize + 1000]);
-                assert_eq!(*color, Some(Color(42)), "completion lost the caller's color");
+                assert_eq!(
+                    &data[..],
+                    &expected[*offset as usize..*offset as usize + 1000]
+                );
+                assert_eq!(
+                    *color,
+                    Some(Color(42)),
+                    "completion lost the caller's color"
+                );
                 next += 1000;
             }
             Done::Failed(kind) => assert_eq!(*kind, std::io::ErrorKind::NotFound),
@@ -157,7 +220,12 @@ fn completions_reach_the_callers_sink_in_order_with_the_callers_metadata() {
     }
     assert_eq!(next, 100_000);
     let snap = rt.snapshot();
-    assert!(snap.edges.contains(&("file-helper".to_owned(), "collector".to_owned())), "{:?}", snap.edges);
+    assert!(
+        snap.edges
+            .contains(&("file-helper".to_owned(), "collector".to_owned())),
+        "{:?}",
+        snap.edges
+    );
     rt.shutdown(Duration::from_secs(5));
 }
 
@@ -170,9 +238,15 @@ fn the_residency_check_returns_data_just_written_and_read() {
     let path = write_files(&dir, 1, 200_000).remove(0);
     let (tx, rx) = mpsc::channel();
     helper
-        .submit(FileOp::ReadAll { path: path.clone(), max_len: 1 << 20 }, move |r| {
-            let _ = tx.send(r);
-        })
+        .submit(
+            FileOp::ReadAll {
+                path: path.clone(),
+                max_len: 1 << 20,
+            },
+            move |r| {
+                let _ = tx.send(r);
+            },
+        )
         .unwrap();
     let Ok(FileReply::Data(via_helper)) = rx.recv_timeout(Duration::from_secs(5)).unwrap() else {
         panic!("ReadAll failed")
@@ -180,14 +254,20 @@ fn the_residency_check_returns_data_just_written_and_read() {
     let f = std::fs::File::open(&path).unwrap();
     let resident = read_resident(&f, 0, 200_000).expect("a file just written and read is resident");
     assert_eq!(resident, via_helper);
-    assert_eq!(read_resident(&f, 150_000, 100_000).unwrap(), &via_helper[150_000..]);
+    assert_eq!(
+        read_resident(&f, 150_000, 100_000).unwrap(),
+        &via_helper[150_000..]
+    );
     rt.shutdown(Duration::from_secs(5));
 }
 
 #[test]
 fn overload_hands_the_operation_back_and_drops_nothing() {
     let rt = Runtime::builder().build();
-    let cfg = FileConfig { capacity: 4, ..pool(1, 1) };
+    let cfg = FileConfig {
+        capacity: 4,
+        ..pool(1, 1)
+    };
     let helper = FileHelper::start(&rt, cfg).unwrap();
     rt.start().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -207,9 +287,14 @@ fn overload_hands_the_operation_back_and_drops_nothing() {
     let refused = loop {
         let d = done.clone();
         let other = dir.path().join(format!("other{accepted}"));
-        match helper.submit(FileOp::Stat { path: other.clone() }, move |_| {
-            d.fetch_add(1, Ordering::SeqCst);
-        }) {
+        match helper.submit(
+            FileOp::Stat {
+                path: other.clone(),
+            },
+            move |_| {
+                d.fetch_add(1, Ordering::SeqCst);
+            },
+        ) {
             Ok(()) => accepted += 1,
             Err(e) => break (e, other),
         }
@@ -217,17 +302,25 @@ fn overload_hands_the_operation_back_and_drops_nothing() {
     };
     let (err, path_back) = refused;
     assert_eq!(err.reason, Refusal::Full);
-    assert!(matches!(&err.op, FileOp::Stat { path } if *path == path_back), "{:?}", err.op);
+    assert!(
+        matches!(&err.op, FileOp::Stat { path } if *path == path_back),
+        "{:?}",
+        err.op
+    );
     assert_eq!(accepted, 5);
     release_tx.send(()).unwrap();
-    assert!(wait_for(Duration::from_secs(5), || done.load(Ordering::SeqCst) == accepted));
+    assert!(wait_for(Duration::from_secs(5), || done
+        .load(Ordering::SeqCst)
+        == accepted));
     assert_eq!(helper.stats().refused, 1);
     rt.shutdown(Duration::from_secs(5));
 }
 
 #[test]
 fn the_thread_pool_controller_grows_the_helper_under_load() {
-    let rt = Runtime::builder().control_interval(Duration::from_millis(20)).build();
+    let rt = Runtime::builder()
+        .control_interval(Duration::from_millis(20))
+        .build();
     let helper = FileHelper::start(&rt, pool(1, 6)).unwrap();
     rt.start().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -246,7 +339,11 @@ fn the_thread_pool_controller_grows_the_helper_under_load() {
     let mut most = 0;
     assert!(wait_for(Duration::from_secs(8), || {
         let s = rt.snapshot();
-        let t = s.stages.iter().find(|s| s.name == "file-helper").map_or(0, |s| s.threads);
+        let t = s
+            .stages
+            .iter()
+            .find(|s| s.name == "file-helper")
+            .map_or(0, |s| s.threads);
         most = most.max(t);
         done.load(Ordering::SeqCst) == paths.len()
     }));
@@ -264,10 +361,19 @@ fn oversized_read_all_is_a_typed_error() {
     let path = write_files(&dir, 1, 5000).remove(0);
     let (tx, rx) = mpsc::channel();
     helper
-        .submit(FileOp::ReadAll { path, max_len: 4999 }, move |r| {
-            let _ = tx.send(r.map(|_| ()).map_err(|e| e.kind()));
-        })
+        .submit(
+            FileOp::ReadAll {
+                path,
+                max_len: 4999,
+            },
+            move |r| {
+                let _ = tx.send(r.map(|_| ()).map_err(|e| e.kind()));
+            },
+        )
         .unwrap();
-    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), Err(std::io::ErrorKind::FileTooLarge));
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        Err(std::io::ErrorKind::FileTooLarge)
+    );
     rt.shutdown(Duration::from_secs(5));
 }

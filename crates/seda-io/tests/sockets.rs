@@ -11,7 +11,9 @@ use support::*;
 
 fn message(conn: usize, round: usize) -> Vec<u8> {
     let len = 200 + (conn * 37 + round * 101) % 3000;
-    (0..len).map(|i| ((conn + round * 7 + i) % 251) as u8).collect()
+    (0..len)
+        .map(|i| ((conn + round * 7 + i) % 251) as u8)
+        .collect()
 }
 
 #[test]
@@ -22,7 +24,10 @@ fn thousand_concurrent_connections_echo_correctly() {
     const THREADS: usize = 4;
     // Open all connections first so that all 1,000 are open at once.
     let mut streams: Vec<TcpStream> = (0..CONNS).map(|_| connect(addr)).collect();
-    assert!(wait_for(Duration::from_secs(5), || e.sockets.open_connections() == CONNS));
+    assert!(wait_for(Duration::from_secs(5), || e
+        .sockets
+        .open_connections()
+        == CONNS));
     let chunks: Vec<Vec<(usize, TcpStream)>> = {
         let mut v: Vec<Vec<(usize, TcpStream)>> = (0..THREADS).map(|_| Vec::new()).collect();
         for (i, s) in streams.drain(..).enumerate() {
@@ -62,8 +67,17 @@ fn thousand_concurrent_connections_echo_correctly() {
         assert_eq!(s.after_close, 0);
     }
     let snap = e.rt.snapshot();
-    assert!(snap.edges.contains(&("sock-io".to_owned(), "app".to_owned())), "edges: {:?}", snap.edges);
-    assert!(snap.stages.iter().any(|s| s.name == "sock-io" && s.threads == 2));
+    assert!(
+        snap.edges
+            .contains(&("sock-io".to_owned(), "app".to_owned())),
+        "edges: {:?}",
+        snap.edges
+    );
+    assert!(
+        snap.stages
+            .iter()
+            .any(|s| s.name == "sock-io" && s.threads == 2)
+    );
     let stats = e.sockets.stats();
     assert_eq!(stats.accepted, CONNS as u64);
     assert_eq!(stats.closed, CONNS as u64);
@@ -79,7 +93,9 @@ fn large_transfers_are_echoed_byte_for_byte_in_order() {
     let workers: Vec<_> = (0..4)
         .map(|k| {
             std::thread::spawn(move || {
-                let data: Vec<u8> = (0..2_000_000usize).map(|i| ((i * 31 + k) % 253) as u8).collect();
+                let data: Vec<u8> = (0..2_000_000usize)
+                    .map(|i| ((i * 31 + k) % 253) as u8)
+                    .collect();
                 let s = connect(addr);
                 let mut r = s.try_clone().unwrap();
                 let expect = data.clone();
@@ -104,19 +120,31 @@ fn large_transfers_are_echoed_byte_for_byte_in_order() {
 #[test]
 fn a_full_application_stalls_reading_but_loses_nothing() {
     // Capacity 2 and a slow handler: the loops must hold packets back and retry.
-    let e = echo(SocketConfig { read_chunk: 1024, ..test_config() }, 2, Duration::from_micros(200));
+    let e = echo(
+        SocketConfig {
+            read_chunk: 1024,
+            ..test_config()
+        },
+        2,
+        Duration::from_micros(200),
+    );
     let addr = e.sockets.local_addr();
     let workers: Vec<_> = (0..8)
         .map(|k| {
             std::thread::spawn(move || {
-                let data: Vec<u8> = (0..100_000usize).map(|i| ((i + k * 13) % 241) as u8).collect();
+                let data: Vec<u8> = (0..100_000usize)
+                    .map(|i| ((i + k * 13) % 241) as u8)
+                    .collect();
                 let s = connect(addr);
                 let mut r = s.try_clone().unwrap();
                 let expect = data.clone();
                 let reader = std::thread::spawn(move || {
                     let mut got = vec![0; expect.len()];
                     r.read_exact(&mut got).unwrap();
-                    assert!(got == expect, "stream {k} lost or reordered data under backpressure");
+                    assert!(
+                        got == expect,
+                        "stream {k} lost or reordered data under backpressure"
+                    );
                 });
                 let mut w = s;
                 w.write_all(&data).unwrap();
@@ -127,14 +155,21 @@ fn a_full_application_stalls_reading_but_loses_nothing() {
     for w in workers {
         w.join().unwrap();
     }
-    assert!(e.sockets.stats().stalls > 0, "the test never exercised the backpressure path");
+    assert!(
+        e.sockets.stats().stalls > 0,
+        "the test never exercised the backpressure path"
+    );
     e.sockets.stop();
     e.rt.shutdown(Duration::from_secs(5));
 }
 
 #[test]
 fn a_connection_that_never_reads_is_closed_at_its_threshold_while_others_work() {
-    let cfg = SocketConfig { write_threshold: 256 * 1024, send_buffer: Some(32 * 1024), ..test_config() };
+    let cfg = SocketConfig {
+        write_threshold: 256 * 1024,
+        send_buffer: Some(32 * 1024),
+        ..test_config()
+    };
     let e = echo(cfg, 4096, Duration::ZERO);
     let addr = e.sockets.local_addr();
     let mut good = connect(addr);
@@ -143,10 +178,16 @@ fn a_connection_that_never_reads_is_closed_at_its_threshold_while_others_work() 
     slow.write_all(b"FLOOD 2048").unwrap();
     // The slow reader's connection closes with reason Backlog...
     assert!(wait_for(Duration::from_secs(5), || {
-        e.log.snapshot().values().any(|s| s.closed == vec![CloseReason::Backlog])
+        e.log
+            .snapshot()
+            .values()
+            .any(|s| s.closed == vec![CloseReason::Backlog])
     }));
     let seen = e.log.snapshot();
-    let flooded = seen.values().find(|s| s.closed == vec![CloseReason::Backlog]).unwrap();
+    let flooded = seen
+        .values()
+        .find(|s| s.closed == vec![CloseReason::Backlog])
+        .unwrap();
     assert_eq!(flooded.flood_result, Some(seda_io::WriteError::Backlog));
     assert_eq!(e.sockets.stats().backlog_closes, 1);
     // ...and the peer sees the close once it reads what was sent.
@@ -175,9 +216,16 @@ fn notify_mode_reports_the_backlog_once_and_keeps_the_connection() {
     // In Notify mode the flood never fails: 64 blocks of 64 KiB get queued. (No small
     // SO_SNDBUF here: with one, delayed ACKs pace the drain at 40 ms per window.)
     slow.write_all(b"FLOOD 64").unwrap();
-    assert!(wait_for(Duration::from_secs(5), || e.log.snapshot().values().any(|s| s.backlog_notices > 0)));
-    assert!(wait_for(Duration::from_secs(5), || e.log.snapshot().values().any(|s| s.flood_result.is_none()
-        && s.bytes > 0)));
+    assert!(wait_for(Duration::from_secs(5), || e
+        .log
+        .snapshot()
+        .values()
+        .any(|s| s.backlog_notices > 0)));
+    assert!(wait_for(Duration::from_secs(5), || e
+        .log
+        .snapshot()
+        .values()
+        .any(|s| s.flood_result.is_none() && s.bytes > 0)));
     // Drain the queue: all 128 MiB arrive, and the connection is still open.
     let mut total = 0usize;
     let mut buf = vec![0; 1 << 20];
@@ -187,7 +235,11 @@ fn notify_mode_reports_the_backlog_once_and_keeps_the_connection() {
         assert!(n > 0, "connection closed after {total} bytes");
         total += n;
     }
-    assert!(t.elapsed() < Duration::from_secs(5), "draining 4 MiB took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "draining 4 MiB took {:?}",
+        t.elapsed()
+    );
     let seen = e.log.snapshot();
     let s = seen.values().next().unwrap();
     assert_eq!(s.backlog_notices, 1);
@@ -209,11 +261,18 @@ fn stop_then_shutdown_closes_every_connection_once() {
     for c in clients.iter_mut().skip(25) {
         c.write_all(b"in flight").unwrap();
     }
-    assert!(wait_for(Duration::from_secs(5), || e.sockets.open_connections() == 50));
+    assert!(wait_for(Duration::from_secs(5), || e
+        .sockets
+        .open_connections()
+        == 50));
     let t = Instant::now();
     e.sockets.stop();
     let report = e.rt.shutdown(Duration::from_secs(5));
-    assert!(t.elapsed() < Duration::from_secs(3), "stop + shutdown took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "stop + shutdown took {:?}",
+        t.elapsed()
+    );
     assert!(report.drained, "{report:?}");
     let seen = e.log.snapshot();
     assert_eq!(seen.len(), 50);
@@ -229,7 +288,10 @@ fn stop_then_shutdown_closes_every_connection_once() {
         assert!(c.read_to_end(&mut rest).is_ok() || rest.is_empty());
     }
     assert_eq!(e.sockets.open_connections(), 0);
-    assert!(TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(), "still listening");
+    assert!(
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(),
+        "still listening"
+    );
 }
 
 #[test]
@@ -242,16 +304,30 @@ fn runtime_shutdown_alone_stops_the_loops_without_waiting_for_the_deadline() {
     }
     let t = Instant::now();
     let report = e.rt.shutdown(Duration::from_secs(8));
-    assert!(t.elapsed() < Duration::from_secs(2), "shutdown waited {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "shutdown waited {:?}",
+        t.elapsed()
+    );
     assert_eq!(report.threads_detached, 0);
     let seen = e.log.snapshot();
     assert_eq!(seen.len(), 20);
-    assert!(seen.values().all(|s| s.closed == vec![CloseReason::Shutdown]));
+    assert!(
+        seen.values()
+            .all(|s| s.closed == vec![CloseReason::Shutdown])
+    );
 }
 
 #[test]
 fn connections_past_the_limit_are_refused() {
-    let e = echo(SocketConfig { max_connections: 3, ..test_config() }, 4096, Duration::ZERO);
+    let e = echo(
+        SocketConfig {
+            max_connections: 3,
+            ..test_config()
+        },
+        4096,
+        Duration::ZERO,
+    );
     let addr = e.sockets.local_addr();
     let mut ok: Vec<TcpStream> = (0..3).map(|_| connect(addr)).collect();
     for c in ok.iter_mut() {
@@ -271,7 +347,14 @@ fn connections_past_the_limit_are_refused() {
 #[test]
 fn the_read_rate_controller_throttles_a_connection() {
     // 200 KB/s with a 16 KiB bucket: 100 KB take at least ~0.4 s to come back.
-    let e = echo(SocketConfig { read_rate: Some(200_000.0), ..test_config() }, 4096, Duration::ZERO);
+    let e = echo(
+        SocketConfig {
+            read_rate: Some(200_000.0),
+            ..test_config()
+        },
+        4096,
+        Duration::ZERO,
+    );
     let mut c = connect(e.sockets.local_addr());
     let data = vec![7u8; 100_000];
     let t = Instant::now();
@@ -284,8 +367,14 @@ fn the_read_rate_controller_throttles_a_connection() {
     c.write_all(&data).unwrap();
     assert_eq!(reader.join().unwrap(), data);
     let took = t.elapsed();
-    assert!(took >= Duration::from_millis(300), "not throttled: {took:?}");
-    assert!(took < Duration::from_secs(3), "throttled too hard: {took:?}");
+    assert!(
+        took >= Duration::from_millis(300),
+        "not throttled: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "throttled too hard: {took:?}"
+    );
     e.sockets.stop();
     e.rt.shutdown(Duration::from_secs(5));
 }
@@ -293,12 +382,30 @@ fn the_read_rate_controller_throttles_a_connection() {
 #[test]
 fn bad_configuration_is_a_typed_error() {
     let rt = seda::Runtime::builder().build();
-    let app = rt.stage("app", |_b: seda::Batch<'_, seda_io::SocketEvent>, _cx: &seda::Context<'_>| {}).build().unwrap();
+    let app = rt
+        .stage(
+            "app",
+            |_b: seda::Batch<'_, seda_io::SocketEvent>, _cx: &seda::Context<'_>| {},
+        )
+        .build()
+        .unwrap();
     for cfg in [
-        SocketConfig { event_loops: 0, ..test_config() },
-        SocketConfig { read_chunk: 0, ..test_config() },
-        SocketConfig { write_threshold: 0, ..test_config() },
-        SocketConfig { read_rate: Some(-1.0), ..test_config() },
+        SocketConfig {
+            event_loops: 0,
+            ..test_config()
+        },
+        SocketConfig {
+            read_chunk: 0,
+            ..test_config()
+        },
+        SocketConfig {
+            write_threshold: 0,
+            ..test_config()
+        },
+        SocketConfig {
+            read_rate: Some(-1.0),
+            ..test_config()
+        },
     ] {
         let err = seda_io::Sockets::start(&rt, cfg, app.clone()).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);

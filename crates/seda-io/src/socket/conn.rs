@@ -46,7 +46,11 @@ pub(crate) enum WriteState {
 #[derive(Debug)]
 pub(crate) enum Segment {
     Bytes(Bytes),
-    File { file: Arc<File>, offset: u64, remaining: u64 },
+    File {
+        file: Arc<File>,
+        offset: u64,
+        remaining: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -79,7 +83,11 @@ impl Out {
         loop {
             let n = match self.queue.front_mut() {
                 None => return Ok(true),
-                Some(Segment::File { file, offset, remaining }) => {
+                Some(Segment::File {
+                    file,
+                    offset,
+                    remaining,
+                }) => {
                     let want = (*remaining).min(MAX_SENDFILE) as usize;
                     match sys::sendfile(stream, file, offset, want) {
                         Ok(0) => {
@@ -168,7 +176,12 @@ impl Conn {
             id,
             owner,
             stream,
-            out: Mutex::new(Out { queue: VecDeque::new(), queued: 0, state: WriteState::Open, notified: false }),
+            out: Mutex::new(Out {
+                queue: VecDeque::new(),
+                queued: 0,
+                state: WriteState::Open,
+                notified: false,
+            }),
         }
     }
 }

@@ -89,7 +89,9 @@ struct EventLoop<'a> {
 
 /// Runs loop `idx` until the sockets stop. Called from the event-loop stage's handler.
 pub(crate) fn run(shared: &Shared, idx: usize) {
-    let Some(parts) = shared.loops.get(idx).and_then(|s| s.parts.lock().take()) else { return };
+    let Some(parts) = shared.loops.get(idx).and_then(|s| s.parts.lock().take()) else {
+        return;
+    };
     *shared.active.lock() += 1;
     let mut l = EventLoop {
         shared,
@@ -121,7 +123,10 @@ impl EventLoop<'_> {
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
-                tracing::error!(event_loop = self.idx, "epoll_wait failed: {e}; stopping this loop");
+                tracing::error!(
+                    event_loop = self.idx,
+                    "epoll_wait failed: {e}; stopping this loop"
+                );
                 return;
             }
             self.turn += 1;
@@ -178,14 +183,20 @@ impl EventLoop<'_> {
     }
 
     fn commands(&mut self) {
-        let Some(slot) = self.shared.loops.get(self.idx) else { return };
+        let Some(slot) = self.shared.loops.get(self.idx) else {
+            return;
+        };
         let cmds = std::mem::take(&mut *slot.cmds.lock());
         for cmd in cmds {
             match cmd {
                 Cmd::Close(conn, reason) => self.close(conn.0, reason),
                 Cmd::Backlog(conn, queued) => {
                     if self.conns.get(&conn.0).is_some_and(|lc| !lc.dead) {
-                        self.deliver(conn.0, SocketEvent::WriteBacklog { conn, queued }, Instant::now());
+                        self.deliver(
+                            conn.0,
+                            SocketEvent::WriteBacklog { conn, queued },
+                            Instant::now(),
+                        );
                     }
                 }
             }
@@ -195,18 +206,25 @@ impl EventLoop<'_> {
     fn accept(&mut self) {
         self.accept_retry = None;
         loop {
-            let Some(listener) = &self.listener else { return };
+            let Some(listener) = &self.listener else {
+                return;
+            };
             match listener.accept() {
                 Ok((stream, peer)) => self.admit(stream, peer),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e)
                     if matches!(
                         e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+                        io::ErrorKind::Interrupted
+                            | io::ErrorKind::ConnectionAborted
+                            | io::ErrorKind::ConnectionReset
                     ) => {}
                 Err(e) => {
                     // EMFILE, ENFILE, ENOBUFS: the edge is spent, so try again soon.
-                    tracing::warn!(event_loop = self.idx, "accept failed: {e}; retrying in 10 ms");
+                    tracing::warn!(
+                        event_loop = self.idx,
+                        "accept failed: {e}; retrying in 10 ms"
+                    );
                     self.accept_retry = Some(Instant::now() + ACCEPT_RETRY);
                     return;
                 }
@@ -243,9 +261,25 @@ impl EventLoop<'_> {
         shared.conns.insert(Arc::clone(&conn));
         shared.open.fetch_add(1, Relaxed);
         shared.counters.accepted.fetch_add(1, Relaxed);
-        let bucket = cfg.read_rate.map(|_| Bucket { tokens: cfg.read_chunk as f64, last: Instant::now() });
-        self.conns.insert(id.0, LocalConn { conn, pending: VecDeque::new(), dead: false, read_turn: 0, bucket });
-        self.deliver(id.0, SocketEvent::Accepted { conn: id, peer }, Instant::now());
+        let bucket = cfg.read_rate.map(|_| Bucket {
+            tokens: cfg.read_chunk as f64,
+            last: Instant::now(),
+        });
+        self.conns.insert(
+            id.0,
+            LocalConn {
+                conn,
+                pending: VecDeque::new(),
+                dead: false,
+                read_turn: 0,
+                bucket,
+            },
+        );
+        self.deliver(
+            id.0,
+            SocketEvent::Accepted { conn: id, peer },
+            Instant::now(),
+        );
     }
 
     /// Reads one chunk from connection `id` and delivers it.
@@ -253,13 +287,16 @@ impl EventLoop<'_> {
         let turn = self.turn;
         let rate = self.shared.cfg.read_rate;
         let chunk = self.shared.cfg.read_chunk;
-        let Some(lc) = self.conns.get_mut(&id) else { return };
+        let Some(lc) = self.conns.get_mut(&id) else {
+            return;
+        };
         if lc.dead || !lc.pending.is_empty() || lc.read_turn == turn {
             return;
         }
         if let (Some(b), Some(rate)) = (lc.bucket.as_mut(), rate) {
             let now = Instant::now();
-            b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(chunk as f64);
+            b.tokens =
+                (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(chunk as f64);
             b.last = now;
             if b.tokens < 1.0 {
                 let wait = Duration::from_secs_f64((1.0 - b.tokens) / rate);
@@ -278,7 +315,19 @@ impl EventLoop<'_> {
                 let counters = &self.shared.counters;
                 counters.bytes_read.fetch_add(n as u64, Relaxed);
                 counters.packets_read.fetch_add(1, Relaxed);
-                let event = SocketEvent::Data { conn: ConnId(id), bytes: self.buf[..n].to_vec() };
+                // At least half a chunk: hand the read buffer itself over (no copy,
+                // at most 2x memory) and start a fresh one; less: copy out exactly.
+                let bytes = if n >= chunk / 2 {
+                    let mut full = std::mem::replace(&mut self.buf, vec![0; chunk]);
+                    full.truncate(n);
+                    full
+                } else {
+                    self.buf[..n].to_vec()
+                };
+                let event = SocketEvent::Data {
+                    conn: ConnId(id),
+                    bytes,
+                };
                 // A full chunk may leave more in the socket, and edge-triggered epoll
                 // will not say so again: come back next turn. A short read drained it.
                 if n == chunk {
@@ -308,7 +357,9 @@ impl EventLoop<'_> {
     /// connection) if the application refuses it.
     fn deliver(&mut self, id: u64, event: SocketEvent, born: Instant) {
         let closed = matches!(event, SocketEvent::Closed { .. });
-        let Some(lc) = self.conns.get(&id) else { return };
+        let Some(lc) = self.conns.get(&id) else {
+            return;
+        };
         if !lc.pending.is_empty() {
             if let Some(lc) = self.conns.get_mut(&id) {
                 lc.pending.push_back((event, born));
@@ -345,7 +396,11 @@ impl EventLoop<'_> {
         }
         let list = std::mem::take(&mut self.blocked);
         for id in list {
-            let Some(mut pending) = self.conns.get_mut(&id).map(|lc| std::mem::take(&mut lc.pending)) else {
+            let Some(mut pending) = self
+                .conns
+                .get_mut(&id)
+                .map(|lc| std::mem::take(&mut lc.pending))
+            else {
                 continue;
             };
             let mut closed = None;
@@ -366,7 +421,9 @@ impl EventLoop<'_> {
                 self.forget(id, delivered);
                 continue;
             }
-            let Some(lc) = self.conns.get_mut(&id) else { continue };
+            let Some(lc) = self.conns.get_mut(&id) else {
+                continue;
+            };
             lc.pending = pending;
             if !lc.pending.is_empty() {
                 self.blocked.push(id);
@@ -395,7 +452,9 @@ impl EventLoop<'_> {
 
     /// `EPOLLOUT`: flush the connection's queue; close it if it was closing.
     fn on_writable(&mut self, id: u64) {
-        let Some(lc) = self.conns.get(&id) else { return };
+        let Some(lc) = self.conns.get(&id) else {
+            return;
+        };
         if lc.dead {
             return;
         }
@@ -427,7 +486,9 @@ impl EventLoop<'_> {
 
     /// Tears connection `id` down and queues its one `Closed` event.
     fn close(&mut self, id: u64, reason: CloseReason) {
-        let Some(lc) = self.conns.get_mut(&id) else { return };
+        let Some(lc) = self.conns.get_mut(&id) else {
+            return;
+        };
         if lc.dead {
             return;
         }
@@ -447,7 +508,14 @@ impl EventLoop<'_> {
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
         self.shared.conns.remove(conn.id);
         self.shared.open.fetch_sub(1, Relaxed);
-        self.deliver(id, SocketEvent::Closed { conn: conn.id, reason }, Instant::now());
+        self.deliver(
+            id,
+            SocketEvent::Closed {
+                conn: conn.id,
+                reason,
+            },
+            Instant::now(),
+        );
     }
 
     /// The loop is stopping: close the listener and every connection, and deliver
@@ -457,7 +525,12 @@ impl EventLoop<'_> {
             let _ = self.poll.registry().deregister(&mut l);
         }
         self.commands();
-        let ids: Vec<u64> = self.conns.iter().filter(|(_, lc)| !lc.dead).map(|(id, _)| *id).collect();
+        let ids: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, lc)| !lc.dead)
+            .map(|(id, _)| *id)
+            .collect();
         for id in ids {
             if let Some(lc) = self.conns.get(&id) {
                 let conn = Arc::clone(&lc.conn);
@@ -475,8 +548,15 @@ impl EventLoop<'_> {
         }
         let lost: usize = self.conns.values().map(|lc| lc.pending.len()).sum();
         if lost > 0 {
-            tracing::warn!(event_loop = self.idx, lost, "the application took no events for 2 s at stop");
-            self.shared.counters.undelivered.fetch_add(lost as u64, Relaxed);
+            tracing::warn!(
+                event_loop = self.idx,
+                lost,
+                "the application took no events for 2 s at stop"
+            );
+            self.shared
+                .counters
+                .undelivered
+                .fetch_add(lost as u64, Relaxed);
         }
         self.conns.clear();
     }
@@ -490,7 +570,11 @@ mod tests {
     #[test]
     fn file_segments_count_toward_the_threshold() {
         let f = Arc::new(tempfile::tempfile().unwrap());
-        let seg = Segment::File { file: f, offset: 0, remaining: 10 };
+        let seg = Segment::File {
+            file: f,
+            offset: 0,
+            remaining: 10,
+        };
         let mut out = super::super::conn::Out {
             queue: VecDeque::new(),
             queued: 0,

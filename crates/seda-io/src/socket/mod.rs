@@ -208,17 +208,26 @@ impl Default for SocketConfig {
 impl SocketConfig {
     /// Defaults, listening on `listen`.
     pub fn new(listen: SocketAddr) -> Self {
-        SocketConfig { listen, ..SocketConfig::default() }
+        SocketConfig {
+            listen,
+            ..SocketConfig::default()
+        }
     }
 
     /// Checks every field's range; the error names the field.
     pub fn validate(&self) -> io::Result<()> {
         let bad = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
         if self.event_loops == 0 || self.event_loops > 1024 {
-            return bad(format!("event_loops must be in 1..=1024, got {}", self.event_loops));
+            return bad(format!(
+                "event_loops must be in 1..=1024, got {}",
+                self.event_loops
+            ));
         }
         if self.read_chunk == 0 || self.read_chunk > 64 << 20 {
-            return bad(format!("read_chunk must be in 1..=64 MiB, got {}", self.read_chunk));
+            return bad(format!(
+                "read_chunk must be in 1..=64 MiB, got {}",
+                self.read_chunk
+            ));
         }
         if self.write_threshold == 0 {
             return bad("write_threshold must be at least 1 byte".to_owned());
@@ -229,10 +238,15 @@ impl SocketConfig {
         if let Some(r) = self.read_rate
             && !(r.is_finite() && r > 0.0)
         {
-            return bad(format!("read_rate must be a positive number of bytes per second, got {r}"));
+            return bad(format!(
+                "read_rate must be a positive number of bytes per second, got {r}"
+            ));
         }
         if self.listen_backlog <= 0 {
-            return bad(format!("listen_backlog must be positive, got {}", self.listen_backlog));
+            return bad(format!(
+                "listen_backlog must be positive, got {}",
+                self.listen_backlog
+            ));
         }
         if self.stage_name.is_empty() {
             return bad("stage_name must not be empty".to_owned());
@@ -300,7 +314,9 @@ impl fmt::Display for WriteError {
         match self {
             WriteError::NoConnection => f.write_str("no such connection"),
             WriteError::Closed => f.write_str("connection closed"),
-            WriteError::Backlog => f.write_str("outgoing queue passed its threshold; connection closed"),
+            WriteError::Backlog => {
+                f.write_str("outgoing queue passed its threshold; connection closed")
+            }
             WriteError::InvalidRange => f.write_str("file range beyond the end of the file"),
             WriteError::Io(k) => write!(f, "socket error: {k}"),
         }
@@ -367,7 +383,9 @@ struct ConnTable {
 
 impl ConnTable {
     fn new() -> Self {
-        ConnTable { shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect() }
+        ConnTable {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+        }
     }
 
     fn shard(&self, id: ConnId) -> &RwLock<HashMap<u64, Arc<Conn>>> {
@@ -414,7 +432,9 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn command(&self, owner: usize, cmd: Cmd) {
-        let Some(slot) = self.loops.get(owner) else { return };
+        let Some(slot) = self.loops.get(owner) else {
+            return;
+        };
         slot.cmds.lock().push(cmd);
         if let Err(e) = slot.waker.wake() {
             tracing::warn!("cannot wake event loop {owner}: {e}");
@@ -459,7 +479,11 @@ impl Sockets {
     ///
     /// Errors: an invalid configuration (`InvalidInput`), a bind failure, or the
     /// runtime refusing the stage (e.g. a duplicate stage name).
-    pub fn start(rt: &Runtime, cfg: SocketConfig, app: Sink<SocketEvent>) -> io::Result<SocketHandle> {
+    pub fn start(
+        rt: &Runtime,
+        cfg: SocketConfig,
+        app: Sink<SocketEvent>,
+    ) -> io::Result<SocketHandle> {
         cfg.validate()?;
         if let Err(e) = crate::sys::raise_fd_limit() {
             tracing::warn!("cannot raise the open-files limit: {e}");
@@ -476,11 +500,15 @@ impl Sockets {
             let poll = Poll::new()?;
             let waker = Waker::new(poll.registry(), WAKER)?;
             let mut listener = mio::net::TcpListener::from_std(l);
-            poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+            poll.registry()
+                .register(&mut listener, LISTENER, Interest::READABLE)?;
             loops.push(LoopSlot {
                 cmds: Mutex::new(Vec::new()),
                 waker,
-                parts: Mutex::new(Some(LoopParts { poll, listener: Some(listener) })),
+                parts: Mutex::new(Some(LoopParts {
+                    poll,
+                    listener: Some(listener),
+                })),
             });
         }
         let shared = Arc::new(Shared {
@@ -496,26 +524,35 @@ impl Sockets {
         });
         let for_loops = Arc::clone(&shared);
         let stage = rt
-            .stage(&shared.cfg.stage_name, move |batch: Batch<'_, IoEvent>, _cx: &Context<'_>| {
-                for ev in batch {
-                    if let IoEvent::Run(i) = ev {
-                        event_loop::run(&for_loops, i);
+            .stage(
+                &shared.cfg.stage_name,
+                move |batch: Batch<'_, IoEvent>, _cx: &Context<'_>| {
+                    for ev in batch {
+                        if let IoEvent::Run(i) = ev {
+                            event_loop::run(&for_loops, i);
+                        }
                     }
-                }
-            })
+                },
+            )
             .capacity(n + 1)
             .fixed_threads(n)
             .batch(1)
             .build()
             .map_err(io::Error::other)?;
         for i in 0..n {
-            stage.try_enqueue(IoEvent::Run(i)).map_err(|e| io::Error::other(format!("cannot start event loop {i}: {e}")))?;
+            stage
+                .try_enqueue(IoEvent::Run(i))
+                .map_err(|e| io::Error::other(format!("cannot start event loop {i}: {e}")))?;
         }
         let watched = Arc::clone(&shared);
         let watcher = std::thread::Builder::new()
             .name("seda-io-watch".to_owned())
             .spawn(move || watch(&watched, &stage))?;
-        Ok(SocketHandle { shared, local_addr, watcher: Some(watcher) })
+        Ok(SocketHandle {
+            shared,
+            local_addr,
+            watcher: Some(watcher),
+        })
     }
 }
 
@@ -551,7 +588,9 @@ impl SocketHandle {
 
     /// A writer for the connections of these sockets.
     pub fn writer(&self) -> Writer {
-        Writer { shared: Arc::clone(&self.shared) }
+        Writer {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// Connections open now.
@@ -592,8 +631,16 @@ impl SocketHandle {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut active = self.shared.active.lock();
         while *active > 0 {
-            if self.shared.idle.wait_until(&mut active, deadline).timed_out() {
-                tracing::warn!(loops = *active, "socket event loops did not stop within 10 s");
+            if self
+                .shared
+                .idle
+                .wait_until(&mut active, deadline)
+                .timed_out()
+            {
+                tracing::warn!(
+                    loops = *active,
+                    "socket event loops did not stop within 10 s"
+                );
                 break;
             }
         }
@@ -630,7 +677,11 @@ impl Writer {
     /// Past the write threshold the connection is closed (`Err(Backlog)`) or the
     /// application notified, per [`SocketConfig::on_backlog`].
     pub fn send(&self, conn: ConnId, out: Outgoing) -> Result<(), WriteError> {
-        let c = self.shared.conns.get(conn).ok_or(WriteError::NoConnection)?;
+        let c = self
+            .shared
+            .conns
+            .get(conn)
+            .ok_or(WriteError::NoConnection)?;
         if let Outgoing::File { file, offset, len } = &out {
             let size = file.metadata().map_err(|e| WriteError::Io(e.kind()))?.len();
             if offset.checked_add(*len).is_none_or(|end| end > size) {
@@ -646,9 +697,16 @@ impl Writer {
         match out {
             Outgoing::Bytes(b) if !b.is_empty() => o.push(Segment::Bytes(b)),
             Outgoing::Bytes(_) => {}
-            Outgoing::Vectored(v) => v.into_iter().filter(|b| !b.is_empty()).for_each(|b| o.push(Segment::Bytes(b))),
+            Outgoing::Vectored(v) => v
+                .into_iter()
+                .filter(|b| !b.is_empty())
+                .for_each(|b| o.push(Segment::Bytes(b))),
             Outgoing::File { len: 0, .. } => {}
-            Outgoing::File { file, offset, len } => o.push(Segment::File { file, offset, remaining: len }),
+            Outgoing::File { file, offset, len } => o.push(Segment::File {
+                file,
+                offset,
+                remaining: len,
+            }),
         }
         if was_empty && !o.queue.is_empty() {
             match o.flush(&c.stream, &counters.bytes_written) {
@@ -660,7 +718,8 @@ impl Writer {
                     o.state = WriteState::Closed;
                     o.clear();
                     drop(o);
-                    self.shared.command(c.owner, Cmd::Close(conn, CloseReason::Error(e.kind())));
+                    self.shared
+                        .command(c.owner, Cmd::Close(conn, CloseReason::Error(e.kind())));
                     return Err(WriteError::Io(e.kind()));
                 }
             }
@@ -672,7 +731,8 @@ impl Writer {
                     o.clear();
                     drop(o);
                     counters.backlog_closes.fetch_add(1, Relaxed);
-                    self.shared.command(c.owner, Cmd::Close(conn, CloseReason::Backlog));
+                    self.shared
+                        .command(c.owner, Cmd::Close(conn, CloseReason::Backlog));
                     return Err(WriteError::Backlog);
                 }
                 BacklogAction::Notify if !o.notified => {
@@ -691,14 +751,17 @@ impl Writer {
     /// Closes `conn` once its queued output is flushed (at once if none is). No-op
     /// for an unknown or already closing connection.
     pub fn close(&self, conn: ConnId) {
-        let Some(c) = self.shared.conns.get(conn) else { return };
+        let Some(c) = self.shared.conns.get(conn) else {
+            return;
+        };
         let mut o = c.out.lock();
         match o.state {
             WriteState::Open if !o.queue.is_empty() => o.state = WriteState::Closing,
             WriteState::Open => {
                 o.state = WriteState::Closed;
                 drop(o);
-                self.shared.command(c.owner, Cmd::Close(conn, CloseReason::Local));
+                self.shared
+                    .command(c.owner, Cmd::Close(conn, CloseReason::Local));
             }
             WriteState::Closing | WriteState::Closed => {}
         }
@@ -706,7 +769,9 @@ impl Writer {
 
     /// Closes `conn` now, dropping queued output.
     pub fn abort(&self, conn: ConnId) {
-        let Some(c) = self.shared.conns.get(conn) else { return };
+        let Some(c) = self.shared.conns.get(conn) else {
+            return;
+        };
         let mut o = c.out.lock();
         if o.state == WriteState::Closed {
             return;
@@ -714,7 +779,8 @@ impl Writer {
         o.state = WriteState::Closed;
         o.clear();
         drop(o);
-        self.shared.command(c.owner, Cmd::Close(conn, CloseReason::Local));
+        self.shared
+            .command(c.owner, Cmd::Close(conn, CloseReason::Local));
     }
 
     /// Bytes queued on `conn` waiting for the socket (`None` if it is not open).

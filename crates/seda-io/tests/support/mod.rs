@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use seda::{Batch, Context, Runtime, Sink};
-use seda_io::{CloseReason, ConnId, Outgoing, SocketConfig, SocketEvent, SocketHandle, Sockets, WriteError, Writer};
+use seda_io::{
+    CloseReason, ConnId, Outgoing, SocketConfig, SocketEvent, SocketHandle, Sockets, WriteError,
+    Writer,
+};
 
 /// What the application saw of one connection.
 #[derive(Debug, Default, Clone)]
@@ -53,43 +56,46 @@ pub fn echo(cfg: SocketConfig, app_capacity: usize, per_event_delay: Duration) -
     let writer: Arc<OnceLock<Writer>> = Arc::default();
     let (l, w) = (log.clone(), writer.clone());
     let app = rt
-        .stage("app", move |batch: Batch<'_, SocketEvent>, _cx: &Context<'_>| {
-            let Some(w) = w.get() else { return };
-            for ev in batch {
-                if !per_event_delay.is_zero() {
-                    std::thread::sleep(per_event_delay);
-                }
-                let conn = ev.conn();
-                let mut conns = l.conns.lock();
-                let seen = conns.entry(conn).or_default();
-                if !seen.closed.is_empty() {
-                    seen.after_close += 1;
-                }
-                match ev {
-                    SocketEvent::Accepted { .. } => seen.accepted += 1,
-                    SocketEvent::Data { bytes, .. } => {
-                        seen.bytes += bytes.len();
-                        if let Some(n) = flood_blocks(&bytes) {
-                            drop(conns);
-                            let block = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
-                            let mut res = None;
-                            for _ in 0..n {
-                                if let Err(e) = w.send(conn, Outgoing::Bytes(block.clone())) {
-                                    res = Some(e);
-                                    break;
-                                }
-                            }
-                            l.conns.lock().entry(conn).or_default().flood_result = res;
-                        } else {
-                            drop(conns);
-                            let _ = w.send(conn, Outgoing::from(bytes));
-                        }
+        .stage(
+            "app",
+            move |batch: Batch<'_, SocketEvent>, _cx: &Context<'_>| {
+                let Some(w) = w.get() else { return };
+                for ev in batch {
+                    if !per_event_delay.is_zero() {
+                        std::thread::sleep(per_event_delay);
                     }
-                    SocketEvent::WriteBacklog { .. } => seen.backlog_notices += 1,
-                    SocketEvent::Closed { reason, .. } => seen.closed.push(reason),
+                    let conn = ev.conn();
+                    let mut conns = l.conns.lock();
+                    let seen = conns.entry(conn).or_default();
+                    if !seen.closed.is_empty() {
+                        seen.after_close += 1;
+                    }
+                    match ev {
+                        SocketEvent::Accepted { .. } => seen.accepted += 1,
+                        SocketEvent::Data { bytes, .. } => {
+                            seen.bytes += bytes.len();
+                            if let Some(n) = flood_blocks(&bytes) {
+                                drop(conns);
+                                let block = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+                                let mut res = None;
+                                for _ in 0..n {
+                                    if let Err(e) = w.send(conn, Outgoing::Bytes(block.clone())) {
+                                        res = Some(e);
+                                        break;
+                                    }
+                                }
+                                l.conns.lock().entry(conn).or_default().flood_result = res;
+                            } else {
+                                drop(conns);
+                                let _ = w.send(conn, Outgoing::from(bytes));
+                            }
+                        }
+                        SocketEvent::WriteBacklog { .. } => seen.backlog_notices += 1,
+                        SocketEvent::Closed { reason, .. } => seen.closed.push(reason),
+                    }
                 }
-            }
-        })
+            },
+        )
         .capacity(app_capacity)
         .fixed_threads(2)
         .build()
@@ -97,15 +103,27 @@ pub fn echo(cfg: SocketConfig, app_capacity: usize, per_event_delay: Duration) -
     let sockets = Sockets::start(&rt, cfg, app.clone()).unwrap();
     assert!(writer.set(sockets.writer()).is_ok());
     rt.start().unwrap();
-    Echo { rt, sockets, log, app }
+    Echo {
+        rt,
+        sockets,
+        log,
+        app,
+    }
 }
 
 fn flood_blocks(bytes: &[u8]) -> Option<usize> {
-    std::str::from_utf8(bytes.strip_prefix(b"FLOOD ")?).ok()?.trim().parse().ok()
+    std::str::from_utf8(bytes.strip_prefix(b"FLOOD ")?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 pub fn test_config() -> SocketConfig {
-    SocketConfig { event_loops: 2, ..SocketConfig::default() }
+    SocketConfig {
+        event_loops: 2,
+        ..SocketConfig::default()
+    }
 }
 
 pub fn connect(addr: SocketAddr) -> TcpStream {
