@@ -213,9 +213,10 @@ fn notify_mode_reports_the_backlog_once_and_keeps_the_connection() {
     let e = echo(cfg, 4096, Duration::ZERO);
     let addr = e.sockets.local_addr();
     let mut slow = connect(addr);
-    // In Notify mode the flood never fails: 64 blocks of 64 KiB get queued. (No small
-    // SO_SNDBUF here: with one, delayed ACKs pace the drain at 40 ms per window.)
-    slow.write_all(b"FLOOD 64").unwrap();
+    // In Notify mode the flood never fails: 512 blocks of 64 KiB (32 MiB, more than
+    // the kernel's socket buffers hold) get queued. (No small SO_SNDBUF here: with
+    // one, delayed ACKs pace the drain at 40 ms per window.)
+    slow.write_all(b"FLOOD 512").unwrap();
     assert!(wait_for(Duration::from_secs(5), || e
         .log
         .snapshot()
@@ -226,18 +227,18 @@ fn notify_mode_reports_the_backlog_once_and_keeps_the_connection() {
         .snapshot()
         .values()
         .any(|s| s.flood_result.is_none() && s.bytes > 0)));
-    // Drain the queue: all 128 MiB arrive, and the connection is still open.
+    // Drain the queue: all 32 MiB arrive, and the connection is still open.
     let mut total = 0usize;
     let mut buf = vec![0; 1 << 20];
     let t = Instant::now();
-    while total < 64 * 64 * 1024 {
+    while total < 512 * 64 * 1024 {
         let n = slow.read(&mut buf).unwrap();
         assert!(n > 0, "connection closed after {total} bytes");
         total += n;
     }
     assert!(
         t.elapsed() < Duration::from_secs(5),
-        "draining 4 MiB took {:?}",
+        "draining 32 MiB took {:?}",
         t.elapsed()
     );
     let seen = e.log.snapshot();
