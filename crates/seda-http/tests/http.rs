@@ -52,8 +52,11 @@ fn http10_closes_unless_keep_alive_and_close_is_honoured() {
     assert!(c.is_closed());
 }
 
-fn pipelined_in_order(direct: bool) {
-    let s = start(|c| c.direct = direct);
+fn pipelined_in_order(direct: bool, model: seda::ThreadModel) {
+    let s = start(|c| {
+        c.direct = direct;
+        c.thread_model = model;
+    });
     let paths = ["/hello.txt", "/one_k.bin", "/nope", "/mid.bin", "/sub", "/index.html", "/hello.txt", "/big.bin", "/sub/"];
     let mut c = s.connect();
     let mut all = Vec::new();
@@ -75,12 +78,18 @@ fn pipelined_in_order(direct: bool) {
 
 #[test]
 fn pipelined_responses_come_in_request_order() {
-    pipelined_in_order(true);
+    pipelined_in_order(true, seda::ThreadModel::PerStage);
+}
+
+#[test]
+fn pipelined_responses_come_in_order_on_the_shared_thread_model() {
+    pipelined_in_order(true, seda::ThreadModel::Shared);
+    pipelined_in_order(false, seda::ThreadModel::Shared);
 }
 
 #[test]
 fn pipelined_responses_come_in_order_with_a_queue_between_every_stage() {
-    pipelined_in_order(false);
+    pipelined_in_order(false, seda::ThreadModel::PerStage);
 }
 
 #[test]

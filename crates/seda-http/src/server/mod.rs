@@ -56,7 +56,9 @@ pub struct ServerConfig {
     /// Files larger than this bypass the page cache and stream with `sendfile`.
     /// Default 1 MiB.
     pub max_cached_file: u64,
-    /// Thread model of the runtime's stages (blocking stages always have own pools).
+    /// Thread model of Haboob's CPU-bound stages (HttpParse, HttpRecv, PageCache,
+    /// HttpSend). Blocking stages (socket loops, CacheMiss, dynamic handlers) always
+    /// have pools of their own.
     pub thread_model: ThreadModel,
     /// Socket event loops. Default: one per core.
     pub event_loops: usize,
@@ -197,7 +199,11 @@ impl Server {
     /// Builds the stages, binds the listeners and starts serving.
     pub fn start(cfg: ServerConfig) -> Result<Server, ServerError> {
         let root = validate(&cfg)?;
-        let rt = Runtime::builder().name("haboob").thread_model(cfg.thread_model).build();
+        // The runtime's default stays per-stage: the socket event loops are
+        // long-running handlers that block in epoll_wait and must not occupy shared
+        // workers. The thread model chosen applies to Haboob's CPU-bound stages.
+        let rt = Runtime::builder().name("haboob").thread_model(ThreadModel::PerStage).build();
+        let model = cfg.thread_model;
         let hb = Arc::new(Haboob {
             set: Settings {
                 root,
@@ -228,6 +234,7 @@ impl Server {
                     h.respond(&ev.conn, ev.seq, ev.reply);
                 }
             })
+            .thread_model(model)
             .capacity(16_384)
             .threads(1, 2)
             .build()?;
@@ -240,6 +247,7 @@ impl Server {
                 }
                 h.on_page_batch(events, Instant::now());
             })
+            .thread_model(model)
             .capacity(16_384)
             .threads(1, 2)
             .build()?;
@@ -263,6 +271,7 @@ impl Server {
                     h.on_recv(job, meta, now);
                 }
             })
+            .thread_model(model)
             .capacity(16_384)
             .threads(1, 2)
             .build()?;
@@ -275,6 +284,7 @@ impl Server {
                     h.on_socket_event(ev, meta, now);
                 }
             })
+            .thread_model(model)
             .capacity(65_536)
             .thread_pool(ThreadPoolConfig {
                 min_threads: 1,
