@@ -511,7 +511,8 @@ impl Worker {
             for ev in events.iter() {
                 let i = ev.token().0;
                 if i < self.agents.len() {
-                    self.on_ready(i);
+                    let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                    self.on_ready(i, readable);
                 }
             }
         }
@@ -755,8 +756,8 @@ impl Worker {
         a.reader.start(false);
         self.inflight += 1;
         if self.agents[j].sock.is_some() && self.agents[j].connected {
+            // Nothing can be readable before the request is out: write only.
             self.write_some(j);
-            self.read_some(j);
         } else {
             self.connect(j);
         }
@@ -767,7 +768,7 @@ impl Worker {
         self.rec.connections += 1;
         match TcpStream::connect(self.addr) {
             Ok(mut s) => {
-                let _ = s.set_nodelay(true);
+                // No TCP_NODELAY: each request leaves in one write, so Nagle never holds it.
                 if self
                     .poll
                     .registry()
@@ -799,7 +800,9 @@ impl Worker {
         a.reqs_on_conn = 0;
     }
 
-    fn on_ready(&mut self, j: usize) {
+    /// A readiness event for agent `j`; `readable` says whether reading can make
+    /// progress (edge-triggered: a later readable edge arrives as its own event).
+    fn on_ready(&mut self, j: usize, readable: bool) {
         let a = &self.agents[j];
         let Some(s) = a.sock.as_ref() else { return };
         if !a.connected {
@@ -827,7 +830,9 @@ impl Worker {
             }
         }
         self.write_some(j);
-        self.read_some(j);
+        if readable {
+            self.read_some(j);
+        }
     }
 
     fn write_some(&mut self, j: usize) {

@@ -124,23 +124,39 @@ impl ResponseReader {
             let rest = &data[i..];
             match self.state {
                 State::Head => {
-                    let scan_from = self.head.len().saturating_sub(3);
-                    self.head.extend_from_slice(rest);
-                    let Some(end) = find_crlfcrlf(&self.head, scan_from) else {
-                        if self.head.len() > MAX_HEAD {
-                            return Err(HttpError::BadHead("head too large".into()));
+                    let consumed = if self.head.is_empty() {
+                        // The usual case: the whole head in one read; parse it in place
+                        // rather than copying the body that follows it.
+                        match find_crlfcrlf(rest, 0) {
+                            Some(end) => {
+                                self.parse_head(&rest[..end + 4])?;
+                                end + 4
+                            }
+                            None => {
+                                self.buffer_partial_head(rest)?;
+                                return Ok(Feed::More);
+                            }
                         }
-                        self.bytes += rest.len() as u64;
-                        return Ok(Feed::More);
+                    } else {
+                        let scan_from = self.head.len().saturating_sub(3);
+                        let old = self.head.len();
+                        self.head.extend_from_slice(rest);
+                        let Some(end) = find_crlfcrlf(&self.head, scan_from) else {
+                            self.head.truncate(old);
+                            self.buffer_partial_head(rest)?;
+                            return Ok(Feed::More);
+                        };
+                        let head = std::mem::take(&mut self.head);
+                        let r = self.parse_head(&head[..end + 4]);
+                        self.head = head;
+                        r?;
+                        end + 4 - old
                     };
-                    let head_len = end + 4;
-                    let consumed = head_len - (self.head.len() - rest.len());
                     self.bytes += consumed as u64;
                     i += consumed;
-                    self.parse_head(head_len)?;
+                    self.head.clear();
                     if self.state == State::Head {
                         // 1xx interim response: drop it and read the real one.
-                        self.head.clear();
                         continue;
                     }
                     if let State::Fixed(0) = self.state {
@@ -225,10 +241,19 @@ impl ResponseReader {
         }
     }
 
-    fn parse_head(&mut self, head_len: usize) -> Result<(), HttpError> {
+    fn buffer_partial_head(&mut self, rest: &[u8]) -> Result<(), HttpError> {
+        self.head.extend_from_slice(rest);
+        self.bytes += rest.len() as u64;
+        if self.head.len() > MAX_HEAD {
+            return Err(HttpError::BadHead("head too large".into()));
+        }
+        Ok(())
+    }
+
+    fn parse_head(&mut self, head: &[u8]) -> Result<(), HttpError> {
         let mut headers = [httparse::EMPTY_HEADER; 64];
         let mut resp = httparse::Response::new(&mut headers);
-        match resp.parse(&self.head[..head_len]) {
+        match resp.parse(head) {
             Ok(httparse::Status::Complete(_)) => {}
             Ok(httparse::Status::Partial) => return Err(HttpError::BadHead("incomplete".into())),
             Err(e) => return Err(HttpError::BadHead(e.to_string())),
