@@ -86,7 +86,9 @@ fn secs(name: &str, v: f64) -> Result<Duration, String> {
     if v.is_finite() && v > 0.0 && v < 1e9 {
         Ok(Duration::from_secs_f64(v))
     } else {
-        Err(format!("--{name} must be a positive number of seconds, got {v}"))
+        Err(format!(
+            "--{name} must be a positive number of seconds, got {v}"
+        ))
     }
 }
 
@@ -95,9 +97,15 @@ fn secs(name: &str, v: f64) -> Result<Duration, String> {
 fn resolve(args: ServeArgs) -> Result<(ServerConfig, Option<PathBuf>, Duration), String> {
     let file = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-            toml::from_str::<FileSettings>(&text)
-                .map_err(|e| format!("config {}: {}", path.display(), e.message().replace('\n', " ")))?
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+            toml::from_str::<FileSettings>(&text).map_err(|e| {
+                format!(
+                    "config {}: {}",
+                    path.display(),
+                    e.message().replace('\n', " ")
+                )
+            })?
         }
         None => FileSettings::default(),
     };
@@ -106,7 +114,9 @@ fn resolve(args: ServeArgs) -> Result<(ServerConfig, Option<PathBuf>, Duration),
         cfg.listen = v;
     }
     if let Some(mb) = args.cache_mb.or(file.cache_mb) {
-        cfg.cache_bytes = mb.checked_mul(1 << 20).ok_or_else(|| format!("--cache-mb {mb} is too large"))?;
+        cfg.cache_bytes = mb
+            .checked_mul(1 << 20)
+            .ok_or_else(|| format!("--cache-mb {mb} is too large"))?;
     }
     let model = match (args.thread_model, file.thread_model) {
         (Some(m), _) => Some(m),
@@ -135,7 +145,10 @@ fn resolve(args: ServeArgs) -> Result<(ServerConfig, Option<PathBuf>, Duration),
         cfg.parse_threads = n;
     }
     cfg.direct = !(args.staged || file.staged.unwrap_or(false));
-    let grace = secs("shutdown-grace", args.shutdown_grace.or(file.shutdown_grace).unwrap_or(10.0))?;
+    let grace = secs(
+        "shutdown-grace",
+        args.shutdown_grace.or(file.shutdown_grace).unwrap_or(10.0),
+    )?;
     Ok((cfg, args.root.or(file.root), grace))
 }
 
@@ -148,7 +161,8 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             None
         }
         None => {
-            let site = DemoSite::create().map_err(|e| format!("cannot write the demo site: {e}"))?;
+            let site =
+                DemoSite::create().map_err(|e| format!("cannot write the demo site: {e}"))?;
             cfg.root = site.path().to_owned();
             cfg.handlers.push(DemoSite::hello_handler());
             Some(site)
@@ -156,17 +170,28 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| format!("cannot install signal handler: {e}"))?;
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .map_err(|e| format!("cannot install signal handler: {e}"))?;
     }
-    let root_shown = if demo.is_some() { "built-in demo site".to_owned() } else { cfg.root.display().to_string() };
+    let root_shown = if demo.is_some() {
+        "built-in demo site".to_owned()
+    } else {
+        cfg.root.display().to_string()
+    };
     let server = Server::start(cfg).map_err(|e| e.to_string())?;
     println!("listening on http://{}", server.local_addr());
     let _ = std::io::stdout().flush();
-    eprintln!("seda serve: serving {root_shown}; admin at http://{}/_seda/stats; Ctrl-C to stop", server.local_addr());
+    eprintln!(
+        "seda serve: serving {root_shown}; admin at http://{}/_seda/stats; Ctrl-C to stop",
+        server.local_addr()
+    );
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    eprintln!("seda serve: shutting down (grace {:.1} s)", grace.as_secs_f64());
+    eprintln!(
+        "seda serve: shutting down (grace {:.1} s)",
+        grace.as_secs_f64()
+    );
     let report = server.shutdown(grace);
     eprintln!(
         "seda serve: stopped; requests drained: {}, connections cut: {}, events unfinished: {}",
@@ -188,7 +213,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("serve.toml");
         std::fs::write(&file, "listen = \"127.0.0.1:9999\"\ncache-mb = 7\nthread-model = \"shared\"\nidle-timeout = 2.5\nstaged = true\n").unwrap();
-        let args = ServeArgs { config: Some(file.clone()), cache_mb: Some(3), ..ServeArgs::default() };
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            cache_mb: Some(3),
+            ..ServeArgs::default()
+        };
         let (cfg, root, _) = resolve(args).unwrap();
         assert_eq!(cfg.listen, "127.0.0.1:9999".parse().unwrap());
         assert_eq!(cfg.cache_bytes, 3 << 20, "the flag wins");
@@ -197,9 +226,17 @@ mod tests {
         assert!(!cfg.direct);
         assert!(root.is_none());
         std::fs::write(&file, "cache-mbb = 7\n").unwrap();
-        let err = resolve(ServeArgs { config: Some(file.clone()), ..ServeArgs::default() }).unwrap_err();
+        let err = resolve(ServeArgs {
+            config: Some(file.clone()),
+            ..ServeArgs::default()
+        })
+        .unwrap_err();
         assert!(err.contains("cache-mbb") && !err.contains('\n'), "{err}");
-        let err = resolve(ServeArgs { header_timeout: Some(-1.0), ..ServeArgs::default() }).unwrap_err();
+        let err = resolve(ServeArgs {
+            header_timeout: Some(-1.0),
+            ..ServeArgs::default()
+        })
+        .unwrap_err();
         assert!(err.contains("header-timeout"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

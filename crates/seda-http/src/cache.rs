@@ -41,7 +41,11 @@ impl Hasher for Fnv {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
         for &b in bytes {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
@@ -101,7 +105,15 @@ impl FileInfo {
             "HTTP/1.1 200 OK\r\nServer: seda\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nLast-Modified: {last_modified}\r\nETag: {}\r\nAccept-Ranges: bytes\r\n",
             key.len, validators.etag
         ));
-        FileInfo { path, key, content_type, validators, last_modified, head_200, stream }
+        FileInfo {
+            path,
+            key,
+            content_type,
+            validators,
+            last_modified,
+            head_200,
+            stream,
+        }
     }
 }
 
@@ -130,7 +142,9 @@ pub struct PathCache {
 
 impl fmt::Debug for PathCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PathCache").field("entries", &self.map.lock().len()).finish()
+        f.debug_struct("PathCache")
+            .field("entries", &self.map.lock().len())
+            .finish()
     }
 }
 
@@ -138,7 +152,11 @@ impl PathCache {
     /// A cache of at most `max_entries` (at least 1) translations, each trusted for
     /// `revalidate`.
     pub fn new(max_entries: usize, revalidate: Duration) -> Self {
-        PathCache { map: Mutex::new(HashMap::default()), max_entries: max_entries.max(1), revalidate }
+        PathCache {
+            map: Mutex::new(HashMap::default()),
+            max_entries: max_entries.max(1),
+            revalidate,
+        }
     }
 
     /// The translation of `url`, if cached and still fresh at `now`.
@@ -160,7 +178,13 @@ impl PathCache {
                 map.remove(&v);
             }
         }
-        map.insert(url.into(), PathEntry { target, checked: now });
+        map.insert(
+            url.into(),
+            PathEntry {
+                target,
+                checked: now,
+            },
+        );
         debug_assert!(map.len() <= self.max_entries);
     }
 
@@ -197,8 +221,16 @@ struct Lru {
 impl Lru {
     fn unlink(&mut self, i: usize) {
         let (p, n) = (self.nodes[i].prev, self.nodes[i].next);
-        if p == NIL { self.head = n } else { self.nodes[p].next = n }
-        if n == NIL { self.tail = p } else { self.nodes[n].prev = p }
+        if p == NIL {
+            self.head = n
+        } else {
+            self.nodes[p].next = n
+        }
+        if n == NIL {
+            self.tail = p
+        } else {
+            self.nodes[n].prev = p
+        }
     }
 
     fn push_front(&mut self, i: usize) {
@@ -251,7 +283,9 @@ pub struct PageCache {
 
 impl fmt::Debug for PageCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PageCache").field("stats", &self.stats()).finish()
+        f.debug_struct("PageCache")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -319,7 +353,12 @@ impl PageCache {
             lru.remove(t);
             evicted += 1;
         }
-        let node = Node { key, body, prev: NIL, next: NIL };
+        let node = Node {
+            key,
+            body,
+            prev: NIL,
+            next: NIL,
+        };
         let i = match lru.free.pop() {
             Some(i) => {
                 lru.nodes[i] = node;
@@ -359,7 +398,12 @@ mod tests {
     use super::*;
 
     fn key(ino: u64, len: u64) -> FileKey {
-        FileKey { dev: 1, ino, mtime_ns: 0, len }
+        FileKey {
+            dev: 1,
+            ino,
+            mtime_ns: 0,
+            len,
+        }
     }
 
     #[test]
@@ -376,9 +420,15 @@ mod tests {
         assert!(c.get(&key(4, 10)).is_some());
         let s = c.stats();
         assert_eq!((s.bytes, s.entries, s.evictions), (30, 3, 1));
-        assert!(c.insert(key(5, 25), Bytes::from(vec![5; 25])), "evicts several");
+        assert!(
+            c.insert(key(5, 25), Bytes::from(vec![5; 25])),
+            "evicts several"
+        );
         assert_eq!(c.stats().entries, 1);
-        assert!(!c.insert(key(6, 31), Bytes::from(vec![6; 31])), "larger than the cache");
+        assert!(
+            !c.insert(key(6, 31), Bytes::from(vec![6; 31])),
+            "larger than the cache"
+        );
         assert!(c.stats().bytes <= 30);
     }
 
@@ -399,7 +449,11 @@ mod tests {
         assert!(c.get(b"/a", t0).is_some());
         assert!(c.get(b"/a", t0 + Duration::from_secs(2)).is_none());
         for i in 0..100 {
-            c.insert(format!("/{i}").as_bytes(), Target::Error(Status::NOT_FOUND), t0);
+            c.insert(
+                format!("/{i}").as_bytes(),
+                Target::Error(Status::NOT_FOUND),
+                t0,
+            );
             assert!(c.len() <= 16);
         }
     }

@@ -55,8 +55,12 @@ const DOCS_INDEX: &str = r#"<!doctype html>
 const STYLE: &str = "body{font-family:sans-serif;max-width:42em;margin:2em auto;line-height:1.5;color:#222}\ncode{background:#eee;padding:0 .2em}\n";
 
 /// The demo site's files, as (relative path, contents).
-pub const FILES: &[(&str, &str)] =
-    &[("index.html", INDEX), ("about.html", ABOUT), ("style.css", STYLE), ("docs/index.html", DOCS_INDEX)];
+pub const FILES: &[(&str, &str)] = &[
+    ("index.html", INDEX),
+    ("about.html", ABOUT),
+    ("style.css", STYLE),
+    ("docs/index.html", DOCS_INDEX),
+];
 
 /// The demo site written to a temporary directory; removed on drop.
 #[derive(Debug)]
@@ -87,12 +91,23 @@ impl DemoSite {
     /// current p90.
     pub fn hello_handler() -> HandlerRegistration {
         HandlerRegistration::new("/hello", |req: &Request, cx: &HandlerContext<'_>| {
-            let name = req.query_param("name").unwrap_or_else(|| "world".to_owned());
-            let name: String = name.chars().filter(|c| c.is_alphanumeric() || *c == ' ').take(64).collect();
-            let p90 = cx.p90().map_or("n/a".to_owned(), |d| format!("{:.3} ms", d.as_secs_f64() * 1000.0));
+            let name = req
+                .query_param("name")
+                .unwrap_or_else(|| "world".to_owned());
+            let name: String = name
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ')
+                .take(64)
+                .collect();
+            let p90 = cx.p90().map_or("n/a".to_owned(), |d| {
+                format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+            });
             Response::ok(
                 "text/html; charset=utf-8",
-                format!("<!doctype html><p>Hello, {name}! Answered by stage <code>{}</code> (p90 {p90}).</p>\n", cx.stage_name()),
+                format!(
+                    "<!doctype html><p>Hello, {name}! Answered by stage <code>{}</code> (p90 {p90}).</p>\n",
+                    cx.stage_name()
+                ),
             )
         })
     }

@@ -51,7 +51,9 @@ pub struct Request {
 impl Request {
     /// A GET request for `path_and_query` (useful in tests of handlers).
     pub fn get(path_and_query: &str) -> Request {
-        let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+        let (path, query) = path_and_query
+            .split_once('?')
+            .unwrap_or((path_and_query, ""));
         Request {
             method: "GET".into(),
             path: path.into(),
@@ -65,7 +67,10 @@ impl Request {
 
     /// The first header field named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_slice())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
     }
 
     /// The decoded value of query parameter `name` (`+` read as space).
@@ -74,7 +79,8 @@ impl Request {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let k = crate::proto::percent_decode(k.replace('+', " ").as_bytes())?;
             (k == name.as_bytes()).then(|| {
-                let v = crate::proto::percent_decode(v.replace('+', " ").as_bytes()).unwrap_or_default();
+                let v = crate::proto::percent_decode(v.replace('+', " ").as_bytes())
+                    .unwrap_or_default();
                 String::from_utf8_lossy(&v).into_owned()
             })
         })
@@ -96,24 +102,35 @@ pub struct Response {
 impl Response {
     /// A response with a status, no fields and an empty body.
     pub fn new(status: Status) -> Self {
-        Response { status, headers: Vec::new(), body: Bytes::new() }
+        Response {
+            status,
+            headers: Vec::new(),
+            body: Bytes::new(),
+        }
     }
 
     /// `200 OK` with a content type and a body.
     pub fn ok(content_type: &str, body: impl Into<Bytes>) -> Self {
-        Response::new(Status::OK).with_header("Content-Type", content_type).with_body(body)
+        Response::new(Status::OK)
+            .with_header("Content-Type", content_type)
+            .with_body(body)
     }
 
     /// A `text/plain` response.
     pub fn text(status: Status, body: impl Into<Bytes>) -> Self {
-        Response::new(status).with_header("Content-Type", "text/plain; charset=utf-8").with_body(body)
+        Response::new(status)
+            .with_header("Content-Type", "text/plain; charset=utf-8")
+            .with_body(body)
     }
 
     /// The overload answer: `503 Service Unavailable`, `Retry-After` in seconds, a
     /// short body.
     pub fn unavailable(retry_after_secs: u32) -> Self {
-        Response::text(Status::SERVICE_UNAVAILABLE, "503 Service Unavailable: the server is overloaded, retry later\n")
-            .with_header("Retry-After", &retry_after_secs.to_string())
+        Response::text(
+            Status::SERVICE_UNAVAILABLE,
+            "503 Service Unavailable: the server is overloaded, retry later\n",
+        )
+        .with_header("Retry-After", &retry_after_secs.to_string())
     }
 
     /// A `302 Found` redirect.
@@ -144,7 +161,9 @@ pub struct HandlerContext<'a> {
 
 impl fmt::Debug for HandlerContext<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HandlerContext").field("stage", &self.cx.stage_name()).finish()
+        f.debug_struct("HandlerContext")
+            .field("stage", &self.cx.stage_name())
+            .finish()
     }
 }
 
@@ -224,7 +243,9 @@ pub enum OverloadAction {
 
 impl Default for OverloadAction {
     fn default() -> Self {
-        OverloadAction::Reject503 { retry_after_secs: 1 }
+        OverloadAction::Reject503 {
+            retry_after_secs: 1,
+        }
     }
 }
 
@@ -279,7 +300,12 @@ impl HandlerRegistration {
             handler,
             admission: None,
             classifier: None,
-            pool: ThreadPoolConfig { min_threads: 1, max_threads: 8, queue_threshold: 10, ..ThreadPoolConfig::default() },
+            pool: ThreadPoolConfig {
+                min_threads: 1,
+                max_threads: 8,
+                queue_threshold: 10,
+                ..ThreadPoolConfig::default()
+            },
             capacity: 1024,
             on_overload: OverloadAction::default(),
         }
@@ -339,12 +365,16 @@ impl HandlerRegistration {
 
     pub(crate) fn matches(&self, path: &str) -> bool {
         self.prefix == "/"
-            || path.strip_prefix(self.prefix.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            || path
+                .strip_prefix(self.prefix.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     }
 
     pub(crate) fn overload_response(&self, req: &Request) -> Response {
         match &self.on_overload {
-            OverloadAction::Reject503 { retry_after_secs } => Response::unavailable(*retry_after_secs),
+            OverloadAction::Reject503 { retry_after_secs } => {
+                Response::unavailable(*retry_after_secs)
+            }
             OverloadAction::Redirect(url) => Response::redirect(url),
             OverloadAction::Degrade => self.handler.degrade(req),
         }
@@ -357,10 +387,14 @@ mod tests {
 
     #[test]
     fn prefix_matching() {
-        let r = HandlerRegistration::new("/app/", |_: &Request, _: &HandlerContext<'_>| Response::new(Status::OK));
+        let r = HandlerRegistration::new("/app/", |_: &Request, _: &HandlerContext<'_>| {
+            Response::new(Status::OK)
+        });
         assert_eq!(r.prefix(), "/app");
         assert_eq!(r.stage_name(), "handler:app");
-        assert!(r.matches("/app") && r.matches("/app/x") && !r.matches("/apple") && !r.matches("/"));
+        assert!(
+            r.matches("/app") && r.matches("/app/x") && !r.matches("/apple") && !r.matches("/")
+        );
     }
 
     #[test]
@@ -388,7 +422,11 @@ mod tests {
         let r = HandlerRegistration::new("/h", H);
         let resp = r.overload_response(&req);
         assert_eq!(resp.status, Status::SERVICE_UNAVAILABLE);
-        assert!(resp.headers.iter().any(|(n, v)| n == "Retry-After" && v == "1"));
+        assert!(
+            resp.headers
+                .iter()
+                .any(|(n, v)| n == "Retry-After" && v == "1")
+        );
         let r = r.on_overload(OverloadAction::Redirect("http://elsewhere/".into()));
         assert_eq!(r.overload_response(&req).status, Status::FOUND);
         let r = r.on_overload(OverloadAction::Degrade);

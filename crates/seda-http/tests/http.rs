@@ -19,7 +19,11 @@ fn serves_a_file_with_its_headers() {
     assert!(httpdate::parse_http_date(r.header("last-modified").unwrap()).is_ok());
     assert!(httpdate::parse_http_date(r.header("date").unwrap()).is_ok());
     let r = s.connect().get("/with%20space.txt");
-    assert_eq!((r.status, r.body.as_slice()), (200, &b"spaced\n"[..]), "percent-decoding");
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, &b"spaced\n"[..]),
+        "percent-decoding"
+    );
 }
 
 #[test]
@@ -27,7 +31,11 @@ fn keep_alive_serves_many_requests_on_one_connection() {
     let s = start(|_| {});
     let mut c = s.connect();
     for i in 0..20 {
-        let path = if i % 2 == 0 { "/hello.txt" } else { "/one_k.bin" };
+        let path = if i % 2 == 0 {
+            "/hello.txt"
+        } else {
+            "/one_k.bin"
+        };
         let r = c.get(path);
         assert_eq!(r.status, 200, "request {i}");
         assert_eq!(r.header("connection"), Some("keep-alive"));
@@ -46,7 +54,10 @@ fn http10_closes_unless_keep_alive_and_close_is_honoured() {
 
     let mut c = s.connect();
     c.send(b"GET /hello.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
-    assert_eq!(c.read_response(false).unwrap().header("connection"), Some("keep-alive"));
+    assert_eq!(
+        c.read_response(false).unwrap().header("connection"),
+        Some("keep-alive")
+    );
     c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     assert_eq!(c.read_response(false).unwrap().status, 200);
     assert!(c.is_closed());
@@ -57,18 +68,34 @@ fn pipelined_in_order(direct: bool, model: seda::ThreadModel) {
         c.direct = direct;
         c.thread_model = model;
     });
-    let paths = ["/hello.txt", "/one_k.bin", "/nope", "/mid.bin", "/sub", "/index.html", "/hello.txt", "/big.bin", "/sub/"];
+    let paths = [
+        "/hello.txt",
+        "/one_k.bin",
+        "/nope",
+        "/mid.bin",
+        "/sub",
+        "/index.html",
+        "/hello.txt",
+        "/big.bin",
+        "/sub/",
+    ];
     let mut c = s.connect();
     let mut all = Vec::new();
     for p in paths {
         all.extend_from_slice(format!("GET {p} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
     }
     c.send(&all);
-    let statuses: Vec<u16> = paths.iter().map(|_| c.read_response(false).unwrap().status).collect();
+    let statuses: Vec<u16> = paths
+        .iter()
+        .map(|_| c.read_response(false).unwrap().status)
+        .collect();
     assert_eq!(statuses, vec![200, 200, 404, 200, 301, 200, 200, 200, 200]);
     // Again, now that everything is cached, with bodies checked.
     c.send(&all);
-    let bodies: Vec<Vec<u8>> = paths.iter().map(|_| c.read_response(false).unwrap().body).collect();
+    let bodies: Vec<Vec<u8>> = paths
+        .iter()
+        .map(|_| c.read_response(false).unwrap().body)
+        .collect();
     assert_eq!(bodies[1], pattern(1024, 1));
     assert_eq!(bodies[3], pattern(300 * 1024, 2));
     assert_eq!(bodies[5], b"<p>home</p>\n");
@@ -100,7 +127,10 @@ fn large_files_arrive_byte_for_byte() {
         let r = c.get("/big.bin");
         assert_eq!(r.status, 200);
         assert_eq!(r.body.len(), 3 * 1024 * 1024 + 17);
-        assert!(r.body == pattern(3 * 1024 * 1024 + 17, 3), "streamed file differs");
+        assert!(
+            r.body == pattern(3 * 1024 * 1024 + 17, 3),
+            "streamed file differs"
+        );
         let r = c.get("/mid.bin");
         assert!(r.body == pattern(300 * 1024, 2), "mid file differs");
     }
@@ -125,11 +155,15 @@ fn conditional_get_gives_304() {
     let r = c.get("/hello.txt");
     let etag = r.header("etag").unwrap().to_owned();
     let lm = r.header("last-modified").unwrap().to_owned();
-    c.send(format!("GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n").as_bytes());
+    c.send(
+        format!("GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n").as_bytes(),
+    );
     let r = c.read_response(false).unwrap();
     assert_eq!(r.status, 304);
     assert_eq!(r.header("etag"), Some(etag.as_str()));
-    c.send(format!("GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-Modified-Since: {lm}\r\n\r\n").as_bytes());
+    c.send(
+        format!("GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-Modified-Since: {lm}\r\n\r\n").as_bytes(),
+    );
     assert_eq!(c.read_response(false).unwrap().status, 304);
     c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: \"stale\"\r\n\r\n");
     let r = c.read_response(false).unwrap();
@@ -145,13 +179,19 @@ fn byte_ranges_give_206_and_416() {
     let one_k = pattern(1024, 1);
     c.send(b"GET /one_k.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=100-199\r\n\r\n");
     let r = c.read_response(false).unwrap();
-    assert_eq!((r.status, r.header("content-range")), (206, Some("bytes 100-199/1024")));
+    assert_eq!(
+        (r.status, r.header("content-range")),
+        (206, Some("bytes 100-199/1024"))
+    );
     assert_eq!(r.body, &one_k[100..200]);
     c.send(b"GET /one_k.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=-24\r\n\r\n");
     assert_eq!(c.read_response(false).unwrap().body, &one_k[1000..]);
     c.send(b"GET /one_k.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=5000-\r\n\r\n");
     let r = c.read_response(false).unwrap();
-    assert_eq!((r.status, r.header("content-range")), (416, Some("bytes */1024")));
+    assert_eq!(
+        (r.status, r.header("content-range")),
+        (416, Some("bytes */1024"))
+    );
     // A range of a streamed (sendfile) file.
     let big = pattern(3 * 1024 * 1024 + 17, 3);
     c.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=2000000-2000999\r\n\r\n");
@@ -187,7 +227,11 @@ fn other_methods_get_405_with_allow() {
     assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD")));
     c.send(b"POST /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello");
     assert_eq!(c.read_response(false).unwrap().status, 405);
-    assert_eq!(c.get("/hello.txt").status, 200, "the body was skipped, the stream stays framed");
+    assert_eq!(
+        c.get("/hello.txt").status,
+        200,
+        "the body was skipped, the stream stays framed"
+    );
 }
 
 #[test]
@@ -197,17 +241,44 @@ fn malformed_and_oversized_requests_get_their_status() {
         (b"GARBAGE\x01\x02\r\n\r\n".to_vec(), 400),
         (b"GET / HTTP/1.1\r\n\r\n".to_vec(), 400),
         (b"GET /%zz HTTP/1.1\r\nHost: t\r\n\r\n".to_vec(), 400),
-        (format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(10_000)).into_bytes(), 414),
-        (format!("GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n", "b".repeat(20_000)).into_bytes(), 431),
-        (format!("GET / HTTP/1.1\r\nHost: t\r\n{}\r\n", "X: y\r\n".repeat(100)).into_bytes(), 431),
+        (
+            format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(10_000)).into_bytes(),
+            414,
+        ),
+        (
+            format!(
+                "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+                "b".repeat(20_000)
+            )
+            .into_bytes(),
+            431,
+        ),
+        (
+            format!(
+                "GET / HTTP/1.1\r\nHost: t\r\n{}\r\n",
+                "X: y\r\n".repeat(100)
+            )
+            .into_bytes(),
+            431,
+        ),
         (b"GET / HTTP/2.0\r\nHost: t\r\n\r\n".to_vec(), 505),
         (b"GET / HTTP/3.0\r\nHost: t\r\n\r\n".to_vec(), 505),
     ];
     for (raw, want) in cases {
         let mut c = Client::connect(s.addr);
         c.send(&raw);
-        let r = c.read_response(false).unwrap_or_else(|| panic!("no response to {:?}", String::from_utf8_lossy(&raw[..40.min(raw.len())])));
-        assert_eq!(r.status, want, "{:?}", String::from_utf8_lossy(&raw[..40.min(raw.len())]));
+        let r = c.read_response(false).unwrap_or_else(|| {
+            panic!(
+                "no response to {:?}",
+                String::from_utf8_lossy(&raw[..40.min(raw.len())])
+            )
+        });
+        assert_eq!(
+            r.status,
+            want,
+            "{:?}",
+            String::from_utf8_lossy(&raw[..40.min(raw.len())])
+        );
         if want != 400 || r.header("connection") == Some("close") {
             assert!(c.is_closed(), "connection closed after {want}");
         }
@@ -217,9 +288,24 @@ fn malformed_and_oversized_requests_get_their_status() {
 #[test]
 fn nothing_outside_the_root_is_served() {
     let s = start(|_| {});
-    for path in ["/../secret.txt", "/%2e%2e/secret.txt", "/%2E%2E%2Fsecret.txt", "/sub/../../secret.txt", "/a%00b", "/escape", "/up/secret.txt"] {
-        let r = raw_request(s.addr, format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
-        assert!([400, 403, 404].contains(&r.status), "{path} gave {}", r.status);
+    for path in [
+        "/../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/%2E%2E%2Fsecret.txt",
+        "/sub/../../secret.txt",
+        "/a%00b",
+        "/escape",
+        "/up/secret.txt",
+    ] {
+        let r = raw_request(
+            s.addr,
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+        );
+        assert!(
+            [400, 403, 404].contains(&r.status),
+            "{path} gave {}",
+            r.status
+        );
         assert!(!r.text().contains("TOP-SECRET"), "{path} leaked the secret");
     }
     let r = raw_request(s.addr, b"GET /escape HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -252,8 +338,15 @@ fn a_slow_client_trips_the_header_timeout() {
         }
     }
     let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("HTTP/1.1 408"), "got {text:?} after {sent} bytes");
-    assert!(started.elapsed() < Duration::from_secs(3), "cut off in {:?}", started.elapsed());
+    assert!(
+        text.starts_with("HTTP/1.1 408"),
+        "got {text:?} after {sent} bytes"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "cut off in {:?}",
+        started.elapsed()
+    );
     assert!(sent < request.len());
 }
 
@@ -276,7 +369,10 @@ fn max_connections_is_enforced() {
     assert_eq!(b.get("/hello.txt").status, 200);
     let mut third = s.connect();
     third.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
-    assert!(third.read_response(false).is_none(), "the third connection is closed");
+    assert!(
+        third.read_response(false).is_none(),
+        "the third connection is closed"
+    );
     drop(a);
     assert_eq!(b.get("/hello.txt").status, 200);
 }

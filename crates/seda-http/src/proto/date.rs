@@ -27,7 +27,9 @@ impl DateCache {
     /// A cache holding the current second's line.
     pub fn new() -> Self {
         let now = SystemTime::now();
-        DateCache { line: RwLock::new((secs(now), Self::format(now))) }
+        DateCache {
+            line: RwLock::new((secs(now), Self::format(now))),
+        }
     }
 
     fn format(t: SystemTime) -> Bytes {

@@ -48,9 +48,15 @@ mod tests {
 
     #[test]
     fn by_extension() {
-        assert_eq!(content_type(Path::new("/a/index.HTML")), "text/html; charset=utf-8");
+        assert_eq!(
+            content_type(Path::new("/a/index.HTML")),
+            "text/html; charset=utf-8"
+        );
         assert_eq!(content_type(Path::new("x.png")), "image/png");
         assert_eq!(content_type(Path::new("x")), "application/octet-stream");
-        assert_eq!(content_type(Path::new("x.verylongext")), "application/octet-stream");
+        assert_eq!(
+            content_type(Path::new("x.verylongext")),
+            "application/octet-stream"
+        );
     }
 }

@@ -14,7 +14,11 @@ mod response;
 pub use date::{DateCache, http_date};
 pub use mime::content_type;
 pub use path::{PathError, Translation, percent_decode, translate, url_to_relative};
-pub use request::{HeaderScratch, Limits, MAX_HEADERS, Method, ParseError, RequestHead, Version, parse_head, skip_leading_crlf};
+pub use request::{
+    HeaderScratch, Limits, MAX_HEADERS, Method, ParseError, RequestHead, Version, parse_head,
+    skip_leading_crlf,
+};
 pub use response::{
-    ByteRange, Conditional, RangeRequest, Status, Validators, etag_matches, evaluate_conditional, parse_range, write_head,
+    ByteRange, Conditional, RangeRequest, Status, Validators, etag_matches, evaluate_conditional,
+    parse_range, write_head,
 };

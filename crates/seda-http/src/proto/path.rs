@@ -115,15 +115,27 @@ pub fn translate(root: &Path, raw_path: &[u8], index: &str) -> Result<Translatio
         }
         let index_path = canonical_under(root, &canonical.join(index))?;
         let meta = std::fs::metadata(&index_path).map_err(io_to_path_error)?;
-        return if meta.is_file() { Ok(Translation::File(index_path, meta)) } else { Err(PathError::NotFound) };
+        return if meta.is_file() {
+            Ok(Translation::File(index_path, meta))
+        } else {
+            Err(PathError::NotFound)
+        };
     }
-    if meta.is_file() { Ok(Translation::File(canonical, meta)) } else { Err(PathError::Forbidden) }
+    if meta.is_file() {
+        Ok(Translation::File(canonical, meta))
+    } else {
+        Err(PathError::Forbidden)
+    }
 }
 
 /// Resolves every symlink of `path` and checks the result is inside `root`.
 fn canonical_under(root: &Path, path: &Path) -> Result<PathBuf, PathError> {
     let canonical = std::fs::canonicalize(path).map_err(io_to_path_error)?;
-    if canonical.starts_with(root) { Ok(canonical) } else { Err(PathError::Forbidden) }
+    if canonical.starts_with(root) {
+        Ok(canonical)
+    } else {
+        Err(PathError::Forbidden)
+    }
 }
 
 fn io_to_path_error(e: io::Error) -> PathError {
@@ -147,13 +159,31 @@ mod tests {
 
     #[test]
     fn refuses_dot_dot_in_every_spelling() {
-        for p in [&b"/../etc/passwd"[..], b"/a/../../b", b"/%2e%2e/x", b"/%2E%2E%2fetc", b"/a/%2e%2e", b"/.."] {
-            assert_eq!(url_to_relative(p).unwrap_err(), PathError::Forbidden, "{}", String::from_utf8_lossy(p));
+        for p in [
+            &b"/../etc/passwd"[..],
+            b"/a/../../b",
+            b"/%2e%2e/x",
+            b"/%2E%2E%2fetc",
+            b"/a/%2e%2e",
+            b"/..",
+        ] {
+            assert_eq!(
+                url_to_relative(p).unwrap_err(),
+                PathError::Forbidden,
+                "{}",
+                String::from_utf8_lossy(p)
+            );
         }
-        assert_eq!(url_to_relative(b"/a%00b").unwrap_err(), PathError::Forbidden);
+        assert_eq!(
+            url_to_relative(b"/a%00b").unwrap_err(),
+            PathError::Forbidden
+        );
         assert_eq!(url_to_relative(b"*").unwrap_err(), PathError::Malformed);
         assert_eq!(url_to_relative(b"/./a//b/").unwrap(), PathBuf::from("a/b"));
-        assert_eq!(url_to_relative(b"/..a/b..").unwrap(), PathBuf::from("..a/b.."));
+        assert_eq!(
+            url_to_relative(b"/..a/b..").unwrap(),
+            PathBuf::from("..a/b..")
+        );
     }
 
     #[test]
@@ -169,13 +199,33 @@ mod tests {
         std::os::unix::fs::symlink(root.join("a.txt"), root.join("in")).unwrap();
         let root = std::fs::canonicalize(&root).unwrap();
 
-        assert!(matches!(translate(&root, b"/a.txt", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("a.txt")));
-        assert!(matches!(translate(&root, b"/in", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("a.txt")));
-        assert!(matches!(translate(&root, b"/sub/", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("sub/index.html")));
-        assert!(matches!(translate(&root, b"/sub", "index.html"), Ok(Translation::AddSlash(l)) if l == b"/sub/"));
-        assert_eq!(translate(&root, b"/empty/", "index.html").unwrap_err(), PathError::NotFound);
-        assert_eq!(translate(&root, b"/out", "index.html").unwrap_err(), PathError::Forbidden);
-        assert_eq!(translate(&root, b"/nope", "index.html").unwrap_err(), PathError::NotFound);
-        assert_eq!(translate(&root, b"/a.txt/x", "index.html").unwrap_err(), PathError::NotFound);
+        assert!(
+            matches!(translate(&root, b"/a.txt", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("a.txt"))
+        );
+        assert!(
+            matches!(translate(&root, b"/in", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("a.txt"))
+        );
+        assert!(
+            matches!(translate(&root, b"/sub/", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("sub/index.html"))
+        );
+        assert!(
+            matches!(translate(&root, b"/sub", "index.html"), Ok(Translation::AddSlash(l)) if l == b"/sub/")
+        );
+        assert_eq!(
+            translate(&root, b"/empty/", "index.html").unwrap_err(),
+            PathError::NotFound
+        );
+        assert_eq!(
+            translate(&root, b"/out", "index.html").unwrap_err(),
+            PathError::Forbidden
+        );
+        assert_eq!(
+            translate(&root, b"/nope", "index.html").unwrap_err(),
+            PathError::NotFound
+        );
+        assert_eq!(
+            translate(&root, b"/a.txt/x", "index.html").unwrap_err(),
+            PathError::NotFound
+        );
     }
 }

@@ -32,7 +32,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_request_line: 8 * 1024, max_head_bytes: 16 * 1024, max_headers: 64, max_body: 1024 * 1024 }
+        Limits {
+            max_request_line: 8 * 1024,
+            max_head_bytes: 16 * 1024,
+            max_headers: 64,
+            max_body: 1024 * 1024,
+        }
     }
 }
 
@@ -139,7 +144,9 @@ impl Default for HeaderScratch<'_> {
     fn default() -> Self {
         // Left uninitialised: httparse initialises the fields it fills, so a parse
         // costs nothing for the slots a request does not use.
-        HeaderScratch { fields: [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS] }
+        HeaderScratch {
+            fields: [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS],
+        }
     }
 }
 
@@ -187,7 +194,8 @@ impl<'h, 'b> RequestHead<'h, 'b> {
 
     /// Total bytes this request occupies in the buffer: head plus body.
     pub fn total_len(&self) -> usize {
-        self.head_len.saturating_add(usize::try_from(self.content_length).unwrap_or(usize::MAX))
+        self.head_len
+            .saturating_add(usize::try_from(self.content_length).unwrap_or(usize::MAX))
     }
 }
 
@@ -204,11 +212,18 @@ pub fn parse_head<'h, 'b>(
     let max_headers = limits.max_headers.clamp(1, MAX_HEADERS);
     // The request line limit is checked before httparse sees the bytes, so a huge
     // target is a 414 however it ends.
-    let line_end = memchr(b'\n', &buf[..buf.len().min(limits.max_request_line.saturating_add(1))]);
+    let line_end = memchr(
+        b'\n',
+        &buf[..buf.len().min(limits.max_request_line.saturating_add(1))],
+    );
     match line_end {
         None if buf.len() > limits.max_request_line => return Err(ParseError::UriTooLong),
         None => {
-            return if looks_like_request_start(buf) { Ok(None) } else { Err(ParseError::Malformed) };
+            return if looks_like_request_start(buf) {
+                Ok(None)
+            } else {
+                Err(ParseError::Malformed)
+            };
         }
         Some(_) => {}
     }
@@ -221,7 +236,11 @@ pub fn parse_head<'h, 'b>(
     };
     let head_len = match status {
         httparse::Status::Partial => {
-            return if buf.len() > limits.max_head_bytes { Err(ParseError::HeadersTooLarge) } else { Ok(None) };
+            return if buf.len() > limits.max_head_bytes {
+                Err(ParseError::HeadersTooLarge)
+            } else {
+                Ok(None)
+            };
         }
         httparse::Status::Complete(n) => n,
     };
@@ -231,7 +250,11 @@ pub fn parse_head<'h, 'b>(
     let (Some(method_str), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(ParseError::Malformed);
     };
-    let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
+    let version = if minor == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
     let (path, query) = split_target(target.as_bytes())?;
     let method = Method::from_token(method_str);
     let fields: &'h [httparse::Header<'b>] = req.headers;
@@ -271,7 +294,11 @@ pub fn parse_head<'h, 'b>(
             }
             seen_length = Some(n);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            return Err(if version == Version::Http11 { ParseError::TransferEncoding } else { ParseError::Malformed });
+            return Err(if version == Version::Http11 {
+                ParseError::TransferEncoding
+            } else {
+                ParseError::Malformed
+            });
         } else if name.eq_ignore_ascii_case(b"host") {
             if host {
                 return Err(ParseError::Malformed);
@@ -301,7 +328,9 @@ pub fn parse_head<'h, 'b>(
 /// Bytes of empty lines (`\r\n` or `\n`) at the front of `buf`, which a server ignores
 /// before a request line (RFC 9112 2.2).
 pub fn skip_leading_crlf(buf: &[u8]) -> usize {
-    buf.iter().take_while(|&&c| c == b'\r' || c == b'\n').count()
+    buf.iter()
+        .take_while(|&&c| c == b'\r' || c == b'\n')
+        .count()
 }
 
 /// Whether an incomplete first line could still become a request line: a method token
@@ -331,7 +360,8 @@ fn split_target(target: &[u8]) -> Result<(&[u8], &[u8]), ParseError> {
     let rest = if target.first() == Some(&b'/') || target == b"*" {
         target
     } else {
-        let lower_scheme = |s: &[u8]| target.len() >= s.len() && target[..s.len()].eq_ignore_ascii_case(s);
+        let lower_scheme =
+            |s: &[u8]| target.len() >= s.len() && target[..s.len()].eq_ignore_ascii_case(s);
         let after = if lower_scheme(b"http://") {
             &target[7..]
         } else if lower_scheme(b"https://") {
@@ -357,8 +387,14 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
 }
 
 pub(crate) fn trim(s: &[u8]) -> &[u8] {
-    let start = s.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(s.len());
-    let end = s.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(start, |e| e + 1);
+    let start = s
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
     &s[start..end.max(start)]
 }
 
@@ -366,23 +402,55 @@ pub(crate) fn parse_decimal(s: &[u8]) -> Option<u64> {
     if s.is_empty() || s.len() > 19 {
         return None;
     }
-    s.iter().try_fold(0u64, |acc, &c| if c.is_ascii_digit() { acc.checked_mul(10)?.checked_add(u64::from(c - b'0')) } else { None })
+    s.iter().try_fold(0u64, |acc, &c| {
+        if c.is_ascii_digit() {
+            acc.checked_mul(10)?.checked_add(u64::from(c - b'0'))
+        } else {
+            None
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(buf: &[u8]) -> Result<Option<(Method, Vec<u8>, Vec<u8>, Version, bool, usize, u64)>, ParseError> {
+    /// (method, path, query, version, keep-alive, head length, content length)
+    type Summary = (Method, Vec<u8>, Vec<u8>, Version, bool, usize, u64);
+
+    fn parse(buf: &[u8]) -> Result<Option<Summary>, ParseError> {
         let mut scratch = HeaderScratch::default();
         let r = parse_head(buf, &mut scratch, &Limits::default())?;
-        Ok(r.map(|h| (h.method, h.path.to_vec(), h.query.to_vec(), h.version, h.keep_alive, h.head_len, h.content_length)))
+        Ok(r.map(|h| {
+            (
+                h.method,
+                h.path.to_vec(),
+                h.query.to_vec(),
+                h.version,
+                h.keep_alive,
+                h.head_len,
+                h.content_length,
+            )
+        }))
     }
 
     #[test]
     fn simple_get() {
-        let (m, p, q, v, ka, n, cl) = parse(b"GET /a/b?x=1 HTTP/1.1\r\nHost: h\r\n\r\n").unwrap().unwrap();
-        assert_eq!((m, p.as_slice(), q.as_slice(), v, ka, n, cl), (Method::Get, &b"/a/b"[..], &b"x=1"[..], Version::Http11, true, 34, 0));
+        let (m, p, q, v, ka, n, cl) = parse(b"GET /a/b?x=1 HTTP/1.1\r\nHost: h\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (m, p.as_slice(), q.as_slice(), v, ka, n, cl),
+            (
+                Method::Get,
+                &b"/a/b"[..],
+                &b"x=1"[..],
+                Version::Http11,
+                true,
+                34,
+                0
+            )
+        );
     }
 
     #[test]
@@ -396,8 +464,12 @@ mod tests {
     fn keep_alive_rules() {
         let ka = |b: &[u8]| parse(b).unwrap().unwrap().4;
         assert!(ka(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"));
-        assert!(!ka(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"));
-        assert!(!ka(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: foo, Close\r\n\r\n"));
+        assert!(!ka(
+            b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
+        ));
+        assert!(!ka(
+            b"GET / HTTP/1.1\r\nHost: h\r\nConnection: foo, Close\r\n\r\n"
+        ));
         assert!(!ka(b"GET / HTTP/1.0\r\n\r\n"));
         assert!(ka(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
     }
@@ -409,7 +481,9 @@ mod tests {
         let mut paths = Vec::new();
         while at < buf.len() {
             let mut scratch = HeaderScratch::default();
-            let h = parse_head(&buf[at..], &mut scratch, &Limits::default()).unwrap().unwrap();
+            let h = parse_head(&buf[at..], &mut scratch, &Limits::default())
+                .unwrap()
+                .unwrap();
             paths.push(h.path.to_vec());
             at += h.total_len();
         }
@@ -424,29 +498,48 @@ mod tests {
         assert_eq!(code(b"GET / HTTP/1.1\r\n\r\n"), 400, "missing Host");
         assert_eq!(code(b"GET / FOO/1.1\r\nHost: h\r\n\r\n"), 400);
         assert_eq!(code(b"\x00\x01\x02 garbage\r\n\r\n"), 400);
-        assert_eq!(code(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: x\r\n\r\n"), 400);
-        assert_eq!(code(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"), 400);
-        assert_eq!(code(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"), 501);
+        assert_eq!(
+            code(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: x\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            code(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            code(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            501
+        );
         assert_eq!(code(b"GET foo HTTP/1.1\r\nHost: h\r\n\r\n"), 400);
         let long = format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(9000));
         assert_eq!(code(long.as_bytes()), 414);
         let long_partial = format!("GET /{}", "a".repeat(9000));
         assert_eq!(code(long_partial.as_bytes()), 414);
-        let big = format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n", "v".repeat(17000));
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n",
+            "v".repeat(17000)
+        );
         assert_eq!(code(big.as_bytes()), 431);
         let big_partial = format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}", "v".repeat(17000));
         assert_eq!(code(big_partial.as_bytes()), 431);
         let many: String = (0..70).map(|i| format!("X-{i}: v\r\n")).collect();
-        assert_eq!(code(format!("GET / HTTP/1.1\r\nHost: h\r\n{many}\r\n").as_bytes()), 431);
+        assert_eq!(
+            code(format!("GET / HTTP/1.1\r\nHost: h\r\n{many}\r\n").as_bytes()),
+            431
+        );
         let body = b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999\r\n\r\n";
         assert_eq!(code(body), 413);
     }
 
     #[test]
     fn absolute_form_and_fragment() {
-        let (_, p, q, ..) = parse(b"GET http://example.com/x/y?z HTTP/1.1\r\nHost: h\r\n\r\n").unwrap().unwrap();
+        let (_, p, q, ..) = parse(b"GET http://example.com/x/y?z HTTP/1.1\r\nHost: h\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!((p.as_slice(), q.as_slice()), (&b"/x/y"[..], &b"z"[..]));
-        let (_, p, ..) = parse(b"GET http://example.com HTTP/1.1\r\nHost: h\r\n\r\n").unwrap().unwrap();
+        let (_, p, ..) = parse(b"GET http://example.com HTTP/1.1\r\nHost: h\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(p, b"/");
     }
 
@@ -454,7 +547,9 @@ mod tests {
     fn content_length_body_counts_in_total() {
         let mut scratch = HeaderScratch::default();
         let buf = b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhelloGET";
-        let h = parse_head(buf, &mut scratch, &Limits::default()).unwrap().unwrap();
+        let h = parse_head(buf, &mut scratch, &Limits::default())
+            .unwrap()
+            .unwrap();
         assert_eq!(&buf[h.head_len..h.total_len()], b"hello");
         assert_eq!(h.method, Method::Post);
     }
@@ -463,7 +558,9 @@ mod tests {
     fn conditional_headers_are_found() {
         let mut scratch = HeaderScratch::default();
         let buf = b"GET / HTTP/1.1\r\nhost: h\r\nIf-None-Match: \"a\"\r\nif-modified-since: x\r\nRange: bytes=0-1\r\n\r\n";
-        let h = parse_head(buf, &mut scratch, &Limits::default()).unwrap().unwrap();
+        let h = parse_head(buf, &mut scratch, &Limits::default())
+            .unwrap()
+            .unwrap();
         assert_eq!(h.if_none_match, Some(&b"\"a\""[..]));
         assert_eq!(h.if_modified_since, Some(&b"x"[..]));
         assert_eq!(h.range, Some(&b"bytes=0-1"[..]));

@@ -147,7 +147,10 @@ pub fn etag_matches(header: &[u8], etag: &str) -> bool {
     let etag = etag.as_bytes();
     let strip_weak = |t: &[u8]| -> Vec<u8> { t.strip_prefix(b"W/").unwrap_or(t).to_vec() };
     let own = strip_weak(etag);
-    header.split(|&c| c == b',').map(trim).any(|t| t == b"*" || strip_weak(t) == own)
+    header
+        .split(|&c| c == b',')
+        .map(trim)
+        .any(|t| t == b"*" || strip_weak(t) == own)
 }
 
 /// RFC 9110 13.2.2 for GET and HEAD: If-None-Match, else If-Modified-Since.
@@ -157,7 +160,11 @@ pub fn evaluate_conditional(
     v: &Validators,
 ) -> Conditional {
     if let Some(inm) = if_none_match {
-        return if etag_matches(inm, &v.etag) { Conditional::NotModified } else { Conditional::Send };
+        return if etag_matches(inm, &v.etag) {
+            Conditional::NotModified
+        } else {
+            Conditional::Send
+        };
     }
     if let Some(ims) = if_modified_since.and_then(|b| std::str::from_utf8(b).ok()) {
         if let Ok(since) = httpdate::parse_http_date(ims.trim()) {
@@ -206,25 +213,36 @@ pub enum RangeRequest {
 /// 9110 14.2 allows.
 pub fn parse_range(header: &[u8], len: u64) -> RangeRequest {
     let h = trim(header);
-    let Some(spec) = h.strip_prefix(b"bytes=") else { return RangeRequest::Full };
+    let Some(spec) = h.strip_prefix(b"bytes=") else {
+        return RangeRequest::Full;
+    };
     let spec = trim(spec);
     if spec.contains(&b',') {
         return RangeRequest::Full;
     }
-    let Some(dash) = spec.iter().position(|&c| c == b'-') else { return RangeRequest::Full };
+    let Some(dash) = spec.iter().position(|&c| c == b'-') else {
+        return RangeRequest::Full;
+    };
     let (a, b) = (trim(&spec[..dash]), trim(&spec[dash + 1..]));
     let range = match (a.is_empty(), b.is_empty()) {
         (true, true) => return RangeRequest::Full,
         (true, false) => {
             // Suffix range: the last n bytes.
-            let Some(n) = parse_decimal(b) else { return RangeRequest::Full };
+            let Some(n) = parse_decimal(b) else {
+                return RangeRequest::Full;
+            };
             if n == 0 || len == 0 {
                 return RangeRequest::Unsatisfiable;
             }
-            ByteRange { start: len.saturating_sub(n), end: len - 1 }
+            ByteRange {
+                start: len.saturating_sub(n),
+                end: len - 1,
+            }
         }
         (false, _) => {
-            let Some(start) = parse_decimal(a) else { return RangeRequest::Full };
+            let Some(start) = parse_decimal(a) else {
+                return RangeRequest::Full;
+            };
             let end = if b.is_empty() {
                 u64::MAX
             } else {
@@ -236,7 +254,10 @@ pub fn parse_range(header: &[u8], len: u64) -> RangeRequest {
             if start >= len {
                 return RangeRequest::Unsatisfiable;
             }
-            ByteRange { start, end: end.min(len - 1) }
+            ByteRange {
+                start,
+                end: end.min(len - 1),
+            }
         }
     };
     RangeRequest::Partial(range)
@@ -252,7 +273,12 @@ pub fn write_head(
     keep_alive: bool,
     date_line: &[u8],
 ) {
-    let _ = write!(out, "HTTP/1.1 {} {}\r\nServer: seda\r\n", status.code(), status.reason());
+    let _ = write!(
+        out,
+        "HTTP/1.1 {} {}\r\nServer: seda\r\n",
+        status.code(),
+        status.reason()
+    );
     for (name, value) in fields {
         let _ = write!(out, "{name}: {value}\r\n");
     }
@@ -260,7 +286,11 @@ pub fn write_head(
         let _ = write!(out, "Content-Length: {n}\r\n");
     }
     out.extend_from_slice(date_line);
-    out.extend_from_slice(if keep_alive { b"Connection: keep-alive\r\n\r\n" } else { b"Connection: close\r\n\r\n" });
+    out.extend_from_slice(if keep_alive {
+        b"Connection: keep-alive\r\n\r\n"
+    } else {
+        b"Connection: close\r\n\r\n"
+    });
 }
 
 #[cfg(test)]
@@ -278,11 +308,20 @@ mod tests {
         let date = httpdate::fmt_http_date(val.last_modified);
         let later = httpdate::fmt_http_date(val.last_modified + Duration::from_secs(10));
         let earlier = httpdate::fmt_http_date(val.last_modified - Duration::from_secs(10));
-        let c = |inm: Option<&str>, ims: Option<&str>| evaluate_conditional(inm.map(str::as_bytes), ims.map(str::as_bytes), &val);
+        let c = |inm: Option<&str>, ims: Option<&str>| {
+            evaluate_conditional(inm.map(str::as_bytes), ims.map(str::as_bytes), &val)
+        };
         assert_eq!(c(Some(&etag), None), Conditional::NotModified);
-        assert_eq!(c(Some(&format!("\"x\", W/{etag}")), None), Conditional::NotModified);
+        assert_eq!(
+            c(Some(&format!("\"x\", W/{etag}")), None),
+            Conditional::NotModified
+        );
         assert_eq!(c(Some("*"), None), Conditional::NotModified);
-        assert_eq!(c(Some("\"other\""), Some(&later)), Conditional::Send, "If-None-Match wins");
+        assert_eq!(
+            c(Some("\"other\""), Some(&later)),
+            Conditional::Send,
+            "If-None-Match wins"
+        );
         assert_eq!(c(None, Some(&date)), Conditional::NotModified);
         assert_eq!(c(None, Some(&later)), Conditional::NotModified);
         assert_eq!(c(None, Some(&earlier)), Conditional::Send);
@@ -312,7 +351,14 @@ mod tests {
     #[test]
     fn head_format() {
         let mut out = Vec::new();
-        write_head(&mut out, Status::NOT_FOUND, &[("Content-Type", "text/plain")], Some(3), false, b"Date: x\r\n");
+        write_head(
+            &mut out,
+            Status::NOT_FOUND,
+            &[("Content-Type", "text/plain")],
+            Some(3),
+            false,
+            b"Date: x\r\n",
+        );
         assert_eq!(
             out,
             b"HTTP/1.1 404 Not Found\r\nServer: seda\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nDate: x\r\nConnection: close\r\n\r\n"

@@ -14,7 +14,10 @@ use crate::handler::Response;
 pub(crate) fn respond(hb: &Haboob, path: &[u8]) -> Option<Response> {
     let resp = match path {
         b"/_seda/stats" => Response::ok("application/json", stats_json(hb)),
-        b"/_seda/graph" => Response::ok("text/vnd.graphviz; charset=utf-8", hb.rt.snapshot().to_dot()),
+        b"/_seda/graph" => Response::ok(
+            "text/vnd.graphviz; charset=utf-8",
+            hb.rt.snapshot().to_dot(),
+        ),
         b"/_seda/metrics" => Response::ok("text/plain; version=0.0.4; charset=utf-8", metrics(hb)),
         _ => return None,
     };
@@ -26,9 +29,15 @@ pub(crate) fn stats_json(hb: &Haboob) -> String {
     let snap = hb.rt.snapshot();
     let mut doc = serde_json::to_value(&snap).unwrap_or_else(|_| serde_json::json!({}));
     if let Some(obj) = doc.as_object_mut() {
-        obj.insert("haboob".into(), serde_json::to_value(hb.counter_snapshot()).unwrap_or_default());
+        obj.insert(
+            "haboob".into(),
+            serde_json::to_value(hb.counter_snapshot()).unwrap_or_default(),
+        );
         if let Some(s) = hb.sockets.get() {
-            obj.insert("sockets".into(), serde_json::to_value(s.stats()).unwrap_or_default());
+            obj.insert(
+                "sockets".into(),
+                serde_json::to_value(s.stats()).unwrap_or_default(),
+            );
         }
     }
     doc.to_string()
@@ -38,19 +47,61 @@ fn metrics(hb: &Haboob) -> String {
     let mut out = hb.rt.snapshot().to_prometheus();
     let c = hb.counter_snapshot();
     let lines: [(&str, &str, f64); 9] = [
-        ("haboob_requests_total", "Requests parsed.", c.requests as f64),
-        ("haboob_direct_hits_total", "Requests answered on the direct hit path.", c.direct_hits as f64),
-        ("haboob_cache_misses_total", "Requests sent to CacheMiss.", c.cache_misses as f64),
-        ("haboob_dynamic_requests_total", "Requests routed to dynamic handlers.", c.dynamic_requests as f64),
-        ("haboob_overload_responses_total", "Requests answered with the overload action.", c.overload_responses as f64),
-        ("haboob_bad_requests_total", "Requests that failed to parse.", c.bad_requests as f64),
-        ("haboob_header_timeouts_total", "Connections cut off by the header timeout.", c.header_timeouts as f64),
-        ("haboob_connections_open", "Open connections.", c.connections_open as f64),
-        ("haboob_page_cache_bytes", "Bytes in the page cache.", c.page_cache.bytes as f64),
+        (
+            "haboob_requests_total",
+            "Requests parsed.",
+            c.requests as f64,
+        ),
+        (
+            "haboob_direct_hits_total",
+            "Requests answered on the direct hit path.",
+            c.direct_hits as f64,
+        ),
+        (
+            "haboob_cache_misses_total",
+            "Requests sent to CacheMiss.",
+            c.cache_misses as f64,
+        ),
+        (
+            "haboob_dynamic_requests_total",
+            "Requests routed to dynamic handlers.",
+            c.dynamic_requests as f64,
+        ),
+        (
+            "haboob_overload_responses_total",
+            "Requests answered with the overload action.",
+            c.overload_responses as f64,
+        ),
+        (
+            "haboob_bad_requests_total",
+            "Requests that failed to parse.",
+            c.bad_requests as f64,
+        ),
+        (
+            "haboob_header_timeouts_total",
+            "Connections cut off by the header timeout.",
+            c.header_timeouts as f64,
+        ),
+        (
+            "haboob_connections_open",
+            "Open connections.",
+            c.connections_open as f64,
+        ),
+        (
+            "haboob_page_cache_bytes",
+            "Bytes in the page cache.",
+            c.page_cache.bytes as f64,
+        ),
     ];
     for (name, help, v) in lines {
-        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"
+        ));
     }
     out
 }

@@ -44,7 +44,11 @@ pub(crate) struct Reply {
 pub(crate) enum Body {
     None,
     Bytes(Bytes),
-    File { file: Arc<File>, offset: u64, len: u64 },
+    File {
+        file: Arc<File>,
+        offset: u64,
+        len: u64,
+    },
 }
 
 impl Reply {
@@ -114,7 +118,14 @@ impl Conn {
     /// Hands `reply` for request `seq` to the connection with its state locked:
     /// sends it (and any responses it unblocks) into `out` if it is its turn, else
     /// parks it. Call [`Conn::flush`] after the last delivery of a batch.
-    pub(crate) fn deliver(&self, st: &mut ConnState, seq: u64, reply: Reply, out: &mut Vec<Bytes>, writer: &Writer) {
+    pub(crate) fn deliver(
+        &self,
+        st: &mut ConnState,
+        seq: u64,
+        reply: Reply,
+        out: &mut Vec<Bytes>,
+        writer: &Writer,
+    ) {
         if st.dead {
             return;
         }
@@ -139,14 +150,22 @@ impl Conn {
         out.push(r.head);
         if let Some(date) = r.date {
             out.push(date);
-            out.push(if r.close { CLOSE.clone() } else { KEEP_ALIVE.clone() });
+            out.push(if r.close {
+                CLOSE.clone()
+            } else {
+                KEEP_ALIVE.clone()
+            });
         }
         match r.body {
             Body::None => {}
             Body::Bytes(b) => out.push(b),
             Body::File { file, offset, len } => {
                 self.flush(st, out, writer);
-                if !st.dead && writer.send(self.id, Outgoing::File { file, offset, len }).is_err() {
+                if !st.dead
+                    && writer
+                        .send(self.id, Outgoing::File { file, offset, len })
+                        .is_err()
+                {
                     st.dead = true;
                 }
             }
@@ -168,7 +187,11 @@ impl Conn {
             out.clear();
             return;
         }
-        let o = if out.len() == 1 { Outgoing::Bytes(out.pop().unwrap_or_default()) } else { Outgoing::Vectored(std::mem::take(out)) };
+        let o = if out.len() == 1 {
+            Outgoing::Bytes(out.pop().unwrap_or_default())
+        } else {
+            Outgoing::Vectored(std::mem::take(out))
+        };
         if writer.send(self.id, o).is_err() {
             st.dead = true;
         }
@@ -178,18 +201,24 @@ impl Conn {
 
 const SHARDS: usize = 32;
 
+type Shard = Mutex<HashMap<u64, Arc<Conn>, BuildHasherDefault<Fnv>>>;
+
 /// Open connections by id.
 #[derive(Debug)]
 pub(crate) struct ConnTable {
-    shards: Vec<Mutex<HashMap<u64, Arc<Conn>, BuildHasherDefault<Fnv>>>>,
+    shards: Vec<Shard>,
 }
 
 impl ConnTable {
     pub(crate) fn new() -> Self {
-        ConnTable { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect() }
+        ConnTable {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
+        }
     }
 
-    fn shard(&self, id: ConnId) -> &Mutex<HashMap<u64, Arc<Conn>, BuildHasherDefault<Fnv>>> {
+    fn shard(&self, id: ConnId) -> &Shard {
         &self.shards[(id.0 % SHARDS as u64) as usize]
     }
 
@@ -211,6 +240,9 @@ impl ConnTable {
 
     /// A copy of every open connection (for the timeout sweep and shutdown).
     pub(crate) fn all(&self) -> Vec<Arc<Conn>> {
-        self.shards.iter().flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>()).collect()
+        self.shards
+            .iter()
+            .flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>())
+            .collect()
     }
 }

@@ -24,7 +24,6 @@
 //! - No static response is built from anything outside the root (`proto::translate`).
 
 use std::fs::File;
-use std::io::Read as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -35,14 +34,15 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use bytes::Bytes;
 use parking_lot::RwLock;
 use seda::{Meta, Runtime, Sink};
-use seda_io::{SocketEvent, SocketHandle, Writer};
+use seda_io::{FileHelper, FileOp, FileReply, SocketEvent, SocketHandle, Writer};
 use serde::Serialize;
 
 use super::conn::{Body, Conn, ConnState, ConnTable, Reply};
 use crate::cache::{FileInfo, FileKey, PageCache, PathCache, Target};
 use crate::handler::{HandlerContext, HandlerRegistration, Request, Response};
 use crate::proto::{
-    self, Conditional, HeaderScratch, Limits, Method, RangeRequest, Status, Translation, Validators, Version,
+    self, Conditional, HeaderScratch, Limits, Method, RangeRequest, Status, Translation,
+    Validators, Version,
 };
 
 /// Settings the stages read on every request.
@@ -135,8 +135,14 @@ pub(crate) struct Job<R> {
 pub(crate) enum PageEvent {
     /// Look a static request up (staged mode).
     Lookup(Job<StaticReq>),
-    /// CacheMiss read a file: cache it and answer.
-    Fill { job: Job<StaticReq>, info: Arc<FileInfo>, body: Bytes },
+    /// A file was read (by the file helper, or resident): cache it and answer.
+    Fill {
+        job: Job<StaticReq>,
+        info: Arc<FileInfo>,
+        body: Bytes,
+    },
+    /// Reading the file failed: answer with this status.
+    Failed { job: Job<StaticReq>, status: Status },
 }
 
 /// Events of the HttpSend stage (staged mode).
@@ -193,6 +199,7 @@ pub(crate) struct Counters {
     pub(crate) header_timeouts: AtomicU64,
     pub(crate) idle_closes: AtomicU64,
     pub(crate) handler_panics: AtomicU64,
+    pub(crate) resident_reads: AtomicU64,
 }
 
 /// The counters as the admin endpoint shows them.
@@ -209,6 +216,7 @@ pub(crate) struct CounterSnapshot {
     pub(crate) header_timeouts: u64,
     pub(crate) idle_closes: u64,
     pub(crate) handler_panics: u64,
+    pub(crate) resident_reads: u64,
     pub(crate) path_cache_entries: usize,
     pub(crate) page_cache: crate::cache::PageCacheStats,
     pub(crate) direct_calls: bool,
@@ -222,6 +230,7 @@ pub(crate) struct Haboob {
     pub(crate) paths: PathCache,
     pub(crate) pages: PageCache,
     pub(crate) date: proto::DateCache,
+    pub(crate) files: FileHelper,
     pub(crate) routes: RwLock<Vec<Route>>,
     pub(crate) writer: OnceLock<Writer>,
     pub(crate) sockets: OnceLock<Arc<SocketHandle>>,
@@ -232,7 +241,9 @@ pub(crate) struct Haboob {
 
 impl std::fmt::Debug for Haboob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Haboob").field("root", &self.set.root).finish_non_exhaustive()
+        f.debug_struct("Haboob")
+            .field("root", &self.set.root)
+            .finish_non_exhaustive()
     }
 }
 
@@ -260,6 +271,7 @@ impl Haboob {
             header_timeouts: c.header_timeouts.load(Relaxed),
             idle_closes: c.idle_closes.load(Relaxed),
             handler_panics: c.handler_panics.load(Relaxed),
+            resident_reads: c.resident_reads.load(Relaxed),
             path_cache_entries: self.paths.len(),
             page_cache: self.pages.stats(),
             direct_calls: self.set.direct,
@@ -271,7 +283,9 @@ impl Haboob {
     /// HttpParse: one socket event of one connection (events of a connection carry
     /// its color, so they never run concurrently and arrive in order).
     pub(crate) fn on_socket_event(&self, ev: SocketEvent, meta: Meta, now: Instant) {
-        let Some(writer) = self.writer.get() else { return };
+        let Some(writer) = self.writer.get() else {
+            return;
+        };
         match ev {
             SocketEvent::Accepted { conn, peer } => {
                 self.counters.connections.fetch_add(1, Relaxed);
@@ -282,7 +296,9 @@ impl Haboob {
                 self.conns.insert(Arc::new(Conn::new(conn, peer, now)));
             }
             SocketEvent::Data { conn, bytes } => {
-                let Some(c) = self.conns.get(conn) else { return };
+                let Some(c) = self.conns.get(conn) else {
+                    return;
+                };
                 let mut st = c.st.lock();
                 if st.dead || st.closing {
                     return;
@@ -310,7 +326,15 @@ impl Haboob {
 
     /// Parses every complete request in the connection's buffer (pipelining) and
     /// routes each.
-    fn parse(&self, c: &Arc<Conn>, st: &mut ConnState, meta: Meta, out: &mut Vec<Bytes>, writer: &Writer, now: Instant) {
+    fn parse(
+        &self,
+        c: &Arc<Conn>,
+        st: &mut ConnState,
+        meta: Meta,
+        out: &mut Vec<Bytes>,
+        writer: &Writer,
+        now: Instant,
+    ) {
         let buf = std::mem::take(&mut st.buf);
         let mut at = 0;
         let mut scratch = HeaderScratch::default();
@@ -327,7 +351,13 @@ impl Haboob {
                     st.next_seq += 1;
                     st.closing = true;
                     at = buf.len();
-                    c.deliver(st, seq, self.error_reply(e.status(), true, &[]), out, writer);
+                    c.deliver(
+                        st,
+                        seq,
+                        self.error_reply(e.status(), true, &[]),
+                        out,
+                        writer,
+                    );
                 }
                 Ok(Some(head)) => {
                     let total = head.total_len();
@@ -378,18 +408,37 @@ impl Haboob {
         out: &mut Vec<Bytes>,
         writer: &Writer,
     ) {
-        let Some(sinks) = self.sinks.get() else { return };
-        let owned = OwnedReq { method: v.method, raw_path: v.path.to_vec(), keep_alive: v.keep_alive, req: v.to_request(c.peer) };
-        let job = Job { conn: Arc::clone(c), seq, req: owned };
+        let Some(sinks) = self.sinks.get() else {
+            return;
+        };
+        let owned = OwnedReq {
+            method: v.method,
+            raw_path: v.path.to_vec(),
+            keep_alive: v.keep_alive,
+            req: v.to_request(c.peer),
+        };
+        let job = Job {
+            conn: Arc::clone(c),
+            seq,
+            req: owned,
+        };
         if sinks.recv.try_enqueue_with(job, uncolored(meta)).is_err() {
             self.counters.overload.fetch_add(1, Relaxed);
-            c.deliver(st, seq, self.response_reply(Response::unavailable(1), false, !v.keep_alive), out, writer);
+            c.deliver(
+                st,
+                seq,
+                self.response_reply(Response::unavailable(1), false, !v.keep_alive),
+                out,
+                writer,
+            );
         }
     }
 
     /// HttpRecv (staged mode): one request from the queue.
     pub(crate) fn on_recv(&self, job: Job<OwnedReq>, meta: Meta, now: Instant) {
-        let Some(writer) = self.writer.get() else { return };
+        let Some(writer) = self.writer.get() else {
+            return;
+        };
         let Job { conn, seq, req } = job;
         let view = ReqView::from_owned(&req);
         let mut st = conn.st.lock();
@@ -417,7 +466,10 @@ impl Haboob {
         let close = !v.keep_alive || self.draining();
         let get_or_head = matches!(v.method, Method::Get | Method::Head);
         if v.path.starts_with(b"/_seda/") {
-            let reply = match get_or_head.then(|| super::admin::respond(self, v.path)).flatten() {
+            let reply = match get_or_head
+                .then(|| super::admin::respond(self, v.path))
+                .flatten()
+            {
                 Some(resp) => self.response_reply(resp, v.method == Method::Head, close),
                 None if !get_or_head => self.method_not_allowed(close),
                 None => self.error_reply(Status::NOT_FOUND, close, &[]),
@@ -453,29 +505,64 @@ impl Haboob {
                 None => self.to_cache_miss(c, st, seq, sv, meta, out, writer),
             }
         } else {
-            let Some(sinks) = self.sinks.get() else { return };
-            let job = Job { conn: Arc::clone(c), seq, req: sv.to_owned() };
-            if sinks.page.try_enqueue_with(PageEvent::Lookup(job), uncolored(meta)).is_err() {
+            let Some(sinks) = self.sinks.get() else {
+                return;
+            };
+            let job = Job {
+                conn: Arc::clone(c),
+                seq,
+                req: sv.to_owned(),
+            };
+            if sinks
+                .page
+                .try_enqueue_with(PageEvent::Lookup(job), uncolored(meta))
+                .is_err()
+            {
                 self.counters.overload.fetch_add(1, Relaxed);
-                c.deliver(st, seq, self.response_reply(Response::unavailable(1), false, close), out, writer);
+                c.deliver(
+                    st,
+                    seq,
+                    self.response_reply(Response::unavailable(1), false, close),
+                    out,
+                    writer,
+                );
             }
         }
     }
 
     /// Sends a request to its dynamic handler's stage, if one is mounted there.
-    fn try_dynamic(&self, c: &Arc<Conn>, seq: u64, v: &ReqView<'_>, meta: Meta, close: bool) -> Dispatch {
+    fn try_dynamic(
+        &self,
+        c: &Arc<Conn>,
+        seq: u64,
+        v: &ReqView<'_>,
+        meta: Meta,
+        close: bool,
+    ) -> Dispatch {
         let routes = self.routes.read();
         if routes.is_empty() {
             return Dispatch::NoRoute;
         }
-        let Some(decoded) = proto::percent_decode(v.path) else { return Dispatch::NoRoute };
+        let Some(decoded) = proto::percent_decode(v.path) else {
+            return Dispatch::NoRoute;
+        };
         let path = String::from_utf8_lossy(&decoded);
-        let Some(route) = routes.iter().find(|r| r.reg.matches(&path)) else { return Dispatch::NoRoute };
+        let Some(route) = routes.iter().find(|r| r.reg.matches(&path)) else {
+            return Dispatch::NoRoute;
+        };
         self.counters.dynamic.fetch_add(1, Relaxed);
         let req = v.to_request(c.peer);
         let class = route.reg.classifier.as_ref().map_or(0, |f| f(&req));
-        let ev = DynEvent { conn: Arc::clone(c), seq, req, keep_alive: v.keep_alive };
-        match route.sink.try_enqueue_with(ev, uncolored(meta).with_class(class)) {
+        let ev = DynEvent {
+            conn: Arc::clone(c),
+            seq,
+            req,
+            keep_alive: v.keep_alive,
+        };
+        match route
+            .sink
+            .try_enqueue_with(ev, uncolored(meta).with_class(class))
+        {
             Ok(()) => Dispatch::Enqueued,
             Err(e) => {
                 self.counters.overload.fetch_add(1, Relaxed);
@@ -487,7 +574,12 @@ impl Haboob {
     }
 
     /// A dynamic handler's stage: runs the handler and sends its response.
-    pub(crate) fn on_dynamic(&self, reg: &HandlerRegistration, ev: DynEvent, cx: &seda::Context<'_>) {
+    pub(crate) fn on_dynamic(
+        &self,
+        reg: &HandlerRegistration,
+        ev: DynEvent,
+        cx: &seda::Context<'_>,
+    ) {
         let hcx = HandlerContext { cx };
         let resp = match catch_unwind(AssertUnwindSafe(|| reg.handler.handle(&ev.req, &hcx))) {
             Ok(r) => r,
@@ -496,7 +588,11 @@ impl Haboob {
                 Response::text(Status::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n")
             }
         };
-        let reply = self.response_reply(resp, ev.req.method == "HEAD", !ev.keep_alive || self.draining());
+        let reply = self.response_reply(
+            resp,
+            ev.req.method == "HEAD",
+            !ev.keep_alive || self.draining(),
+        );
         self.respond(&ev.conn, ev.seq, reply);
     }
 
@@ -529,18 +625,32 @@ impl Haboob {
         writer: &Writer,
     ) {
         self.counters.misses.fetch_add(1, Relaxed);
-        let Some(sinks) = self.sinks.get() else { return };
-        let job = Job { conn: Arc::clone(c), seq, req: v.to_owned() };
+        let Some(sinks) = self.sinks.get() else {
+            return;
+        };
+        let job = Job {
+            conn: Arc::clone(c),
+            seq,
+            req: v.to_owned(),
+        };
         if sinks.miss.try_enqueue_with(job, uncolored(meta)).is_err() {
             self.counters.overload.fetch_add(1, Relaxed);
-            c.deliver(st, seq, self.response_reply(Response::unavailable(1), false, !v.keep_alive), out, writer);
+            c.deliver(
+                st,
+                seq,
+                self.response_reply(Response::unavailable(1), false, !v.keep_alive),
+                out,
+                writer,
+            );
         }
     }
 
     /// PageCache stage: a batch of lookups and fills. Hits are answered before misses
     /// are forwarded, shortest response first (SEDA 5.1).
     pub(crate) fn on_page_batch(&self, events: Vec<(PageEvent, Meta)>, now: Instant) {
-        let Some(sinks) = self.sinks.get() else { return };
+        let Some(sinks) = self.sinks.get() else {
+            return;
+        };
         let mut ready: Vec<(Arc<Conn>, u64, Reply, Meta)> = Vec::with_capacity(events.len());
         let mut misses = Vec::new();
         for (ev, meta) in events {
@@ -554,6 +664,11 @@ impl Haboob {
                     let reply = self.static_reply(&info, Some(body), &job.req.view());
                     ready.push((job.conn, job.seq, reply, meta));
                 }
+                PageEvent::Failed { job, status } => {
+                    let reply =
+                        self.error_reply(status, !job.req.keep_alive || self.draining(), &[]);
+                    ready.push((job.conn, job.seq, reply, meta));
+                }
             }
         }
         ready.sort_by_key(|(_, _, r, _)| r.wire_len());
@@ -565,7 +680,8 @@ impl Haboob {
             if let Err(e) = sinks.miss.try_enqueue_with(job, meta) {
                 self.counters.overload.fetch_add(1, Relaxed);
                 let job = e.into_inner();
-                let reply = self.response_reply(Response::unavailable(1), false, !job.req.keep_alive);
+                let reply =
+                    self.response_reply(Response::unavailable(1), false, !job.req.keep_alive);
                 self.respond(&job.conn, job.seq, reply);
             }
         }
@@ -587,9 +703,15 @@ impl Haboob {
         };
         let info = match target {
             Target::File(info) => info,
-            Target::Redirect(loc) => return self.respond(&job.conn, job.seq, self.redirect_reply(&loc, &v)),
+            Target::Redirect(loc) => {
+                return self.respond(&job.conn, job.seq, self.redirect_reply(&loc, &v));
+            }
             Target::Error(s) => {
-                return self.respond(&job.conn, job.seq, self.error_reply(s, !v.keep_alive || self.draining(), &[]));
+                return self.respond(
+                    &job.conn,
+                    job.seq,
+                    self.error_reply(s, !v.keep_alive || self.draining(), &[]),
+                );
             }
         };
         if info.stream.is_some() {
@@ -598,21 +720,83 @@ impl Haboob {
         if let Some(body) = self.pages.get(&info.key) {
             return self.respond(&job.conn, job.seq, self.static_reply(&info, Some(body), &v));
         }
-        let body = match read_exact_len(file, &info) {
-            Ok(b) => b,
-            Err(status) => {
-                self.paths.insert(v.path, Target::Error(status), now - Duration::from_secs(3600));
-                return self.respond(&job.conn, job.seq, self.error_reply(status, !v.keep_alive, &[]));
-            }
+        let Some(sinks) = self.sinks.get() else {
+            return;
         };
-        let Some(sinks) = self.sinks.get() else { return };
-        if let Err(e) = sinks.page.try_enqueue_with(PageEvent::Fill { job, info, body }, meta) {
-            // PageCache refused: answer from here rather than lose the read.
-            if let PageEvent::Fill { job, info, body } = e.into_inner() {
-                self.pages.insert(info.key, body.clone());
-                let reply = self.static_reply(&info, Some(body), &job.req.view());
-                self.respond(&job.conn, job.seq, reply);
-            }
+        let file = match file {
+            Some(f) => Arc::new(f),
+            None => match File::open(&info.path) {
+                Ok(f) => Arc::new(f),
+                Err(_) => {
+                    return self.respond(
+                        &job.conn,
+                        job.seq,
+                        self.error_reply(Status::NOT_FOUND, !v.keep_alive, &[]),
+                    );
+                }
+            },
+        };
+        let Ok(len) = usize::try_from(info.key.len) else {
+            return self.respond(
+                &job.conn,
+                job.seq,
+                self.error_reply(Status::INTERNAL_SERVER_ERROR, true, &[]),
+            );
+        };
+        // Flash's residency check: bytes already in the OS page cache skip the
+        // helper hop.
+        if let Some(data) = seda_io::read_resident(&file, 0, len).filter(|d| d.len() == len) {
+            self.counters.resident_reads.fetch_add(1, Relaxed);
+            return self.fill(
+                PageEvent::Fill {
+                    job,
+                    info,
+                    body: Bytes::from(data),
+                },
+                meta,
+            );
+        }
+        let (conn, seq, keep_alive) = (Arc::clone(&job.conn), job.seq, job.req.keep_alive);
+        let op = FileOp::Read {
+            file,
+            offset: 0,
+            len,
+        };
+        let wrap = move |res: std::io::Result<FileReply>| match res {
+            Ok(FileReply::Data(d)) if d.len() == len => PageEvent::Fill {
+                job,
+                info,
+                body: Bytes::from(d),
+            },
+            // Shorter or longer than stat'ed: the file changed under us.
+            _ => PageEvent::Failed {
+                job,
+                status: Status::INTERNAL_SERVER_ERROR,
+            },
+        };
+        if let Err(e) = self.files.submit_to_with(op, meta, &sinks.page, wrap) {
+            // The helper is overloaded: an overload answer, like any refused stage.
+            self.counters.overload.fetch_add(1, Relaxed);
+            tracing::debug!("{e}");
+            self.respond(
+                &conn,
+                seq,
+                self.response_reply(Response::unavailable(1), false, !keep_alive),
+            );
+        }
+    }
+
+    /// Hands a read page to PageCache; answers here if PageCache refuses it.
+    fn fill(&self, ev: PageEvent, meta: Meta) {
+        let Some(sinks) = self.sinks.get() else {
+            return;
+        };
+        if let Err(e) = sinks.page.try_enqueue_with(ev, meta)
+            && let PageEvent::Fill { job, info, body } = e.into_inner()
+        {
+            self.pages.insert(info.key, body.clone());
+            let reply = self.static_reply(&info, Some(body), &job.req.view());
+            self.respond(&job.conn, job.seq, reply);
         }
     }
 
@@ -624,12 +808,21 @@ impl Haboob {
                 let opened = File::open(&path).and_then(|f| f.metadata().map(|m| (f, m)));
                 let (file, meta) = match opened {
                     Ok(fm) => fm,
-                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return (Target::Error(Status::FORBIDDEN), None),
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        return (Target::Error(Status::FORBIDDEN), None);
+                    }
                     Err(_) => return (Target::Error(Status::NOT_FOUND), None),
                 };
                 let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
-                let mtime_ns = mtime.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-                let key = FileKey { dev: meta.dev(), ino: meta.ino(), mtime_ns, len: meta.len() };
+                let mtime_ns = mtime
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i128);
+                let key = FileKey {
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    mtime_ns,
+                    len: meta.len(),
+                };
                 let validators = Validators::of(meta.len(), mtime, meta.ino());
                 let ctype = proto::content_type(&path);
                 let big = meta.len() > self.set.max_cached_file || !self.pages.admits(meta.len());
@@ -637,7 +830,10 @@ impl Haboob {
                     let info = FileInfo::new(path, key, validators, ctype, Some(Arc::new(file)));
                     (Target::File(Arc::new(info)), None)
                 } else {
-                    (Target::File(Arc::new(FileInfo::new(path, key, validators, ctype, None))), Some(file))
+                    (
+                        Target::File(Arc::new(FileInfo::new(path, key, validators, ctype, None))),
+                        Some(file),
+                    )
                 }
             }
             Ok(Translation::AddSlash(loc)) => (Target::Redirect(Bytes::from(loc)), None),
@@ -653,7 +849,10 @@ impl Haboob {
         if !self.set.direct
             && let Some(sinks) = self.sinks.get()
         {
-            match sinks.send.try_enqueue_with(SendEvent { conn, seq, reply }, meta) {
+            match sinks
+                .send
+                .try_enqueue_with(SendEvent { conn, seq, reply }, meta)
+            {
                 Ok(()) => return,
                 Err(e) => {
                     let ev = e.into_inner();
@@ -666,7 +865,9 @@ impl Haboob {
 
     /// HttpSend: writes a response in its turn on its connection.
     pub(crate) fn respond(&self, conn: &Conn, seq: u64, reply: Reply) {
-        let Some(writer) = self.writer.get() else { return };
+        let Some(writer) = self.writer.get() else {
+            return;
+        };
         let mut st = conn.st.lock();
         let mut out = Vec::with_capacity(4);
         conn.deliver(&mut st, seq, reply, &mut out, writer);
@@ -682,7 +883,10 @@ impl Haboob {
         let close = !v.keep_alive || self.draining();
         let len = info.key.len;
         if proto::evaluate_conditional(v.inm, v.ims, &info.validators) == Conditional::NotModified {
-            let fields = [("ETag", info.validators.etag.as_str()), ("Last-Modified", info.last_modified.as_str())];
+            let fields = [
+                ("ETag", info.validators.etag.as_str()),
+                ("Last-Modified", info.last_modified.as_str()),
+            ];
             return self.head_reply(Status::NOT_MODIFIED, &fields, None, close, Body::None);
         }
         if let Some(range) = v.range.filter(|_| if_range_holds(v.if_range, info)) {
@@ -701,15 +905,29 @@ impl Haboob {
                     } else {
                         match (&body, &info.stream) {
                             (Some(b), _) => Body::Bytes(b.slice(r.start as usize..=r.end as usize)),
-                            (None, Some(f)) => Body::File { file: Arc::clone(f), offset: r.start, len: r.len() },
+                            (None, Some(f)) => Body::File {
+                                file: Arc::clone(f),
+                                offset: r.start,
+                                len: r.len(),
+                            },
                             (None, None) => Body::None,
                         }
                     };
-                    return self.head_reply(Status::PARTIAL_CONTENT, &fields, Some(r.len()), close, b);
+                    return self.head_reply(
+                        Status::PARTIAL_CONTENT,
+                        &fields,
+                        Some(r.len()),
+                        close,
+                        b,
+                    );
                 }
                 RangeRequest::Unsatisfiable => {
                     let content_range = format!("bytes */{len}");
-                    return self.error_reply(Status::RANGE_NOT_SATISFIABLE, close, &[("Content-Range", &content_range)]);
+                    return self.error_reply(
+                        Status::RANGE_NOT_SATISFIABLE,
+                        close,
+                        &[("Content-Range", &content_range)],
+                    );
                 }
             }
         }
@@ -718,17 +936,38 @@ impl Haboob {
         } else {
             match (body, &info.stream) {
                 (Some(b), _) => Body::Bytes(b),
-                (None, Some(f)) => Body::File { file: Arc::clone(f), offset: 0, len },
+                (None, Some(f)) => Body::File {
+                    file: Arc::clone(f),
+                    offset: 0,
+                    len,
+                },
                 (None, None) => Body::None,
             }
         };
-        Reply { head: info.head_200.clone(), date: Some(self.date.line()), body: b, close }
+        Reply {
+            head: info.head_200.clone(),
+            date: Some(self.date.line()),
+            body: b,
+            close,
+        }
     }
 
-    fn head_reply(&self, status: Status, fields: &[(&str, &str)], len: Option<u64>, close: bool, body: Body) -> Reply {
+    fn head_reply(
+        &self,
+        status: Status,
+        fields: &[(&str, &str)],
+        len: Option<u64>,
+        close: bool,
+        body: Body,
+    ) -> Reply {
         let mut head = Vec::with_capacity(256);
         proto::write_head(&mut head, status, fields, len, !close, &self.date.line());
-        Reply { head: Bytes::from(head), date: None, body, close }
+        Reply {
+            head: Bytes::from(head),
+            date: None,
+            body,
+            close,
+        }
     }
 
     fn redirect_reply(&self, loc: &Bytes, v: &StaticView<'_>) -> Reply {
@@ -737,7 +976,8 @@ impl Haboob {
             location.push('?');
             location.push_str(&String::from_utf8_lossy(v.query));
         }
-        let resp = Response::text(Status::MOVED_PERMANENTLY, "301 Moved Permanently\n").with_header("Location", &location);
+        let resp = Response::text(Status::MOVED_PERMANENTLY, "301 Moved Permanently\n")
+            .with_header("Location", &location);
         self.response_reply(resp, v.head_only, !v.keep_alive || self.draining())
     }
 
@@ -750,15 +990,29 @@ impl Haboob {
         let body = Bytes::from(format!("{} {}\n", status.code(), status.reason()));
         let mut fields: Vec<(&str, &str)> = vec![("Content-Type", "text/plain; charset=utf-8")];
         fields.extend_from_slice(extra);
-        self.head_reply(status, &fields, Some(body.len() as u64), close, Body::Bytes(body))
+        self.head_reply(
+            status,
+            &fields,
+            Some(body.len() as u64),
+            close,
+            Body::Bytes(body),
+        )
     }
 
     /// A handler's or an admin endpoint's response.
     pub(crate) fn response_reply(&self, resp: Response, head_only: bool, close: bool) -> Reply {
-        let fields: Vec<(&str, &str)> = resp.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let fields: Vec<(&str, &str)> = resp
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
         let bodiless = resp.status.bodiless();
         let len = (!bodiless).then_some(resp.body.len() as u64);
-        let body = if head_only || bodiless { Body::None } else { Body::Bytes(resp.body) };
+        let body = if head_only || bodiless {
+            Body::None
+        } else {
+            Body::Bytes(resp.body)
+        };
         self.head_reply(resp.status, &fields, len, close, body)
     }
 
@@ -767,9 +1021,13 @@ impl Haboob {
     /// Closes connections whose request head is overdue (408) or that sat idle too
     /// long between requests. Called periodically by the sweeper thread.
     pub(crate) fn sweep(&self, now: Instant) {
-        let Some(writer) = self.writer.get() else { return };
+        let Some(writer) = self.writer.get() else {
+            return;
+        };
         for c in self.conns.all() {
-            let Some(mut st) = c.st.try_lock() else { continue };
+            let Some(mut st) = c.st.try_lock() else {
+                continue;
+            };
             if st.dead {
                 continue;
             }
@@ -783,12 +1041,21 @@ impl Haboob {
                 st.buf = Vec::new();
                 st.head_started = None;
                 let mut out = Vec::new();
-                c.deliver(&mut st, seq, self.error_reply(Status::REQUEST_TIMEOUT, true, &[]), &mut out, writer);
+                c.deliver(
+                    &mut st,
+                    seq,
+                    self.error_reply(Status::REQUEST_TIMEOUT, true, &[]),
+                    &mut out,
+                    writer,
+                );
                 c.flush(&mut st, &mut out, writer);
                 continue;
             }
             let idle = st.buf.is_empty() && st.outstanding() == 0;
-            if idle && (self.draining() || now.saturating_duration_since(st.last_active) > self.set.idle_timeout) {
+            if idle
+                && (self.draining()
+                    || now.saturating_duration_since(st.last_active) > self.set.idle_timeout)
+            {
                 self.counters.idle_closes.fetch_add(1, Relaxed);
                 st.dead = true;
                 writer.close(c.id);
@@ -812,22 +1079,6 @@ fn if_range_holds(if_range: Option<&[u8]>, info: &FileInfo) -> bool {
         return v == info.validators.etag;
     }
     httpdate::parse_http_date(v).is_ok_and(|t| t == info.validators.last_modified)
-}
-
-/// Reads the whole (small) file the target describes; the length must match what
-/// was stat'ed, or the file changed under us.
-fn read_exact_len(file: Option<File>, info: &FileInfo) -> Result<Bytes, Status> {
-    let mut file = match file {
-        Some(f) => f,
-        None => File::open(&info.path).map_err(|_| Status::NOT_FOUND)?,
-    };
-    let len = usize::try_from(info.key.len).map_err(|_| Status::INTERNAL_SERVER_ERROR)?;
-    let mut body = Vec::with_capacity(len);
-    (&mut file).take(info.key.len + 1).read_to_end(&mut body).map_err(|_| Status::INTERNAL_SERVER_ERROR)?;
-    if body.len() != len {
-        return Err(Status::INTERNAL_SERVER_ERROR);
-    }
-    Ok(Bytes::from(body))
 }
 
 /// A request as HttpRecv sees it, borrowed from the parse buffer or an owned request.
@@ -893,7 +1144,10 @@ impl<'a> ReqView<'a> {
     fn to_request(&self, peer: std::net::SocketAddr) -> Request {
         let decoded = proto::percent_decode(self.path).unwrap_or_else(|| self.path.to_vec());
         let headers = match self.headers {
-            Headers::Parsed(h) => h.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect(),
+            Headers::Parsed(h) => h
+                .iter()
+                .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                .collect(),
             Headers::Owned(h) => h.to_vec(),
         };
         Request {

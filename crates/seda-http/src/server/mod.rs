@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 use seda::control::ThreadPoolConfig;
 use seda::{Batch, Context, Runtime, ShutdownReport, ThreadModel};
-use seda_io::{SocketConfig, SocketHandle, SocketStats, Sockets};
+use seda_io::{FileConfig, FileHelper, SocketConfig, SocketHandle, SocketStats, Sockets};
 
 use self::core::{Counters, Haboob, Job, PageEvent, Route, SendEvent, Settings, Sinks};
 use crate::cache::{PageCache, PathCache};
@@ -163,16 +163,24 @@ pub struct Server {
 
 impl fmt::Debug for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Server").field("local_addr", &self.local_addr).field("root", &self.hb.set.root).finish()
+        f.debug_struct("Server")
+            .field("local_addr", &self.local_addr)
+            .field("root", &self.hb.set.root)
+            .finish()
     }
 }
 
 fn validate(cfg: &ServerConfig) -> Result<PathBuf, ServerError> {
-    let root = std::fs::canonicalize(&cfg.root).map_err(|e| ServerError::Root(format!("{}: {e}", cfg.root.display())))?;
+    let root = std::fs::canonicalize(&cfg.root)
+        .map_err(|e| ServerError::Root(format!("{}: {e}", cfg.root.display())))?;
     if !root.is_dir() {
-        return Err(ServerError::Root(format!("{}: not a directory", cfg.root.display())));
+        return Err(ServerError::Root(format!(
+            "{}: not a directory",
+            cfg.root.display()
+        )));
     }
-    std::fs::read_dir(&root).map_err(|e| ServerError::Root(format!("{}: {e}", cfg.root.display())))?;
+    std::fs::read_dir(&root)
+        .map_err(|e| ServerError::Root(format!("{}: {e}", cfg.root.display())))?;
     let bad = |s: &str| Err(ServerError::Config(s.to_owned()));
     if cfg.event_loops == 0 {
         return bad("event_loops must be at least 1");
@@ -202,8 +210,12 @@ impl Server {
         // The runtime's default stays per-stage: the socket event loops are
         // long-running handlers that block in epoll_wait and must not occupy shared
         // workers. The thread model chosen applies to Haboob's CPU-bound stages.
-        let rt = Runtime::builder().name("haboob").thread_model(ThreadModel::PerStage).build();
+        let rt = Runtime::builder()
+            .name("haboob")
+            .thread_model(ThreadModel::PerStage)
+            .build();
         let model = cfg.thread_model;
+        let files = FileHelper::start(&rt, FileConfig::default())?;
         let hb = Arc::new(Haboob {
             set: Settings {
                 root,
@@ -219,6 +231,7 @@ impl Server {
             paths: PathCache::new(100_000, cfg.revalidate),
             pages: PageCache::new(cfg.cache_bytes),
             date: DateCache::new(),
+            files,
             routes: RwLock::new(Vec::new()),
             writer: OnceLock::new(),
             sockets: OnceLock::new(),
@@ -229,61 +242,86 @@ impl Server {
 
         let h = Arc::clone(&hb);
         let send = rt
-            .stage(stages::HTTP_SEND, move |batch: Batch<'_, SendEvent>, _cx: &Context<'_>| {
-                for ev in batch {
-                    h.respond(&ev.conn, ev.seq, ev.reply);
-                }
-            })
+            .stage(
+                stages::HTTP_SEND,
+                move |batch: Batch<'_, SendEvent>, _cx: &Context<'_>| {
+                    for ev in batch {
+                        h.respond(&ev.conn, ev.seq, ev.reply);
+                    }
+                },
+            )
             .thread_model(model)
             .capacity(16_384)
             .threads(1, 2)
             .build()?;
         let h = Arc::clone(&hb);
         let page = rt
-            .stage(stages::PAGE_CACHE, move |mut batch: Batch<'_, PageEvent>, _cx: &Context<'_>| {
-                let mut events = Vec::with_capacity(batch.len());
-                while let Some(e) = batch.next_with_meta() {
-                    events.push(e);
-                }
-                h.on_page_batch(events, Instant::now());
-            })
+            .stage(
+                stages::PAGE_CACHE,
+                move |mut batch: Batch<'_, PageEvent>, _cx: &Context<'_>| {
+                    let mut events = Vec::with_capacity(batch.len());
+                    while let Some(e) = batch.next_with_meta() {
+                        events.push(e);
+                    }
+                    h.on_page_batch(events, Instant::now());
+                },
+            )
             .thread_model(model)
             .capacity(16_384)
             .threads(1, 2)
             .build()?;
         let h = Arc::clone(&hb);
         let miss = rt
-            .stage(stages::CACHE_MISS, move |mut batch: Batch<'_, Job<core::StaticReq>>, _cx: &Context<'_>| {
-                while let Some((job, meta)) = batch.next_with_meta() {
-                    h.on_miss(job, meta, Instant::now());
-                }
-            })
+            .stage(
+                stages::CACHE_MISS,
+                move |mut batch: Batch<'_, Job<core::StaticReq>>, _cx: &Context<'_>| {
+                    while let Some((job, meta)) = batch.next_with_meta() {
+                        h.on_miss(job, meta, Instant::now());
+                    }
+                },
+            )
             .capacity(4096)
             .thread_model(ThreadModel::PerStage)
-            .thread_pool(ThreadPoolConfig { min_threads: 1, max_threads: 16, queue_threshold: 10, ..ThreadPoolConfig::default() })
+            .thread_pool(ThreadPoolConfig {
+                min_threads: 1,
+                max_threads: 16,
+                queue_threshold: 10,
+                ..ThreadPoolConfig::default()
+            })
             .batch(4)
             .build()?;
         let h = Arc::clone(&hb);
         let recv = rt
-            .stage(stages::HTTP_RECV, move |mut batch: Batch<'_, Job<core::OwnedReq>>, _cx: &Context<'_>| {
-                let now = Instant::now();
-                while let Some((job, meta)) = batch.next_with_meta() {
-                    h.on_recv(job, meta, now);
-                }
-            })
+            .stage(
+                stages::HTTP_RECV,
+                move |mut batch: Batch<'_, Job<core::OwnedReq>>, _cx: &Context<'_>| {
+                    let now = Instant::now();
+                    while let Some((job, meta)) = batch.next_with_meta() {
+                        h.on_recv(job, meta, now);
+                    }
+                },
+            )
             .thread_model(model)
             .capacity(16_384)
             .threads(1, 2)
             .build()?;
-        let _ = hb.sinks.set(Sinks { recv, page, miss, send });
+        let _ = hb.sinks.set(Sinks {
+            recv,
+            page,
+            miss,
+            send,
+        });
         let h = Arc::clone(&hb);
         let parse = rt
-            .stage(stages::HTTP_PARSE, move |mut batch: Batch<'_, seda_io::SocketEvent>, _cx: &Context<'_>| {
-                let now = Instant::now();
-                while let Some((ev, meta)) = batch.next_with_meta() {
-                    h.on_socket_event(ev, meta, now);
-                }
-            })
+            .stage(
+                stages::HTTP_PARSE,
+                move |mut batch: Batch<'_, seda_io::SocketEvent>, _cx: &Context<'_>| {
+                    let now = Instant::now();
+                    while let Some((ev, meta)) = batch.next_with_meta() {
+                        h.on_socket_event(ev, meta, now);
+                    }
+                },
+            )
             .thread_model(model)
             .capacity(65_536)
             .thread_pool(ThreadPoolConfig {
@@ -313,7 +351,8 @@ impl Server {
         let sweeper_stop = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&sweeper_stop);
         let h = Arc::clone(&hb);
-        let period = (cfg.header_timeout.min(cfg.idle_timeout) / 4).clamp(Duration::from_millis(20), Duration::from_millis(500));
+        let period = (cfg.header_timeout.min(cfg.idle_timeout) / 4)
+            .clamp(Duration::from_millis(20), Duration::from_millis(500));
         let sweeper = std::thread::Builder::new()
             .name("haboob-timeouts".into())
             .spawn(move || {
@@ -323,7 +362,13 @@ impl Server {
                 }
             })
             .map_err(ServerError::Io)?;
-        Ok(Server { hb, sockets, local_addr, sweeper_stop, sweeper: Some(sweeper) })
+        Ok(Server {
+            hb,
+            sockets,
+            local_addr,
+            sweeper_stop,
+            sweeper: Some(sweeper),
+        })
     }
 
     /// The address the server listens on.
@@ -369,16 +414,29 @@ impl Server {
         }
         // Give the last responses a moment to leave the socket buffers.
         let writer = self.sockets.writer();
-        while Instant::now() < deadline && self.hb.conns.all().iter().any(|c| writer.queued(c.id).unwrap_or(0) > 0) {
+        while Instant::now() < deadline
+            && self
+                .hb
+                .conns
+                .all()
+                .iter()
+                .any(|c| writer.queued(c.id).unwrap_or(0) > 0)
+        {
             std::thread::sleep(Duration::from_millis(5));
         }
         let connections_cut = self.sockets.open_connections();
         self.stop_sweeper();
         self.sockets.stop();
-        let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(200));
+        let remaining = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(200));
         let runtime = self.hb.rt.shutdown(remaining);
         self.hb.routes.write().clear();
-        ServerShutdown { requests_drained, connections_cut, runtime }
+        ServerShutdown {
+            requests_drained,
+            connections_cut,
+            runtime,
+        }
     }
 
     fn stop_sweeper(&mut self) {
@@ -402,18 +460,29 @@ impl Drop for Server {
 
 /// Builds a dynamic handler's stage and adds its route (longest prefix first).
 fn register(hb: &Arc<Haboob>, reg: HandlerRegistration) -> Result<(), ServerError> {
-    if hb.routes.read().iter().any(|r| r.reg.prefix() == reg.prefix()) {
-        return Err(ServerError::Config(format!("a handler is already mounted at {}", reg.prefix())));
+    if hb
+        .routes
+        .read()
+        .iter()
+        .any(|r| r.reg.prefix() == reg.prefix())
+    {
+        return Err(ServerError::Config(format!(
+            "a handler is already mounted at {}",
+            reg.prefix()
+        )));
     }
     let h = Arc::clone(hb);
     let r = reg.clone();
     let mut builder = hb
         .rt
-        .stage(&reg.stage_name(), move |batch: Batch<'_, core::DynEvent>, cx: &Context<'_>| {
-            for ev in batch {
-                h.on_dynamic(&r, ev, cx);
-            }
-        })
+        .stage(
+            &reg.stage_name(),
+            move |batch: Batch<'_, core::DynEvent>, cx: &Context<'_>| {
+                for ev in batch {
+                    h.on_dynamic(&r, ev, cx);
+                }
+            },
+        )
         .capacity(reg.capacity)
         .thread_model(ThreadModel::PerStage)
         .thread_pool(reg.pool.clone())

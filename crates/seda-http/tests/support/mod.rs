@@ -41,7 +41,9 @@ impl Drop for TestServer {
 
 /// Bytes of a deterministic pseudo-random file.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| ((i as u64).wrapping_mul(2654435761) >> 7) as u8 ^ seed).collect()
+    (0..len)
+        .map(|i| ((i as u64).wrapping_mul(2654435761) >> 7) as u8 ^ seed)
+        .collect()
 }
 
 /// Writes the standard test tree under `root`.
@@ -76,7 +78,11 @@ pub fn start(tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
     tweak(&mut cfg);
     let server = Server::start(cfg).expect("server starts");
     let addr = server.local_addr();
-    TestServer { server: Some(server), addr, dir }
+    TestServer {
+        server: Some(server),
+        addr,
+        dir,
+    }
 }
 
 /// One parsed response.
@@ -89,7 +95,10 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn text(&self) -> String {
@@ -106,9 +115,14 @@ pub struct Client {
 impl Client {
     pub fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         stream.set_nodelay(true).unwrap();
-        Client { stream, buf: Vec::new() }
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     pub fn send(&mut self, raw: &[u8]) {
@@ -144,10 +158,19 @@ impl Client {
         };
         let mut headers = [httparse::EMPTY_HEADER; 64];
         let mut r = httparse::Response::new(&mut headers);
-        r.parse(&self.buf[..head_end]).expect("a well-formed response head");
+        r.parse(&self.buf[..head_end])
+            .expect("a well-formed response head");
         let status = r.code.unwrap();
-        let headers: Vec<(String, String)> =
-            r.headers.iter().map(|h| (h.name.to_owned(), String::from_utf8_lossy(h.value).into_owned())).collect();
+        let headers: Vec<(String, String)> = r
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_owned(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
         let len: usize = headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
@@ -155,12 +178,19 @@ impl Client {
         let len = if head_only || status == 304 { 0 } else { len };
         while self.buf.len() < head_end + len {
             if !self.fill() {
-                panic!("connection closed mid-body ({} of {len} bytes)", self.buf.len() - head_end);
+                panic!(
+                    "connection closed mid-body ({} of {len} bytes)",
+                    self.buf.len() - head_end
+                );
             }
         }
         let body = self.buf[head_end..head_end + len].to_vec();
         self.buf.drain(..head_end + len);
-        Some(Resp { status, headers, body })
+        Some(Resp {
+            status,
+            headers,
+            body,
+        })
     }
 
     /// Whether the server closed the connection (EOF with nothing left to read).
@@ -173,5 +203,6 @@ impl Client {
 pub fn raw_request(addr: SocketAddr, raw: &[u8]) -> Resp {
     let mut c = Client::connect(addr);
     c.send(raw);
-    c.read_response(raw.starts_with(b"HEAD")).expect("a response")
+    c.read_response(raw.starts_with(b"HEAD"))
+        .expect("a response")
 }
