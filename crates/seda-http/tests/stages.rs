@@ -337,3 +337,34 @@ fn pipelined_responses_stay_in_order_across_stages() {
     assert!(got[6].1.starts_with("digraph"));
     assert_eq!(got[7], (200, "done /fast/4".to_owned()));
 }
+
+#[test]
+fn misses_read_through_the_file_helper() {
+    let s = start(|c| c.residency_check = false);
+    let mut c = s.connect();
+    assert_eq!(c.get("/mid.bin").body, support::pattern(300 * 1024, 2));
+    assert_eq!(c.get("/hello.txt").body, b"hello, world\n");
+    let stats: serde_json::Value = serde_json::from_str(&s.server().stats_json()).unwrap();
+    let helper = stats["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "file-helper")
+        .unwrap()
+        .clone();
+    assert!(helper["processed"].as_u64().unwrap() >= 2, "{helper}");
+    let edges = stats["edges"].as_array().unwrap();
+    assert!(
+        edges
+            .iter()
+            .any(|e| e[0] == "CacheMiss" && e[1] == "file-helper"),
+        "{edges:?}"
+    );
+    assert!(
+        edges
+            .iter()
+            .any(|e| e[0] == "file-helper" && e[1] == "PageCache"),
+        "{edges:?}"
+    );
+    assert_eq!(stats["haboob"]["resident_reads"], 0);
+}

@@ -55,6 +55,7 @@ pub(crate) struct Settings {
     pub(crate) header_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) direct: bool,
+    pub(crate) residency_check: bool,
 }
 
 /// A static request, owned, for the stages behind a queue.
@@ -745,7 +746,13 @@ impl Haboob {
         };
         // Flash's residency check: bytes already in the OS page cache skip the
         // helper hop.
-        if let Some(data) = seda_io::read_resident(&file, 0, len).filter(|d| d.len() == len) {
+        if let Some(data) = self
+            .set
+            .residency_check
+            .then(|| seda_io::read_resident(&file, 0, len))
+            .flatten()
+            .filter(|d| d.len() == len)
+        {
             self.counters.resident_reads.fetch_add(1, Relaxed);
             return self.fill(
                 PageEvent::Fill {

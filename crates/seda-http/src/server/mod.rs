@@ -80,6 +80,9 @@ pub struct ServerConfig {
     /// Direct calls on the hit path (true, default) or a queue between every stage
     /// (false, the paper's layout).
     pub direct: bool,
+    /// Let misses whose bytes are already in the OS page cache skip the file helper
+    /// (Flash's residency check, `preadv2(RWF_NOWAIT)`). Default true.
+    pub residency_check: bool,
     /// Outgoing bytes queued per connection before it is closed. Default 4 MiB.
     pub write_threshold: usize,
     /// Dynamic handlers to mount at start.
@@ -103,6 +106,7 @@ impl Default for ServerConfig {
             revalidate: Duration::from_secs(2),
             index: "index.html".to_owned(),
             direct: true,
+            residency_check: true,
             write_threshold: 4 << 20,
             handlers: Vec::new(),
         }
@@ -225,6 +229,7 @@ impl Server {
                 header_timeout: cfg.header_timeout,
                 idle_timeout: cfg.idle_timeout,
                 direct: cfg.direct,
+                residency_check: cfg.residency_check,
             },
             rt: rt.clone(),
             conns: conn::ConnTable::new(),
