@@ -271,6 +271,8 @@ struct Recorder {
     by_class: [u64; 4],
     per_user: Vec<u64>,
     end_us: u64,
+    /// Longest wait of a request that got no answer (timeout or unfinished), us.
+    unanswered_age_us: u64,
 }
 
 struct Second {
@@ -297,6 +299,7 @@ impl Recorder {
             by_class: [0; 4],
             per_user: Vec::new(),
             end_us: 0,
+            unanswered_age_us: 0,
         }
     }
 
@@ -619,6 +622,9 @@ impl Worker {
         }
         if let ModeState::Open { pending, .. } = &mut self.mode {
             let n = pending.len() as u64;
+            if let Some((t, _, _)) = pending.front() {
+                self.rec.unanswered_age_us = self.rec.unanswered_age_us.max(now.saturating_sub(*t));
+            }
             pending.clear();
             if n > 0 {
                 *self.rec.errors.entry("unfinished").or_default() += n;
@@ -997,8 +1003,14 @@ impl Worker {
     }
 
     fn fail(&mut self, j: usize, kind: &'static str, now: u64) {
-        if self.agents[j].req.take().is_some() {
+        if let Some(req) = self.agents[j].req.take() {
             self.inflight -= 1;
+            if matches!(kind, "unfinished" | "timeout") {
+                self.rec.unanswered_age_us = self
+                    .rec
+                    .unanswered_age_us
+                    .max(now.saturating_sub(req.start_us));
+            }
             *self.rec.errors.entry(kind).or_default() += 1;
             self.rec.second(now).errors += 1;
             self.progress.errors.fetch_add(1, Ordering::Relaxed);
@@ -1049,7 +1061,10 @@ impl Worker {
                 .front()
                 .is_some_and(|(t, _, _)| now.saturating_sub(*t) > self.timeout_us)
             {
-                pending.pop_front();
+                if let Some((t, _, _)) = pending.pop_front() {
+                    self.rec.unanswered_age_us =
+                        self.rec.unanswered_age_us.max(now.saturating_sub(t));
+                }
                 n += 1;
             }
             if n > 0 {
@@ -1083,6 +1098,7 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
             total.by_class[c] += r.by_class[c];
         }
         total.end_us = total.end_us.max(r.end_us);
+        total.unanswered_age_us = total.unanswered_age_us.max(r.unanswered_age_us);
         for (i, s) in r.seconds.drain(..).enumerate() {
             let t = total.second(i as u64 * 1_000_000);
             t.completed += s.completed;
@@ -1157,6 +1173,8 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
         },
         users: if closed { per_user.len() } else { 0 },
         fairness: if closed { jain_index(&per_user) } else { None },
+        users_starved: per_user.iter().filter(|&&c| c == 0).count(),
+        unanswered_wait_max_ms: total.unanswered_age_us as f64 / 1000.0,
         timeseries,
         cdf: cdf(&total.ok, 200),
         by_class: matches!(cfg.requests, RequestMix::FileSet(_)).then(|| {

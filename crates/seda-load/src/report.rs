@@ -84,6 +84,14 @@ pub struct LoadReport {
     pub users: usize,
     /// Jain's index over per-user completions (closed loop); null for an open loop.
     pub fairness: Option<f64>,
+    /// Users that completed no request at all (closed loop).
+    #[serde(default)]
+    pub users_starved: usize,
+    /// Longest time a request waited without any answer before it was given up
+    /// (timeout) or the run ended (unfinished), ms: a lower bound on response times
+    /// that `rt_max_ms`, which covers completed requests only, cannot show.
+    #[serde(default)]
+    pub unanswered_wait_max_ms: f64,
     /// Per-second series.
     pub timeseries: Vec<TimePoint>,
     /// Response-time CDF of completed requests (log-spaced points).

@@ -75,6 +75,7 @@ fn closed_loop_latency_matches_a_20ms_server() {
     // Equal users get equal service.
     assert_eq!(r.users, 10);
     assert!(r.fairness.unwrap() > 0.95, "fairness {:?}", r.fairness);
+    assert_eq!((r.users_starved, r.unanswered_wait_max_ms), (0, 0.0));
     // Reconnect every 5 requests: about completed / 5 connections, and the server agrees.
     let server_conns = server
         .stats()
@@ -147,6 +148,13 @@ fn open_loop_counts_client_side_queueing() {
     // A request that waited behind 40 others in the queue: p90 well over a second.
     assert!(r.rt_p90_ms > 1000.0, "p90 {}", r.rt_p90_ms);
     assert!(r.rt_p50_ms > 200.0, "p50 {}", r.rt_p50_ms);
+    // Arrivals stop at the end and the drain lasts 1 s: every unanswered request waited
+    // at least that long, and the report says so.
+    assert!(
+        r.unanswered_wait_max_ms >= 1000.0,
+        "{}",
+        r.unanswered_wait_max_ms
+    );
 }
 
 /// 503s are counted as rejected, chunked bodies are read in full, the schedule's
@@ -251,6 +259,7 @@ fn refused_connections_are_errors() {
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
     check_accounting(&r);
     assert_eq!(r.completed, 0);
+    assert_eq!(r.users_starved, 2);
     assert!(
         r.errors_by_kind.get("connect").copied().unwrap_or(0) >= 2,
         "{:?}",

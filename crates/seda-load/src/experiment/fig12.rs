@@ -13,9 +13,7 @@ use serde::Serialize;
 
 use crate::client::{LoadConfig, Mode, RequestMix};
 use crate::experiment::plot::{Chart, Series, line_chart};
-use crate::experiment::server::{
-    ServerProcess, ServerSpec, ensure_installed, probe, process_tree_cpu,
-};
+use crate::experiment::server::{ServerProcess, ServerSpec, ensure_installed, probe, process_cpu};
 use crate::experiment::{date_utc, machine_summary};
 use crate::fileset;
 use crate::report::LoadReport;
@@ -59,7 +57,8 @@ pub struct Fig12Run {
     pub server_cpu_s: f64,
     /// Server CPU per completed request, microseconds.
     pub server_cpu_us_per_req: f64,
-    /// CPU of this load generator during the point, seconds (it shares the cores).
+    /// CPU of this load generator's own process during the point, seconds (it shares
+    /// the cores with the server; the server's processes are not counted here).
     pub client_cpu_s: f64,
     /// The load generator's report.
     pub report: LoadReport,
@@ -226,13 +225,13 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
         }
         for &clients in &cfg.clients {
             let cpu0 = server.cpu_seconds();
-            let me0 = process_tree_cpu(std::process::id());
+            let me0 = process_cpu(std::process::id());
             let report = crate::client::run(
                 &load(server.addr(), clients, cfg.duration, cfg.seed + clients),
                 |_, _| {},
             )?;
             let cpu = server.cpu_seconds() - cpu0;
-            let client_cpu_s = process_tree_cpu(std::process::id()) - me0;
+            let client_cpu_s = process_cpu(std::process::id()) - me0;
             let per_req = if report.completed > 0 {
                 cpu * 1e6 / report.completed as f64
             } else {
@@ -275,9 +274,16 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
     Ok(results)
 }
 
+/// The largest planned client count (the CDF chart's).
+fn max_clients(r: &Fig12Results) -> u64 {
+    r.setup["clients"]
+        .as_array()
+        .and_then(|a| a.iter().filter_map(|c| c.as_u64()).max())
+        .unwrap_or_else(|| r.runs.iter().map(|x| x.clients).max().unwrap_or(0))
+}
+
 fn cdf_name(r: &Fig12Results) -> String {
-    let max = r.runs.iter().map(|x| x.clients).max().unwrap_or(0);
-    format!("cdf-{max}.svg")
+    format!("cdf-{}.svg", max_clients(r))
 }
 
 /// Write runs.json, table.md and the two charts from the runs so far.
@@ -319,13 +325,19 @@ pub fn write_outputs(out: &Path, r: &Fig12Results) -> Result<(), String> {
         },
         &throughput,
     )?;
-    let max = r.runs.iter().map(|x| x.clients).max().unwrap_or(0);
+    let max = max_clients(r);
+    // Requests that never got an answer count as infinitely slow: each curve is scaled
+    // by the fraction of finished requests that completed, so it tops out below 1.
     let cdfs: Vec<Series> = names
         .iter()
         .filter_map(|n| r.runs.iter().find(|x| &x.server == *n && x.clients == max))
-        .map(|x| Series {
-            name: x.server.clone(),
-            points: x.report.cdf.iter().map(|c| (c.rt_ms, c.p)).collect(),
+        .map(|x| {
+            let m = &x.report;
+            let f = m.completed as f64 / (m.completed + m.errors).max(1) as f64;
+            Series {
+                name: x.server.clone(),
+                points: m.cdf.iter().map(|c| (c.rt_ms, c.p * f)).collect(),
+            }
         })
         .collect();
     line_chart(
@@ -336,12 +348,22 @@ pub fn write_outputs(out: &Path, r: &Fig12Results) -> Result<(), String> {
                 r.date
             ),
             x_label: "response time, ms (log scale)",
-            y_label: "P[response time <= x]",
+            y_label: "P[response time <= x] (unanswered = never)",
             x_log: true,
             y_range: Some((0.0, 1.0)),
         },
         &cdfs,
     )
+}
+
+/// RT max of completed requests or, when a request waited longer without any
+/// answer, "> that wait" (the run ended before the request did).
+fn fmt_max(m: &LoadReport) -> String {
+    if m.unanswered_wait_max_ms > m.rt_max_ms {
+        format!("> {:.0} ms", m.unanswered_wait_max_ms)
+    } else {
+        format!("{:.0} ms", m.rt_max_ms)
+    }
 }
 
 fn fmt_errors(m: &LoadReport) -> String {
@@ -400,10 +422,10 @@ pub fn table(r: &Fig12Results) -> String {
             for c in &cols {
                 match r.runs.iter().find(|x| &x.server == name && x.clients == *c) {
                     Some(x) => s.push_str(&format!(
-                        " {:.1} Mbps | {:.1} ms | {:.0} ms | {} |",
+                        " {:.1} Mbps | {:.1} ms | {} | {} |",
                         x.report.throughput_mbps,
                         x.report.rt_mean_ms,
-                        x.report.rt_max_ms,
+                        fmt_max(&x.report),
                         fmt_fair(x.report.fairness)
                     )),
                     None => s.push_str(" - | - | - | - |"),
@@ -412,11 +434,11 @@ pub fn table(r: &Fig12Results) -> String {
             s.push('\n');
         }
     }
-    s.push_str("\n## Every point\n\n| Server | Clients | req/s | Mbit/s | RT mean ms | RT p50 | RT p90 | RT p99 | RT max | Fairness | Errors | Server CPU us/req | Client CPU % |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("\n## Every point\n\n| Server | Clients | req/s | Mbit/s | RT mean ms | RT p50 | RT p90 | RT p99 | RT max | Fairness | Starved users | Errors | Server CPU us/req | Client CPU % |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for x in &r.runs {
         let m = &x.report;
         s.push_str(&format!(
-            "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {} | {} | {:.0} | {:.0} |\n",
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {:.0} | {:.0} |\n",
             x.server,
             x.clients,
             m.throughput_rps,
@@ -425,8 +447,9 @@ pub fn table(r: &Fig12Results) -> String {
             m.rt_p50_ms,
             m.rt_p90_ms,
             m.rt_p99_ms,
-            m.rt_max_ms,
+            fmt_max(m),
             fmt_fair(m.fairness),
+            m.users_starved,
             fmt_errors(m),
             x.server_cpu_us_per_req,
             100.0 * x.client_cpu_s / m.elapsed_s.max(1e-9)

@@ -488,6 +488,23 @@ fn apache_conf(d: &Path, root: &Path, port: u16, mpm: &Mpm, root_user: bool) -> 
     )
 }
 
+/// User + system CPU seconds of process `pid` alone (all its threads; neither its
+/// children nor what it reaped from them), at USER_HZ = 100.
+pub fn process_cpu(pid: u32) -> f64 {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    if f.len() < 13 {
+        return 0.0;
+    }
+    let num = |i: usize| f[i].parse::<u64>().unwrap_or(0);
+    (num(11) + num(12)) as f64 / 100.0
+}
+
 /// User + system CPU seconds of `pid` and all its descendants (from /proc, at
 /// USER_HZ = 100), including time reaped from exited children.
 pub fn process_tree_cpu(pid: u32) -> f64 {
