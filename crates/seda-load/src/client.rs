@@ -880,10 +880,12 @@ impl Worker {
                     match a.reader.feed(&buf[..n]) {
                         Ok(Feed::More) => {}
                         Ok(Feed::Done { response, .. }) => {
+                            // Keep reading until WouldBlock even though the response is
+                            // complete: readiness is edge-triggered, so a FIN that came
+                            // with the response (a server closing an idle keep-alive
+                            // connection) has no later event; missing it would send the
+                            // next request into a lingering close and wait forever.
                             self.complete(j, response);
-                            if self.agents[j].req.is_none() {
-                                break;
-                            }
                         }
                         Err(e) => {
                             let now = self.now_us();

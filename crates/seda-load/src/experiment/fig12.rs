@@ -261,6 +261,12 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
             write_outputs(&cfg.out, &results)?;
             std::thread::sleep(PAUSE);
         }
+        let logs = server.log_tail();
+        if !logs.is_empty() {
+            let dir = cfg.out.join("logs");
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::write(dir.join(format!("{}.log", spec.name)), logs);
+        }
         if let Err(e) = server.stop() {
             log(&format!("   {e}"));
         }

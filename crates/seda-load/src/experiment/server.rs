@@ -299,14 +299,15 @@ impl ServerProcess {
         self.child.id()
     }
 
-    fn log_tail(&self) -> String {
+    /// The last few KB of the server's output and error logs.
+    pub fn log_tail(&self) -> String {
         let mut text = fs::read_to_string(&self.log).unwrap_or_default();
         for extra in ["error.log", "apache-error.log"] {
             if let Ok(t) = fs::read_to_string(self.dir.path().join(extra)) {
                 text.push_str(&t);
             }
         }
-        tail(&text, 1500)
+        tail(&text, 4000)
     }
 
     fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
