@@ -21,6 +21,13 @@ pub struct TestServerConfig {
     pub chunked: bool,
     /// Answer every n-th request (counted over the server) with 503.
     pub reject_every: Option<u64>,
+    /// Close each connection right after its n-th response, without a `Connection:
+    /// close` header, the way Apache's event MPM drops idle keep-alive connections
+    /// under load: shut down the write side and linger, reading and discarding what
+    /// the client still sends, for `linger`.
+    pub close_after: Option<u64>,
+    /// How long a closing connection lingers (see `close_after`).
+    pub linger: Duration,
 }
 
 impl Default for TestServerConfig {
@@ -30,6 +37,8 @@ impl Default for TestServerConfig {
             body_len: 100,
             chunked: false,
             reject_every: None,
+            close_after: None,
+            linger: Duration::from_secs(2),
         }
     }
 }
@@ -120,6 +129,7 @@ fn serve(mut conn: TcpStream, cfg: &TestServerConfig, stats: &TestServerStats, s
     let body = vec![b'x'; cfg.body_len];
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
+    let mut served_here = 0u64;
     loop {
         // Read one request head (requests from the load generator have no body).
         let end = loop {
@@ -167,6 +177,25 @@ fn serve(mut conn: TcpStream, cfg: &TestServerConfig, stats: &TestServerStats, s
             out.extend_from_slice(&body);
         }
         if conn.write_all(&out).is_err() {
+            return;
+        }
+        served_here += 1;
+        if cfg.close_after == Some(served_here) {
+            // FIN right behind the response, then a lingering close.
+            let _ = conn.shutdown(std::net::Shutdown::Write);
+            let until = std::time::Instant::now() + cfg.linger;
+            while std::time::Instant::now() < until && !stop.load(Ordering::Acquire) {
+                match conn.read(&mut chunk) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(_) => return,
+                }
+            }
             return;
         }
     }

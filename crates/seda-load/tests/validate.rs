@@ -166,6 +166,7 @@ fn rejected_chunked_schedule_and_json_fields() {
         body_len: 5000,
         chunked: true,
         reject_every: Some(4),
+        ..Default::default()
     })
     .unwrap();
     let cfg = config(
@@ -273,4 +274,41 @@ fn non_loopback_targets_are_refused() {
     assert!(e.contains("non-loopback"), "{e}");
     assert!(parse_url("https://127.0.0.1:1").is_err());
     assert!(parse_url("http://localhost:8080/x").is_ok());
+}
+
+/// Regression: a FIN that arrives together with a response (a server closing an idle
+/// keep-alive connection, as Apache's event MPM does under load) must be seen. The
+/// client once stopped reading at the end of the response, missed the FIN's only
+/// edge-triggered event, sent its next request into the server's lingering close
+/// and waited forever. Here the server closes after every 2nd response and lingers
+/// for 2 s; a 1 s run must finish every request, with about one new connection per
+/// two requests.
+#[test]
+fn fin_with_response_is_noticed_before_the_next_request() {
+    let server = TestServer::start(TestServerConfig {
+        delay: Duration::from_millis(1),
+        close_after: Some(2),
+        linger: Duration::from_secs(2),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut cfg = config(
+        &server,
+        Mode::Closed {
+            think: Duration::from_millis(10),
+            reqs_per_conn: 5,
+        },
+        Schedule::steady(Duration::from_secs(1), 4.0),
+    );
+    cfg.drain = Duration::from_millis(500);
+    let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
+    check_accounting(&r);
+    assert_eq!(r.errors, 0, "{:?}", r.errors_by_kind);
+    assert!(r.completed > 100, "completed {}", r.completed);
+    assert!(r.rt_max_ms < 100.0, "max {}", r.rt_max_ms);
+    assert!(
+        r.connections >= r.completed / 2,
+        "{} connections",
+        r.connections
+    );
 }
