@@ -425,7 +425,8 @@ impl<E: Send + 'static> StageCore<E> {
 
     fn publish(&self, q: &QueueState<E>) {
         self.len.store(q.waiting, Relaxed);
-        self.runnable.store(q.fifo.len() + q.ready.len(), Release);
+        // SeqCst pairs with `unschedule`/`has_work` (see `try_schedule_inner`).
+        self.runnable.store(q.fifo.len() + q.ready.len(), SeqCst);
     }
 
     /// Wakes whoever runs this stage; called with the queue lock released for the
@@ -445,8 +446,14 @@ impl<E: Send + 'static> StageCore<E> {
         }
     }
 
+    /// Takes the schedule token. With `unschedule` + `has_work` on the worker side this
+    /// is a store-load handshake (Dekker): the enqueuer stores `runnable` then swaps
+    /// `scheduled`; the worker stores `scheduled = false` then loads `runnable`. Both
+    /// sides use SeqCst so that at least one of them sees the other's store; with
+    /// Release/Acquire the worker's load may pass its own store and strand an event
+    /// (seen as a hang of the shared-pool round-trip benchmark).
     fn try_schedule_inner(&self) -> bool {
-        !self.scheduled.swap(true, AcqRel)
+        !self.scheduled.swap(true, SeqCst)
     }
 
     fn record_edge(&self, origin: Origin) {
@@ -856,7 +863,7 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
     }
 
     fn has_work(&self) -> bool {
-        self.runnable.load(Acquire) > 0
+        self.runnable.load(SeqCst) > 0
     }
 
     fn try_schedule(&self) -> bool {
@@ -864,7 +871,7 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
     }
 
     fn unschedule(&self) {
-        self.scheduled.store(false, Release);
+        self.scheduled.store(false, SeqCst);
     }
 
     fn start(&self, rt: &Runtime) -> Result<(), InitError> {

@@ -479,3 +479,29 @@ fn draining_finishes_work_inside_the_service_but_refuses_new_work() {
         assert_eq!(done.load(Ordering::Relaxed), 500, "{model}");
     }
 }
+
+/// Ping-pong through one stage: every enqueue must be picked up even when it races
+/// with the worker giving up the stage's schedule token (a lost wake-up here hangs the
+/// round trip, which the 2 s receive timeout turns into a failure).
+#[test]
+fn round_trips_never_strand_an_event() {
+    for model in MODELS {
+        let rt = Runtime::builder().thread_model(model).build();
+        let (tx, rx) = crossbeam_channel::bounded::<u64>(1);
+        let sink = rt
+            .stage("echo", move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
+                for v in batch {
+                    tx.send(v).unwrap();
+                }
+            })
+            .build()
+            .unwrap();
+        rt.start().unwrap();
+        for i in 0..30_000u64 {
+            sink.try_enqueue(i).unwrap();
+            let got = rx.recv_timeout(Duration::from_secs(2));
+            assert_eq!(got, Ok(i), "{model:?}: round trip {i} stranded");
+        }
+        assert!(rt.shutdown(Duration::from_secs(5)).drained);
+    }
+}
