@@ -176,6 +176,8 @@ fn http(a: HttpArgs) -> Result<(), String> {
         drain: seconds("drain-s", a.drain_s)?,
         threads: a.threads,
         seed: a.seed,
+        rt_target: None,
+        retry_wait: None,
     };
     let live = !a.quiet && std::io::stderr().is_terminal();
     let unit = if open { "req/s" } else { "users" };

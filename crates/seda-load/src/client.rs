@@ -34,7 +34,7 @@ use crate::dist::SpecWebPopularity;
 use crate::fileset::{Manifest, file_path};
 use crate::http::{Feed, HttpError, Response, ResponseReader};
 use crate::metrics::{cdf, jain_index, quantile_ms, record_us, rt_histogram};
-use crate::report::{ClassCount, LoadReport, TimePoint};
+use crate::report::{ClassCount, LoadReport, PhaseSummary, TimePoint};
 use crate::schedule::Schedule;
 
 /// Closed or open loop.
@@ -88,6 +88,13 @@ pub struct LoadConfig {
     pub threads: usize,
     /// Seed of all random choices.
     pub seed: u64,
+    /// Response-time target: completions within it are counted per second and per
+    /// phase as `within_target` (goodput). `None`: not counted (0).
+    pub rt_target: Option<Duration>,
+    /// Closed loop: after a 503 or a failed request a user waits this long instead of
+    /// the think time (USITS'03 4.1: rejected users wait 5 s before trying again).
+    /// `None`: the think time.
+    pub retry_wait: Option<Duration>,
 }
 
 /// Live counters, updated by the event loops as they go.
@@ -214,6 +221,8 @@ impl LoadConfig {
             "drain_s": self.drain.as_secs_f64(),
             "threads": self.threads,
             "seed": self.seed,
+            "rt_target_ms": self.rt_target.map(|d| d.as_secs_f64() * 1e3),
+            "retry_wait_ms": self.retry_wait.map(|d| d.as_secs_f64() * 1e3),
         })
     }
 }
@@ -277,6 +286,7 @@ struct Recorder {
 
 struct Second {
     completed: u64,
+    within: u64,
     rejected: u64,
     errors: u64,
     bytes: u64,
@@ -308,6 +318,7 @@ impl Recorder {
         while self.seconds.len() <= s {
             self.seconds.push(Second {
                 completed: 0,
+                within: 0,
                 rejected: 0,
                 errors: 0,
                 bytes: 0,
@@ -367,6 +378,8 @@ struct Worker {
     schedule: Schedule,
     timeout_us: u64,
     drain_us: u64,
+    target_us: Option<u64>,
+    retry_wait_us: Option<u64>,
     threads: usize,
     t0: Instant,
     poll: Poll,
@@ -440,6 +453,8 @@ impl Worker {
             schedule: cfg.schedule.clone(),
             timeout_us: cfg.timeout.as_micros() as u64,
             drain_us: cfg.drain.as_micros() as u64,
+            target_us: cfg.rt_target.map(|d| d.as_micros() as u64),
+            retry_wait_us: cfg.retry_wait.map(|d| d.as_micros() as u64),
             threads: cfg.threads,
             t0,
             poll,
@@ -970,8 +985,10 @@ impl Worker {
         self.rec.second(now).bytes += resp.bytes;
         match resp.status {
             200..=399 => {
+                let within = self.target_us.is_some_and(|t| rt <= t);
                 let sec = self.rec.second(now);
                 sec.completed += 1;
+                sec.within += u64::from(within);
                 record_us(&mut sec.hist, rt);
                 record_us(&mut self.rec.ok, rt);
                 self.rec.completed += 1;
@@ -1001,7 +1018,7 @@ impl Worker {
         if resp.close || a.reqs_on_conn >= rpc {
             self.close(j);
         }
-        self.after_request(j, now);
+        self.after_request(j, now, (200..=399).contains(&resp.status));
     }
 
     fn fail(&mut self, j: usize, kind: &'static str, now: u64) {
@@ -1018,10 +1035,11 @@ impl Worker {
             self.progress.errors.fetch_add(1, Ordering::Relaxed);
         }
         self.close(j);
-        self.after_request(j, now);
+        self.after_request(j, now, false);
     }
 
-    fn after_request(&mut self, j: usize, now: u64) {
+    /// The user of agent `j` is done with a request (`ok`: answered 2xx/3xx).
+    fn after_request(&mut self, j: usize, now: u64, ok: bool) {
         if self.draining {
             self.close(j);
             return;
@@ -1030,7 +1048,11 @@ impl Worker {
             ModeState::Closed { think_us, heap, .. } => {
                 let a = &mut self.agents[j];
                 if a.active {
-                    let at = now + *think_us;
+                    let wait = match self.retry_wait_us {
+                        Some(w) if !ok => w,
+                        _ => *think_us,
+                    };
+                    let at = now + wait;
                     a.wake_at = Some(at);
                     heap.push(Reverse((at, j)));
                 } else {
@@ -1104,6 +1126,7 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
         for (i, s) in r.seconds.drain(..).enumerate() {
             let t = total.second(i as u64 * 1_000_000);
             t.completed += s.completed;
+            t.within += s.within;
             t.rejected += s.rejected;
             t.errors += s.errors;
             t.bytes += s.bytes;
@@ -1122,6 +1145,7 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
             t: t as u64,
             level: cfg.schedule.level_at(Duration::from_secs(t as u64)),
             completed: s.completed,
+            within_target: s.within,
             rejected: s.rejected,
             errors: s.errors,
             rt_p90_ms: quantile_ms(&s.hist, 0.9),
@@ -1177,6 +1201,7 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
         fairness: if closed { jain_index(&per_user) } else { None },
         users_starved: per_user.iter().filter(|&&c| c == 0).count(),
         unanswered_wait_max_ms: total.unanswered_age_us as f64 / 1000.0,
+        phases: phase_summaries(&cfg.schedule, &total.seconds),
         timeseries,
         cdf: cdf(&total.ok, 200),
         by_class: matches!(cfg.requests, RequestMix::FileSet(_)).then(|| {
@@ -1188,6 +1213,49 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
                 .collect()
         }),
     }
+}
+
+/// Per-phase totals: phase `i` covers the seconds from its start (rounded down) to the
+/// next phase's start; the last phase also takes the drain.
+fn phase_summaries(schedule: &Schedule, seconds: &[Second]) -> Vec<PhaseSummary> {
+    let n = schedule.phases.len();
+    let mut out = Vec::with_capacity(n);
+    let mut start = Duration::ZERO;
+    for (i, p) in schedule.phases.iter().enumerate() {
+        let end = start + p.duration;
+        let from = start.as_secs() as usize;
+        let to = if i + 1 == n {
+            seconds.len().max(from)
+        } else {
+            end.as_secs() as usize
+        };
+        let mut hist = rt_histogram(2);
+        let (mut completed, mut within, mut rejected, mut errors) = (0, 0, 0, 0);
+        for s in seconds.iter().take(to).skip(from) {
+            completed += s.completed;
+            within += s.within;
+            rejected += s.rejected;
+            errors += s.errors;
+            let _ = hist.add(&s.hist);
+        }
+        out.push(PhaseSummary {
+            start_s: from as u64,
+            end_s: to as u64,
+            level: p.level,
+            completed,
+            within_target: within,
+            rejected,
+            errors,
+            rt_p90_ms: quantile_ms(&hist, 0.9),
+            rt_max_ms: if hist.is_empty() {
+                0.0
+            } else {
+                hist.max() as f64 / 1000.0
+            },
+        });
+        start = end;
+    }
+    out
 }
 
 /// An exponential inter-arrival gap for `rate` arrivals per second, in microseconds (>= 1).

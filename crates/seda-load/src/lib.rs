@@ -21,5 +21,5 @@ pub mod schedule;
 pub mod testserver;
 
 pub use client::{LoadConfig, Mode, Progress, RequestMix, parse_url};
-pub use report::{LoadReport, TimePoint};
+pub use report::{LoadReport, PhaseSummary, TimePoint};
 pub use schedule::Schedule;

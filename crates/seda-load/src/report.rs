@@ -16,6 +16,9 @@ pub struct TimePoint {
     pub level: f64,
     /// Requests completed with a 2xx/3xx response.
     pub completed: u64,
+    /// Of those, completed within the run's response-time target (0 without one).
+    #[serde(default)]
+    pub within_target: u64,
     /// Requests answered 503.
     pub rejected: u64,
     /// Requests that failed (connection, protocol, timeout, other status).
@@ -26,6 +29,29 @@ pub struct TimePoint {
     pub rt_mean_ms: f64,
     /// Received throughput, Mbit/s.
     pub mbps: f64,
+}
+
+/// Totals of one phase of the schedule (by completion time, whole seconds).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PhaseSummary {
+    /// First second of the phase.
+    pub start_s: u64,
+    /// Second after its last (the last phase runs to the end of the drain).
+    pub end_s: u64,
+    /// Scheduled level.
+    pub level: f64,
+    /// Requests completed 2xx/3xx.
+    pub completed: u64,
+    /// Of those, completed within the response-time target (0 without one).
+    pub within_target: u64,
+    /// Requests answered 503.
+    pub rejected: u64,
+    /// Requests failed.
+    pub errors: u64,
+    /// 90th percentile response time of the completed requests, ms (0 if none).
+    pub rt_p90_ms: f64,
+    /// Largest response time of the completed requests, ms (0 if none).
+    pub rt_max_ms: f64,
 }
 
 /// Completions per SPECweb99 class (file-set loads only).
@@ -92,6 +118,9 @@ pub struct LoadReport {
     /// that `rt_max_ms`, which covers completed requests only, cannot show.
     #[serde(default)]
     pub unanswered_wait_max_ms: f64,
+    /// Per-phase totals, one per phase of the schedule.
+    #[serde(default)]
+    pub phases: Vec<PhaseSummary>,
     /// Per-second series.
     pub timeseries: Vec<TimePoint>,
     /// Response-time CDF of completed requests (log-spaced points).

@@ -19,6 +19,8 @@ fn config(server: &TestServer, mode: Mode, schedule: Schedule) -> LoadConfig {
         drain: Duration::from_secs(2),
         threads: 1,
         seed: 1,
+        rt_target: None,
+        retry_wait: None,
     }
 }
 
@@ -256,6 +258,8 @@ fn refused_connections_are_errors() {
         drain: Duration::from_millis(200),
         threads: 2,
         seed: 3,
+        rt_target: None,
+        retry_wait: None,
     };
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
     check_accounting(&r);
@@ -311,4 +315,56 @@ fn fin_with_response_is_noticed_before_the_next_request() {
         "{} connections",
         r.connections
     );
+}
+
+/// A rejected user waits `retry_wait` instead of the think time; completions within
+/// `rt_target` are counted per second and per phase, and the phases add up.
+#[test]
+fn retry_wait_goodput_and_phases() {
+    let server = TestServer::start(TestServerConfig {
+        delay: Duration::from_millis(5),
+        reject_every: Some(2),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut cfg = config(
+        &server,
+        Mode::Closed {
+            think: Duration::from_millis(5),
+            reqs_per_conn: 5,
+        },
+        Schedule::parse("1s@4,1s@4").unwrap(),
+    );
+    let fast = seda_load::client::run(&cfg, |_, _| {}).unwrap();
+    check_accounting(&fast);
+    cfg.retry_wait = Some(Duration::from_millis(500));
+    // Every completion takes >= 5 ms: a 1 us target counts none, a 1 s target all.
+    cfg.rt_target = Some(Duration::from_secs(1));
+    let slow = seda_load::client::run(&cfg, |_, _| {}).unwrap();
+    check_accounting(&slow);
+    // Half the requests are rejected; a rejected user then sits out 500 ms instead of
+    // 5 ms, so the run issues far fewer requests.
+    assert!(
+        slow.issued * 3 < fast.issued,
+        "{} vs {}",
+        slow.issued,
+        fast.issued
+    );
+    let within: u64 = slow.timeseries.iter().map(|p| p.within_target).sum();
+    assert_eq!(within, slow.completed);
+    assert_eq!(
+        fast.timeseries.iter().map(|p| p.within_target).sum::<u64>(),
+        0
+    );
+    assert_eq!(slow.phases.len(), 2);
+    assert_eq!((slow.phases[0].start_s, slow.phases[0].end_s), (0, 1));
+    assert_eq!(slow.phases[1].start_s, 1);
+    let sum = |f: fn(&seda_load::PhaseSummary) -> u64| slow.phases.iter().map(f).sum::<u64>();
+    assert_eq!(sum(|p| p.completed), slow.completed);
+    assert_eq!(sum(|p| p.rejected), slow.rejected);
+    assert_eq!(sum(|p| p.within_target), slow.completed);
+    cfg.rt_target = Some(Duration::from_micros(1));
+    let none = seda_load::client::run(&cfg, |_, _| {}).unwrap();
+    assert!(none.completed > 0);
+    assert_eq!(none.phases.iter().map(|p| p.within_target).sum::<u64>(), 0);
 }

@@ -192,6 +192,8 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
         drain: cfg.drain,
         threads: cfg.threads,
         seed,
+        rt_target: None,
+        retry_wait: None,
     };
 
     for spec in &cfg.servers {
