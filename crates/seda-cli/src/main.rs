@@ -1,7 +1,8 @@
 //! The `seda` command: `serve | load | fileset | experiment`.
 //!
 //! Each subcommand lives in its own module; `main` only parses and dispatches, prints
-//! a one-line error on failure and exits non-zero.
+//! a one-line error on failure and exits non-zero: 2 for a command line clap refuses
+//! (`seda: <clap's first line>`), 1 for a command that fails.
 
 mod experiment;
 mod load;
@@ -9,6 +10,7 @@ mod serve;
 
 use std::process::ExitCode;
 
+use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
 /// SEDA: staged event-driven servers with adaptive overload control.
@@ -33,8 +35,40 @@ enum Command {
     Experiment(experiment::ExperimentCommand),
 }
 
+/// Exit status of a command line clap refuses (its own convention).
+const USAGE_ERROR: u8 = 2;
+
+/// The first line of clap's message without its `error: ` prefix; the usage and tip
+/// lines that follow are dropped so that a bad flag is one line on stderr.
+fn one_line(rendered: &str) -> &str {
+    let first = rendered
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("invalid command line");
+    first.strip_prefix("error:").map_or(first, str::trim_start)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            return match e.kind() {
+                // Help, version, and help shown for a missing subcommand: clap's text
+                // as it is, with clap's exit status (0, or 2 for a missing command).
+                ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = e.print();
+                    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(USAGE_ERROR))
+                }
+                _ => {
+                    eprintln!("seda: {}", one_line(&e.render().to_string()));
+                    ExitCode::from(USAGE_ERROR)
+                }
+            };
+        }
+    };
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Load(cmd) => load::run(cmd),
@@ -47,5 +81,28 @@ fn main() -> ExitCode {
             eprintln!("seda: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_errors_become_one_line() {
+        for argv in [
+            &["seda", "serve", "--bogus-flag"][..],
+            &["seda", "serve", "--cache-mb", "notanumber"],
+            &["seda", "serve", "--thread-model", "nope"],
+            &["seda", "frobnicate"],
+        ] {
+            let e = Cli::try_parse_from(argv).unwrap_err();
+            let line = one_line(&e.render().to_string()).to_owned();
+            assert!(!line.is_empty() && !line.contains('\n'), "{argv:?}: {line}");
+            assert!(!line.starts_with("error"), "{argv:?}: {line}");
+            assert!(!line.contains("Usage"), "{argv:?}: {line}");
+        }
+        let e = Cli::try_parse_from(["seda", "serve", "--cache-mb", "x"]).unwrap_err();
+        assert!(one_line(&e.render().to_string()).contains("--cache-mb"));
     }
 }
