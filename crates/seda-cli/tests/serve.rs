@@ -1,0 +1,301 @@
+//! `seda serve` end to end: the real binary on an ephemeral loopback port.
+//!
+//! Every child process is killed when its guard drops, and every wait is bounded, so
+//! a hung server fails the test instead of hanging it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const SEDA: &str = env!("CARGO_BIN_EXE_seda");
+/// Longest wait for anything a test expects to happen (start-up, an answer, an exit).
+const BOUND: Duration = Duration::from_secs(20);
+
+/// A running `seda` process; killed (SIGKILL) and reaped on drop.
+struct Proc {
+    child: Child,
+    stderr: Option<mpsc::Receiver<String>>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    /// Starts `seda args...` with piped stdout and stderr.
+    fn spawn(args: &[&str]) -> Proc {
+        let mut child = Command::new(SEDA)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn seda");
+        // Drain stderr on a thread so the child never blocks on a full pipe.
+        let mut err = child.stderr.take().expect("stderr piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            let _ = tx.send(s);
+        });
+        Proc {
+            child,
+            stderr: Some(rx),
+        }
+    }
+
+    /// Starts `seda serve --listen 127.0.0.1:0 extra...` and waits for its
+    /// `listening on http://ADDR` line.
+    fn serve(extra: &[&str]) -> (Proc, SocketAddr) {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let mut p = Proc::spawn(&args);
+        let out = p.child.stdout.take().expect("stdout piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let mut r = BufReader::new(out);
+            let _ = r.read_line(&mut line);
+            let _ = tx.send(line);
+            // Keep reading so the child never blocks on stdout.
+            let _ = std::io::copy(&mut r, &mut std::io::sink());
+        });
+        let line = rx
+            .recv_timeout(BOUND)
+            .expect("no `listening on` line in time");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on http://")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .expect("an address");
+        (p, addr)
+    }
+
+    fn sigterm(&self) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("a pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill");
+    }
+
+    /// Waits for the process to exit, at most `bound`; `None` if it did not.
+    fn wait_for(&mut self, bound: Duration) -> Option<ExitStatus> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return Some(st);
+            }
+            if t0.elapsed() > bound {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Everything the process wrote to stderr (after it exited).
+    fn stderr(&mut self) -> String {
+        self.stderr
+            .take()
+            .and_then(|rx| rx.recv_timeout(BOUND).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// A parsed response: status, head (lower-cased), body.
+struct Resp {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect_timeout(&addr, BOUND).expect("connect");
+    s.set_read_timeout(Some(BOUND)).unwrap();
+    s.set_write_timeout(Some(BOUND)).unwrap();
+    s
+}
+
+/// `GET path` on a fresh connection with `Connection: close`.
+fn get(addr: SocketAddr, path: &str) -> Resp {
+    let mut s = connect(addr);
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read the response");
+    parse(&raw)
+}
+
+fn parse(raw: &[u8]) -> Resp {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete head");
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status code");
+    Resp {
+        status,
+        head,
+        body: raw[end + 4..].to_vec(),
+    }
+}
+
+#[test]
+fn serves_the_demo_site_hello_and_stats() {
+    let (mut p, addr) = Proc::serve(&[]);
+    let index = get(addr, "/");
+    assert_eq!(index.status, 200);
+    assert!(
+        index.head.contains("content-type: text/html"),
+        "{}",
+        index.head
+    );
+    assert!(String::from_utf8_lossy(&index.body).contains("Haboob"));
+
+    let hello = get(addr, "/hello?name=Tester");
+    assert_eq!(hello.status, 200);
+    assert!(
+        String::from_utf8_lossy(&hello.body).contains("Hello, Tester!"),
+        "{}",
+        String::from_utf8_lossy(&hello.body)
+    );
+
+    let stats = get(addr, "/_seda/stats");
+    assert_eq!(stats.status, 200);
+    let doc: serde_json::Value = serde_json::from_slice(&stats.body).expect("stats are JSON");
+    let stages = doc["stages"].as_array().expect("a stages array");
+    assert!(!stages.is_empty());
+    for s in stages {
+        for field in [
+            "name",
+            "queue_len",
+            "threads",
+            "processed",
+            "rejected",
+            "rt_p90_ms",
+        ] {
+            assert!(s.get(field).is_some(), "stage {s} lacks {field}");
+        }
+    }
+    let names: Vec<&str> = stages.iter().filter_map(|s| s["name"].as_str()).collect();
+    for name in ["HttpParse", "PageCache", "CacheMiss", "hello"] {
+        assert!(
+            names.iter().any(|n| n.contains(name)),
+            "no stage {name} in {names:?}"
+        );
+    }
+    let edges = doc["edges"].as_array().expect("an edges array");
+    assert!(
+        !edges.is_empty(),
+        "requests were served, so edges were seen"
+    );
+    for e in edges {
+        let pair = e.as_array().expect("an edge is a pair");
+        assert_eq!(pair.len(), 2);
+        assert!(pair.iter().all(|n| n.is_string()), "{e}");
+    }
+
+    p.sigterm();
+    let st = p.wait_for(BOUND).expect("exits after SIGTERM");
+    assert!(st.success(), "{st:?}: {}", p.stderr());
+}
+
+#[test]
+fn sigterm_finishes_a_response_in_flight_then_exits_zero() {
+    // A body far larger than the socket buffers, read slowly, is still being sent when
+    // SIGTERM arrives; graceful shutdown must finish it before the process exits.
+    const LEN: u64 = 48 << 20;
+    let root = tempfile::tempdir().unwrap();
+    let big = std::fs::File::create(root.path().join("big.bin")).unwrap();
+    big.set_len(LEN).unwrap();
+    drop(big);
+    let (mut p, addr) = Proc::serve(&["--root", root.path().to_str().unwrap()]);
+
+    let mut s = connect(addr);
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut raw = Vec::new();
+    while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before the head");
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains(&format!("content-length: {LEN}")), "{head}");
+    let mut got = (raw.len() - head_end) as u64;
+
+    let t0 = Instant::now();
+    p.sigterm();
+    // Let the server notice while the response is still queued.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        p.child.try_wait().unwrap().is_none(),
+        "exited with a response in flight"
+    );
+    while got < LEN {
+        let n = s.read(&mut buf).expect("the rest of the body");
+        assert!(n > 0, "connection closed after {got} of {LEN} bytes");
+        got += n as u64;
+    }
+    assert_eq!(got, LEN);
+    let st = p.wait_for(BOUND).expect("exits once the response is sent");
+    assert!(st.success(), "{st:?}: {}", p.stderr());
+    assert!(t0.elapsed() < BOUND);
+}
+
+/// Runs `seda args...` to completion (bounded); returns status, stdout, stderr.
+fn run(args: &[&str]) -> (ExitStatus, String, String) {
+    let mut p = Proc::spawn(args);
+    let mut out = p.child.stdout.take().expect("stdout piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        let _ = tx.send(s);
+    });
+    let st = p
+        .wait_for(BOUND)
+        .unwrap_or_else(|| panic!("seda {args:?} did not exit"));
+    let stdout = rx.recv_timeout(BOUND).unwrap_or_default();
+    (st, stdout, p.stderr())
+}
+
+#[test]
+fn bad_command_lines_are_one_line_errors_with_nonzero_exit() {
+    for args in [
+        &["serve", "--root", "/nonexistent"][..],
+        &["serve", "--bogus-flag"],
+        &["serve", "--cache-mb", "notanumber"],
+    ] {
+        let (st, stdout, stderr) = run(args);
+        assert!(!st.success(), "seda {args:?} exited {st:?}");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "seda {args:?} wrote more than one line:\n{stderr}"
+        );
+        assert!(stderr.starts_with("seda: "), "{stderr}");
+        assert!(stdout.is_empty(), "seda {args:?} printed {stdout:?}");
+    }
+}
+
+#[test]
+fn version_exits_zero() {
+    let (st, stdout, _) = run(&["--version"]);
+    assert!(st.success(), "{st:?}");
+    assert!(stdout.starts_with("seda "), "{stdout}");
+}
