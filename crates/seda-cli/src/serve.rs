@@ -10,8 +10,6 @@
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use seda::ThreadModel;
@@ -168,11 +166,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             Some(site)
         }
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .map_err(|e| format!("cannot install signal handler: {e}"))?;
-    }
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(|e| format!("cannot install signal handler: {e}"))?;
     let root_shown = if demo.is_some() {
         "built-in demo site".to_owned()
     } else {
@@ -185,9 +183,8 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         "seda serve: serving {root_shown}; admin at http://{}/_seda/stats; Ctrl-C to stop",
         server.local_addr()
     );
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Block until SIGINT or SIGTERM (no polling: shutdown starts as the signal lands).
+    let _ = signals.forever().next();
     eprintln!(
         "seda serve: shutting down (grace {:.1} s)",
         grace.as_secs_f64()

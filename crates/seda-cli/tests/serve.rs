@@ -299,3 +299,26 @@ fn version_exits_zero() {
     assert!(st.success(), "{st:?}");
     assert!(stdout.starts_with("seda "), "{stdout}");
 }
+
+/// Regression: an idle server took up to half a second (once ~1.8 s) to exit on
+/// SIGTERM, because shutdown joined threads that only looked at their stop flag
+/// between long sleeps. The fastest of three exits must be well under that.
+#[test]
+fn idle_server_exits_promptly_on_sigterm() {
+    let mut fastest = Duration::MAX;
+    for _ in 0..3 {
+        let (mut p, _addr) = Proc::serve(&[]);
+        // Let every thread reach its idle wait first.
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        p.sigterm();
+        let st = p.wait_for(BOUND).expect("exits after SIGTERM");
+        fastest = fastest.min(t0.elapsed());
+        assert!(st.success(), "{st:?}: {}", p.stderr());
+    }
+    eprintln!("fastest idle exit after SIGTERM: {fastest:?}");
+    assert!(
+        fastest < Duration::from_millis(300),
+        "an idle server took {fastest:?} to exit"
+    );
+}

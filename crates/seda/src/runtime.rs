@@ -462,6 +462,7 @@ impl Runtime {
         }
         self.inner.shared.stop();
         if let Some(driver) = self.inner.driver.lock().take() {
+            driver.thread().unpark();
             let _ = driver.join();
         }
         let mut handles: Vec<JoinHandle<()>> =
@@ -515,10 +516,11 @@ impl Runtime {
 }
 
 /// The controller driver: samples every stage at the control interval and steps its
-/// controllers (admission ticks, stats windows, thread pool, batching).
+/// controllers (admission ticks, stats windows, thread pool, batching). It parks
+/// between samples so that shutdown can wake it instead of waiting out the interval.
 fn drive(runtime: Weak<RuntimeInner>, interval: Duration) {
     loop {
-        std::thread::sleep(interval);
+        std::thread::park_timeout(interval);
         let Some(inner) = runtime.upgrade() else {
             return;
         };

@@ -361,8 +361,13 @@ impl Server {
         let sweeper = std::thread::Builder::new()
             .name("haboob-timeouts".into())
             .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(period);
+                // Parked rather than asleep, so that shutdown wakes it at once instead
+                // of waiting out the period (up to 500 ms).
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::park_timeout(period);
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
                     h.sweep(Instant::now());
                 }
             })
@@ -445,8 +450,9 @@ impl Server {
     }
 
     fn stop_sweeper(&mut self) {
-        self.sweeper_stop.store(true, Ordering::Relaxed);
+        self.sweeper_stop.store(true, Ordering::Release);
         if let Some(h) = self.sweeper.take() {
+            h.thread().unpark();
             let _ = h.join();
         }
     }
