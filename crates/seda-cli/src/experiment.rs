@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use seda_load::experiment::fig12::{self, Fig12Config};
+use seda_load::experiment::overload::{self, OverloadConfig, Scenario};
 use seda_load::experiment::server::ServerSpec;
 
 /// Experiments.
@@ -11,6 +12,67 @@ use seda_load::experiment::server::ServerSpec;
 pub enum ExperimentCommand {
     /// SEDA Fig. 12: Haboob vs nginx vs Apache on a SPECweb99-style file set.
     Fig12(Fig12Args),
+    /// SEDA Fig. 13 and USITS'03 section 4: adaptive overload control on a CPU-bound
+    /// bottleneck (load spike, degradation, classes, admission policies side by side).
+    Overload(OverloadArgs),
+}
+
+/// Arguments of `seda experiment overload`. The defaults take about 17 minutes.
+#[derive(Debug, clap::Args)]
+pub struct OverloadArgs {
+    /// Output directory (runs.json, table.md, *.svg).
+    #[arg(long, default_value = "results/overload")]
+    pub out: PathBuf,
+    /// Scenarios, comma-separated: fig13, spike, degrade, classes, policies.
+    #[arg(
+        long,
+        default_value = "fig13,spike,degrade,classes,policies",
+        value_delimiter = ','
+    )]
+    pub scenarios: Vec<String>,
+    /// A small, fast version (10 ms bottleneck, 200 ms target, 3/6/3 s phases, a
+    /// fifth of the users) for smoke tests.
+    #[arg(long)]
+    pub quick: bool,
+    /// Multiply every phase length by this factor.
+    #[arg(long)]
+    pub scale: Option<f64>,
+    /// CPU work per bottleneck request, ms [default: 40; quick: 10].
+    #[arg(long)]
+    pub bottleneck_ms: Option<f64>,
+    /// p90 response-time target of the controllers, ms [default: 1000; quick: 200].
+    #[arg(long)]
+    pub target_ms: Option<f64>,
+    /// Users during the spike [default: 1000; quick: 200].
+    #[arg(long)]
+    pub spike_users: Option<u64>,
+    /// Users before and after the spike.
+    #[arg(long, default_value_t = 3)]
+    pub base_users: u64,
+    /// Users of scenario fig13 [default: 1024; quick: 200].
+    #[arg(long)]
+    pub fig13_users: Option<u64>,
+    /// Users per class in scenario classes [default: 128; quick: 32].
+    #[arg(long)]
+    pub class_users: Option<u64>,
+    /// Wait after a 503 or a failed request, ms [default: 5000; quick: 1000].
+    #[arg(long)]
+    pub retry_wait_ms: Option<u64>,
+    /// --max-connections of the connection-limit baseline.
+    #[arg(long, default_value_t = 128)]
+    pub max_connections: usize,
+    /// --queue-threshold of the queue-threshold policy.
+    #[arg(long, default_value_t = 100)]
+    pub queue_threshold: usize,
+    /// Load-generator threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Seed of the load.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The `seda` binary whose `serve` is measured [default: this one].
+    #[arg(long)]
+    pub seda: Option<PathBuf>,
 }
 
 /// Arguments of `seda experiment fig12`.
@@ -56,7 +118,63 @@ pub struct Fig12Args {
 pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
     match cmd {
         ExperimentCommand::Fig12(a) => fig12_cmd(a),
+        ExperimentCommand::Overload(a) => overload_cmd(a),
     }
+}
+
+fn overload_cmd(a: OverloadArgs) -> Result<(), String> {
+    // The server is `seda serve` from the same build as this binary unless told.
+    let seda = match a.seda {
+        Some(p) => p,
+        None => std::env::current_exe().map_err(|e| format!("cannot find the seda binary: {e}"))?,
+    };
+    let mut cfg = OverloadConfig::new(a.out, seda);
+    if a.quick {
+        cfg = cfg.quick();
+    }
+    if let Some(f) = a.scale {
+        if !(f.is_finite() && f > 0.0 && f <= 100.0) {
+            return Err(format!("--scale must be in (0, 100], got {f}"));
+        }
+        cfg = cfg.scaled(f);
+    }
+    cfg.scenarios = a
+        .scenarios
+        .iter()
+        .map(|s| Scenario::parse(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    cfg.scenarios.dedup();
+    if let Some(v) = a.bottleneck_ms {
+        cfg.bottleneck_ms = v;
+    }
+    if let Some(v) = a.target_ms {
+        cfg.target_ms = v;
+    }
+    if let Some(v) = a.spike_users {
+        cfg.spike_users = v;
+    }
+    if let Some(v) = a.fig13_users {
+        cfg.fig13_users = v;
+    }
+    if let Some(v) = a.class_users {
+        cfg.class_users = v;
+    }
+    if let Some(v) = a.retry_wait_ms {
+        cfg.retry_wait = Duration::from_millis(v);
+    }
+    cfg.base_users = a.base_users;
+    cfg.max_connections = a.max_connections;
+    cfg.queue_threshold = a.queue_threshold;
+    cfg.threads = a.threads;
+    cfg.seed = a.seed;
+    let t0 = std::time::Instant::now();
+    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let results = overload::run(&cfg, &mut log)?;
+    println!("{}", overload::output::table(&results));
+    if results.runs.is_empty() {
+        return Err("no run could be measured".into());
+    }
+    Ok(())
 }
 
 fn fig12_cmd(a: Fig12Args) -> Result<(), String> {

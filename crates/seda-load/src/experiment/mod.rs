@@ -4,9 +4,11 @@
 //! process on loopback (Haboob, nginx, Apache) and measures its CPU; the load itself
 //! is [`crate::client::run`] with a [`crate::Schedule`], whose report carries the
 //! per-second time series and the CDF; [`plot`] writes SVG line charts. [`fig12`] is
-//! SEDA SOSP'01 Fig. 12 built from them.
+//! SEDA SOSP'01 Fig. 12 built from them; [`overload`] is the overload-control
+//! experiment (SEDA Fig. 13, USITS'03 section 4).
 
 pub mod fig12;
+pub mod overload;
 pub mod plot;
 pub mod server;
 

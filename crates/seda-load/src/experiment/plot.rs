@@ -1,4 +1,4 @@
-//! SVG line charts with plotters: one line per series, optional log-10 x axis.
+//! SVG line charts with plotters: one line per series, optional log-10 axes.
 
 use std::path::Path;
 
@@ -24,18 +24,25 @@ pub struct Chart<'a> {
     pub y_label: &'a str,
     /// Plot x on a log-10 scale (x must be > 0).
     pub x_log: bool,
-    /// Fixed y range; otherwise 0 .. 1.1 * max.
+    /// Plot y on a log-10 scale (values <= 0 are left out of the line).
+    pub y_log: bool,
+    /// Fixed y range; otherwise 0 .. 1.1 * max (log scale: min / 1.5 .. max * 1.5).
     pub y_range: Option<(f64, f64)>,
 }
 
-const COLORS: [RGBColor; 6] = [
+const COLORS: [RGBColor; 8] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xd6, 0x27, 0x28),
     RGBColor(0x2c, 0xa0, 0x2c),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x94, 0x67, 0xbd),
     RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x7f, 0x7f, 0x7f),
 ];
+
+/// Series longer than this are drawn as lines without point markers.
+const MARKERS_UP_TO: usize = 40;
 
 /// Write `series` as an SVG line chart to `path`.
 pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(), String> {
@@ -51,13 +58,33 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
         x1 = x0 + 1.0;
     }
     let pad = (x1 - x0) * 0.03;
-    let (y0, y1) = chart.y_range.unwrap_or_else(|| {
-        let m = series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.1))
-            .fold(0.0, f64::max);
-        (0.0, if m > 0.0 { m * 1.1 } else { 1.0 })
-    });
+    let y_log = chart.y_log;
+    let ty = |y: f64| if y_log { y.log10() } else { y };
+    let keep = |y: f64| y.is_finite() && (!y_log || y > 0.0);
+    let (y0, y1) = match chart.y_range {
+        Some((a, b)) if y_log => (a.max(1e-9).log10(), b.max(1e-9).log10()),
+        Some(r) => r,
+        None => {
+            let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+            let (lo, hi) = ys
+                .filter(|&y| keep(y))
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
+                    (a.min(y), b.max(y))
+                });
+            if y_log {
+                if lo.is_finite() {
+                    (
+                        (lo / 1.5).log10(),
+                        (hi * 1.5).log10().max((lo / 1.5).log10() + 1.0),
+                    )
+                } else {
+                    (0.0, 1.0)
+                }
+            } else {
+                (0.0, if hi > 0.0 { hi * 1.1 } else { 1.0 })
+            }
+        }
+    };
     let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
@@ -81,23 +108,43 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
             format!("{v}")
         }
     };
+    let fmt_y = move |v: &f64| {
+        if y_log {
+            let y = 10f64.powf(*v);
+            if y >= 10.0 {
+                format!("{y:.0}")
+            } else {
+                format!("{y:.2}")
+            }
+        } else {
+            format!("{v}")
+        }
+    };
     c.configure_mesh()
         .x_desc(chart.x_label)
         .y_desc(chart.y_label)
         .x_label_formatter(&fmt_x)
+        .y_label_formatter(&fmt_y)
         .draw()
         .map_err(|e| err(&e))?;
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|p| keep(p.1))
+            .map(|&(x, y)| (tx(x), ty(y)))
+            .collect();
         c.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
             .map_err(|e| err(&e))?
             .label(s.name.clone())
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
-        c.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| err(&e))?;
+        if pts.len() <= MARKERS_UP_TO {
+            c.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| err(&e))?;
+        }
     }
     c.configure_series_labels()
         .background_style(WHITE.mix(0.8))
@@ -132,9 +179,18 @@ mod tests {
             x_label: "clients",
             y_label: "Mbit/s",
             x_log: true,
+            y_log: false,
             y_range: None,
         };
         line_chart(&p, &chart, &series).unwrap();
+        let log_y = Chart {
+            y_log: true,
+            ..chart.clone()
+        };
+        let q = dir.path().join("d.svg");
+        line_chart(&q, &log_y, &series).unwrap();
+        let svg = std::fs::read_to_string(&q).unwrap();
+        assert!(svg.contains("alpha") && svg.contains("beta"));
         let svg = std::fs::read_to_string(&p).unwrap();
         assert!(
             svg.starts_with("<svg")
