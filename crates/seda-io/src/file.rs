@@ -23,7 +23,10 @@
 //!
 //! # Overload
 //! The helper's queue is bounded ([`FileConfig::capacity`]); a refused operation is
-//! handed back in [`SubmitError`], never dropped.
+//! handed back in [`SubmitError`], never dropped. A completion bound for a caller's
+//! sink that stays full (or closes) is handed back too, to the caller's `undelivered`
+//! callback ([`FileHelper::submit_to_with`]), so the request behind it can still be
+//! answered.
 
 use std::fmt;
 use std::fs::{File, Metadata};
@@ -44,7 +47,8 @@ pub use crate::sys::read_resident;
 
 /// Top bit of every file color.
 const FILE_COLOR_BIT: u64 = 1 << 63;
-/// How long a helper thread keeps offering a completion to a full caller sink.
+/// How long a helper thread keeps offering a completion to a full caller sink before
+/// handing it back.
 const COMPLETION_PATIENCE: Duration = Duration::from_secs(1);
 
 /// Configuration of the file helper stage.
@@ -241,7 +245,8 @@ pub struct FileStats {
     pub refused: u64,
     /// Operations run (successfully or not).
     pub completed: u64,
-    /// Completions a caller's sink would not take within 1 s (counted, logged).
+    /// Completions a caller's sink would not take (full or rejecting for 1 s, or
+    /// closed); each was handed back to the caller's `undelivered` callback.
     pub completions_undelivered: u64,
     /// Completion callbacks that panicked (caught).
     pub callback_panics: u64,
@@ -377,51 +382,59 @@ impl FileHelper {
 
     /// Submits `op`; its completion, wrapped by `wrap`, is enqueued to `sink` (born
     /// now, uncolored). Use [`FileHelper::submit_to_with`] to keep a request's
-    /// metadata, e.g. its connection's color.
+    /// metadata, e.g. its connection's color; `undelivered` is as there.
     pub fn submit_to<T: Send + 'static>(
         &self,
         op: FileOp,
         sink: &Sink<T>,
         wrap: impl FnOnce(io::Result<FileReply>) -> T + Send + 'static,
+        undelivered: impl FnOnce(EnqueueError<T>) + Send + 'static,
     ) -> Result<(), SubmitError> {
-        self.submit_to_with(op, Meta::new(), sink, wrap)
+        self.submit_to_with(op, Meta::new(), sink, wrap, undelivered)
     }
 
     /// Submits `op`; its completion, wrapped by `wrap`, is enqueued to `sink` with
     /// metadata `meta` (pass `cx.meta()` from a handler to keep `born`, class and
-    /// color). If `sink` stays full for 1 s the completion is counted in
-    /// `completions_undelivered` and logged.
+    /// color).
+    ///
+    /// # Undelivered completions
+    /// While `sink` answers `Full` or `Rejected` the helper thread offers the
+    /// completion again, for at most 1 s (backpressure on the helper); if it is still
+    /// refused then, or at once if `sink` is `Closed`, `undelivered` runs on the helper
+    /// thread with the refusal, which hands the event back. The caller answers the
+    /// request behind it there (e.g. does the sink's work itself, or replies 503):
+    /// a completion is never dropped. Each such hand-back is counted in
+    /// [`FileStats::completions_undelivered`].
     pub fn submit_to_with<T: Send + 'static>(
         &self,
         op: FileOp,
         meta: Meta,
         sink: &Sink<T>,
         wrap: impl FnOnce(io::Result<FileReply>) -> T + Send + 'static,
+        undelivered: impl FnOnce(EnqueueError<T>) + Send + 'static,
     ) -> Result<(), SubmitError> {
         let sink = sink.clone();
         let counters = Arc::clone(&self.counters);
         self.submit_with(op, meta, move |result| {
             let mut event = wrap(result);
             let deadline = Instant::now() + COMPLETION_PATIENCE;
-            loop {
+            let refusal = loop {
                 match sink.try_enqueue_with(event, meta) {
                     Ok(()) => return,
-                    Err(EnqueueError::Closed(_)) => break,
-                    Err(e) if Instant::now() >= deadline => {
-                        drop(e);
-                        break;
-                    }
+                    Err(e @ EnqueueError::Closed(_)) => break e,
+                    Err(e) if Instant::now() >= deadline => break e,
                     Err(e) => {
                         event = e.into_inner();
                         std::thread::sleep(Duration::from_millis(1));
                     }
                 }
-            }
+            };
             counters.completions_undelivered.fetch_add(1, Relaxed);
             tracing::warn!(
                 stage = sink.stage_name(),
-                "a file completion could not be delivered"
+                "a file completion was refused ({refusal}); handed back to the caller"
             );
+            undelivered(refusal);
         })
     }
 }

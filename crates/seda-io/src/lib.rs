@@ -21,7 +21,9 @@
 //! `stats()` and `stage_name()`; `Writer::queued`; `WriteError::{NoConnection,
 //! Closed, Backlog, InvalidRange, Io}`; `FileHelper::{submit_with, submit_to_with}`
 //! take the request's `Meta` so completions keep `born`, class and color;
-//! `submit`/`submit_to` return `Err(SubmitError { op, reason })` on overload.
+//! `submit`/`submit_to` return `Err(SubmitError { op, reason })` on overload;
+//! `submit_to`/`submit_to_with` take an `undelivered` callback that gets the
+//! completion back if the caller's sink will not take it.
 //!
 //! ```no_run
 //! use seda::{Batch, Context, Runtime};

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use seda::control::ThreadPoolConfig;
-use seda::{Batch, Color, Context, Meta, Runtime};
+use seda::{Batch, Color, Context, EnqueueError, Meta, Runtime};
 use seda_io::{FileConfig, FileHelper, FileOp, FileReply, Refusal, read_resident};
 
 fn pool(min: usize, max: usize) -> FileConfig {
@@ -169,15 +169,21 @@ fn completions_reach_the_callers_sink_in_order_with_the_callers_metadata() {
         };
         let meta = Meta::new().with_color(Color(42));
         helper
-            .submit_to_with(op, meta, &collector, move |r| match r {
-                Ok(FileReply::Data(data)) => Done::Read {
-                    offset: i * 1000,
-                    data,
-                    color: None,
+            .submit_to_with(
+                op,
+                meta,
+                &collector,
+                move |r| match r {
+                    Ok(FileReply::Data(data)) => Done::Read {
+                        offset: i * 1000,
+                        data,
+                        color: None,
+                    },
+                    Ok(other) => panic!("unexpected reply {other:?}"),
+                    Err(e) => Done::Failed(e.kind()),
                 },
-                Ok(other) => panic!("unexpected reply {other:?}"),
-                Err(e) => Done::Failed(e.kind()),
-            })
+                |refused| panic!("completion refused: {refused}"),
+            )
             .unwrap();
     }
     // A missing file is an error completion, not a panic.
@@ -191,6 +197,7 @@ fn completions_reach_the_callers_sink_in_order_with_the_callers_metadata() {
                 Err(e) => Done::Failed(e.kind()),
                 Ok(_) => Done::Failed(std::io::ErrorKind::Other),
             },
+            |refused| panic!("completion refused: {refused}"),
         )
         .unwrap();
     assert!(wait_for(Duration::from_secs(8), || got.lock().len() == 101));
@@ -258,6 +265,112 @@ fn the_residency_check_returns_data_just_written_and_read() {
         read_resident(&f, 150_000, 100_000).unwrap(),
         &via_helper[150_000..]
     );
+    rt.shutdown(Duration::from_secs(5));
+}
+
+/// Regression: a completion whose sink stayed full for the helper's patience (1 s)
+/// was dropped, so the request behind it was never answered. It must come back.
+#[test]
+fn a_completion_the_sink_will_not_take_is_handed_back_not_dropped() {
+    #[derive(Debug)]
+    enum Ev {
+        Hold,
+        Data(Vec<u8>),
+    }
+    let rt = Runtime::builder().build();
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (started_tx, release_rx) = (Mutex::new(started_tx), Mutex::new(release_rx));
+    // A one-slot sink whose only thread is held by the first event.
+    let slow = rt
+        .stage("slow", move |batch: Batch<'_, Ev>, _cx: &Context<'_>| {
+            for ev in batch {
+                if let Ev::Hold = ev {
+                    let _ = started_tx.lock().send(());
+                    let _ = release_rx.lock().recv_timeout(Duration::from_secs(10));
+                }
+            }
+        })
+        .capacity(1)
+        .fixed_threads(1)
+        .batch(1)
+        .build()
+        .unwrap();
+    let helper = FileHelper::start(&rt, pool(1, 1)).unwrap();
+    rt.start().unwrap();
+    slow.try_enqueue(Ev::Hold).unwrap();
+    started_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    slow.try_enqueue(Ev::Hold).unwrap();
+    assert!(slow.try_enqueue(Ev::Hold).is_err(), "the sink is full");
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_files(&dir, 1, 5000).remove(0);
+    let expected = std::fs::read(&path).unwrap();
+    let (back_tx, back_rx) = mpsc::channel();
+    let t0 = Instant::now();
+    helper
+        .submit_to(
+            FileOp::ReadAll {
+                path: path.clone(),
+                max_len: 1 << 20,
+            },
+            &slow,
+            |r| {
+                Ev::Data(r.map_or_else(
+                    |_| Vec::new(),
+                    |reply| match reply {
+                        FileReply::Data(d) => d,
+                        _ => Vec::new(),
+                    },
+                ))
+            },
+            move |refused| {
+                let full = matches!(refused, EnqueueError::Full(_));
+                let _ = back_tx.send((full, refused.into_inner(), Instant::now()));
+            },
+        )
+        .unwrap();
+    let (full, ev, at) = back_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the completion came back");
+    assert!(full, "refused as Full");
+    assert!(matches!(&ev, Ev::Data(d) if *d == expected), "{ev:?}");
+    assert!(
+        at - t0 >= Duration::from_millis(900),
+        "the helper kept offering it for its patience first"
+    );
+    assert_eq!(helper.stats().completions_undelivered, 1);
+    release_tx.send(()).unwrap();
+    release_tx.send(()).unwrap();
+
+    // A closed sink hands the completion back at once.
+    let other = Runtime::builder().build();
+    let gone = other
+        .stage("gone", |_batch: Batch<'_, Ev>, _cx: &Context<'_>| {})
+        .build()
+        .unwrap();
+    other.start().unwrap();
+    other.shutdown(Duration::from_secs(1));
+    let (back_tx, back_rx) = mpsc::channel();
+    let t0 = Instant::now();
+    helper
+        .submit_to(
+            FileOp::Stat { path },
+            &gone,
+            |_| Ev::Data(Vec::new()),
+            move |refused| {
+                let _ = back_tx.send(matches!(refused, EnqueueError::Closed(_)));
+            },
+        )
+        .unwrap();
+    let closed = back_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(closed, "refused as Closed");
+    assert!(
+        t0.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(helper.stats().completions_undelivered, 2);
     rt.shutdown(Duration::from_secs(5));
 }
 

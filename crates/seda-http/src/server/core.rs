@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
 use parking_lot::RwLock;
-use seda::{Meta, Runtime, Sink};
+use seda::{EnqueueError, Meta, Runtime, Sink};
 use seda_io::{FileHelper, FileOp, FileReply, SocketEvent, SocketHandle, Writer};
 use serde::Serialize;
 
@@ -201,6 +201,9 @@ pub(crate) struct Counters {
     pub(crate) idle_closes: AtomicU64,
     pub(crate) handler_panics: AtomicU64,
     pub(crate) resident_reads: AtomicU64,
+    /// Pages PageCache refused (its queue full or closed), answered by the stage
+    /// that read them.
+    pub(crate) page_refusals: AtomicU64,
 }
 
 /// The counters as the admin endpoint shows them.
@@ -218,6 +221,7 @@ pub(crate) struct CounterSnapshot {
     pub(crate) idle_closes: u64,
     pub(crate) handler_panics: u64,
     pub(crate) resident_reads: u64,
+    pub(crate) page_cache_refusals: u64,
     pub(crate) path_cache_entries: usize,
     pub(crate) page_cache: crate::cache::PageCacheStats,
     pub(crate) direct_calls: bool,
@@ -273,6 +277,7 @@ impl Haboob {
             idle_closes: c.idle_closes.load(Relaxed),
             handler_panics: c.handler_panics.load(Relaxed),
             resident_reads: c.resident_reads.load(Relaxed),
+            page_cache_refusals: c.page_refusals.load(Relaxed),
             path_cache_entries: self.paths.len(),
             page_cache: self.pages.stats(),
             direct_calls: self.set.direct,
@@ -692,7 +697,7 @@ impl Haboob {
 
     /// CacheMiss (blocking, own pool): translates the path, opens and reads the file,
     /// and hands the page to PageCache.
-    pub(crate) fn on_miss(&self, job: Job<StaticReq>, meta: Meta, now: Instant) {
+    pub(crate) fn on_miss(self: &Arc<Self>, job: Job<StaticReq>, meta: Meta, now: Instant) {
         let v = job.req.view();
         let (target, file) = match self.paths.get(v.path, now) {
             Some(t) => (t, None),
@@ -781,7 +786,14 @@ impl Haboob {
                 status: Status::INTERNAL_SERVER_ERROR,
             },
         };
-        if let Err(e) = self.files.submit_to_with(op, meta, &sinks.page, wrap) {
+        // If PageCache will not take the page (full for the helper's patience, or
+        // closed), the helper hands it back and the request is answered from there.
+        let hb = Arc::clone(self);
+        let undelivered = move |e: EnqueueError<PageEvent>| hb.page_refused(e.into_inner());
+        if let Err(e) = self
+            .files
+            .submit_to_with(op, meta, &sinks.page, wrap, undelivered)
+        {
             // The helper is overloaded: an overload answer, like any refused stage.
             self.counters.overload.fetch_add(1, Relaxed);
             tracing::debug!("{e}");
@@ -798,12 +810,34 @@ impl Haboob {
         let Some(sinks) = self.sinks.get() else {
             return;
         };
-        if let Err(e) = sinks.page.try_enqueue_with(ev, meta)
-            && let PageEvent::Fill { job, info, body } = e.into_inner()
-        {
-            self.pages.insert(info.key, body.clone());
-            let reply = self.static_reply(&info, Some(body), &job.req.view());
-            self.respond(&job.conn, job.seq, reply);
+        if let Err(e) = sinks.page.try_enqueue_with(ev, meta) {
+            self.page_refused(e.into_inner());
+        }
+    }
+
+    /// PageCache refused `ev`: do its work here, so the request is still answered.
+    /// The page was read already, so sending it costs less than a 503 and a retry.
+    fn page_refused(&self, ev: PageEvent) {
+        self.counters.page_refusals.fetch_add(1, Relaxed);
+        match ev {
+            PageEvent::Fill { job, info, body } => {
+                self.pages.insert(info.key, body.clone());
+                let reply = self.static_reply(&info, Some(body), &job.req.view());
+                self.respond(&job.conn, job.seq, reply);
+            }
+            PageEvent::Failed { job, status } => {
+                let reply = self.error_reply(status, !job.req.keep_alive || self.draining(), &[]);
+                self.respond(&job.conn, job.seq, reply);
+            }
+            PageEvent::Lookup(job) => {
+                let reply = self
+                    .lookup(&job.req.view(), Instant::now())
+                    .unwrap_or_else(|| {
+                        self.counters.overload.fetch_add(1, Relaxed);
+                        self.response_reply(Response::unavailable(1), false, !job.req.keep_alive)
+                    });
+                self.respond(&job.conn, job.seq, reply);
+            }
         }
     }
 
