@@ -1,7 +1,8 @@
 //! The file helper stage (SEDA SOSP'01 4.2; Flash's AMPED helpers, USENIX'99 3.4).
 //!
 //! Blocking file-system calls (open, stat, read) run as events on a stage of their
-//! own, `file-helper` by default, whose per-stage thread pool the runtime's
+//! own, `file-helper` by default, whose per-stage thread pool (per-stage even when
+//! the runtime's default is the shared model) the runtime's
 //! thread-pool controller sizes (SEDA 3.4: a thread is added while the queue is
 //! longer than `queue_threshold`, idle threads retire). Event-driven stages never
 //! block on the disk; they submit an operation and get its completion later, as a
@@ -40,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use seda::control::ThreadPoolConfig;
-use seda::{Batch, Color, Context, EnqueueError, Meta, Runtime, RuntimeError, Sink};
+use seda::{Batch, Color, Context, EnqueueError, Meta, Runtime, RuntimeError, Sink, ThreadModel};
 use serde::Serialize;
 
 pub use crate::sys::read_resident;
@@ -309,6 +310,8 @@ impl FileHelper {
                 },
             )
             .capacity(cfg.capacity)
+            // Blocking calls need a pool of their own, whatever the runtime's default.
+            .thread_model(ThreadModel::PerStage)
             .thread_pool(cfg.pool)
             .build()?;
         Ok(FileHelper { sink, counters })

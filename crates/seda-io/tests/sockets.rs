@@ -413,3 +413,91 @@ fn bad_configuration_is_a_typed_error() {
     }
     rt.shutdown(Duration::from_secs(1));
 }
+
+/// Regression: the event-loop stage took the runtime's default thread model, so on the
+/// shared model the loops (handlers that never return) sat on the shared workers and
+/// starved every other shared stage. They must run on threads of their own and keep
+/// accepting and reading while every shared worker is busy.
+#[test]
+fn socket_loops_keep_their_own_threads_under_the_shared_model() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, OnceLock};
+
+    use seda::{Batch, Context, Runtime, ThreadModel};
+    use seda_io::{Outgoing, SocketEvent, Sockets, Writer};
+
+    let rt = Runtime::builder()
+        .thread_model(ThreadModel::Shared)
+        .shared_workers(2)
+        .build();
+    let (started, release) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (s, r) = (started.clone(), release.clone());
+    let busy = rt
+        .stage("busy", move |batch: Batch<'_, ()>, _cx: &Context<'_>| {
+            for () in batch {
+                s.fetch_add(1, Ordering::SeqCst);
+                let until = Instant::now() + Duration::from_secs(10);
+                while !r.load(Ordering::SeqCst) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        })
+        .batch(1)
+        .build()
+        .unwrap();
+    let writer: Arc<OnceLock<Writer>> = Arc::default();
+    let w = writer.clone();
+    let app = rt
+        .stage(
+            "app",
+            move |batch: Batch<'_, SocketEvent>, _cx: &Context<'_>| {
+                for ev in batch {
+                    if let (SocketEvent::Data { conn, bytes }, Some(w)) = (ev, w.get()) {
+                        let _ = w.send(conn, Outgoing::from(bytes));
+                    }
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    let sockets = Sockets::start(&rt, test_config(), app).unwrap();
+    let _ = writer.set(sockets.writer());
+    rt.start().unwrap();
+
+    // Occupy both shared workers.
+    busy.try_enqueue(()).unwrap();
+    busy.try_enqueue(()).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || started.load(Ordering::SeqCst)
+            == 2),
+        "the shared workers never ran the busy stage: the loops hold them"
+    );
+    // The loops still accept and read.
+    let mut c = connect(sockets.local_addr());
+    c.write_all(b"ping").unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            let st = sockets.stats();
+            st.accepted == 1 && st.bytes_read == 4
+        }),
+        "{:?}",
+        sockets.stats()
+    );
+    let snap = rt.snapshot();
+    let io = snap
+        .stages
+        .iter()
+        .find(|s| s.name == sockets.stage_name())
+        .unwrap();
+    assert_eq!(io.thread_model, "per-stage");
+    assert_eq!(io.threads, 2);
+    // Once the workers are free the shared app stage answers.
+    release.store(true, Ordering::SeqCst);
+    let mut back = [0u8; 4];
+    c.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"ping");
+    rt.shutdown(Duration::from_secs(5));
+}

@@ -2,7 +2,9 @@
 //!
 //! # How the epoll loops map onto stages
 //! One stage, `sock-io` by default ([`SocketConfig::stage_name`]), with one fixed
-//! thread per event loop. At start it receives one `Run(i)` event per loop, and its
+//! thread per event loop, always on the per-stage thread model: under a runtime whose
+//! default is the shared model the loops still run on threads of their own and never
+//! occupy the shared workers. At start it receives one `Run(i)` event per loop, and its
 //! handler runs loop `i` for as long as the sockets are up: a *long-running handler
 //! on a fixed-thread stage*. We chose this over dedicated threads because events the
 //! loop enqueues then come from inside a stage handler, so the runtime records the
@@ -51,7 +53,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mio::{Interest, Poll, Token, Waker};
 use parking_lot::{Condvar, Mutex, RwLock};
-use seda::{Batch, Context, EnqueueError, Runtime, Sink};
+use seda::{Batch, Context, EnqueueError, Runtime, Sink, ThreadModel};
 use serde::Serialize;
 
 use conn::{Conn, Segment, WriteState};
@@ -535,6 +537,9 @@ impl Sockets {
                 },
             )
             .capacity(n + 1)
+            // Always threads of its own, whatever the runtime's default: a loop never
+            // returns, so on the shared model it would hold a shared worker for good.
+            .thread_model(ThreadModel::PerStage)
             .fixed_threads(n)
             .batch(1)
             .build()
