@@ -115,6 +115,20 @@ fn pipelined_responses_come_in_order_on_the_shared_thread_model() {
 }
 
 #[test]
+fn the_shared_model_leaves_blocking_stages_their_own_threads() {
+    let s = start(|c| c.thread_model = seda::ThreadModel::Shared);
+    let mut c = s.connect();
+    assert_eq!(c.get("/hello.txt").status, 200);
+    let snap = s.server().runtime().snapshot();
+    assert_eq!(snap.thread_model, "shared", "stats report the chosen model");
+    for stage in &snap.stages {
+        let blocking = ["sock-io", "file-helper", "CacheMiss"].contains(&stage.name.as_str());
+        let want = if blocking { "per-stage" } else { "shared" };
+        assert_eq!(stage.thread_model, want, "{}", stage.name);
+    }
+}
+
+#[test]
 fn pipelined_responses_come_in_order_with_a_queue_between_every_stage() {
     pipelined_in_order(false, seda::ThreadModel::PerStage);
 }

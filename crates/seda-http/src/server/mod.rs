@@ -57,8 +57,9 @@ pub struct ServerConfig {
     /// Default 1 MiB.
     pub max_cached_file: u64,
     /// Thread model of Haboob's CPU-bound stages (HttpParse, HttpRecv, PageCache,
-    /// HttpSend). Blocking stages (socket loops, CacheMiss, dynamic handlers) always
-    /// have pools of their own.
+    /// HttpSend), and the runtime's default for stages added through
+    /// [`Server::runtime`]. Blocking stages (socket loops, file helper, CacheMiss,
+    /// dynamic handlers) always have pools of their own.
     pub thread_model: ThreadModel,
     /// Socket event loops. Default: one per core.
     pub event_loops: usize,
@@ -211,12 +212,13 @@ impl Server {
     /// Builds the stages, binds the listeners and starts serving.
     pub fn start(cfg: ServerConfig) -> Result<Server, ServerError> {
         let root = validate(&cfg)?;
-        // The runtime's default stays per-stage: the socket event loops are
-        // long-running handlers that block in epoll_wait and must not occupy shared
-        // workers. The thread model chosen applies to Haboob's CPU-bound stages.
+        // The chosen model is the runtime's default (stats report it) and each CPU-bound
+        // stage names it too. Blocking stages pin the per-stage model themselves:
+        // seda-io's socket loops and file helper always do, CacheMiss and the handler
+        // stages below say so explicitly.
         let rt = Runtime::builder()
             .name("haboob")
-            .thread_model(ThreadModel::PerStage)
+            .thread_model(cfg.thread_model)
             .build();
         let model = cfg.thread_model;
         let files = FileHelper::start(&rt, FileConfig::default())?;
