@@ -728,8 +728,14 @@ fn run_one(
     let wall_s = t0.elapsed().as_secs_f64();
     let stats = poller.finish();
     let server_cpu_s = server.cpu_seconds() - cpu0;
+    let tail = server.log_tail();
     if let Err(e) = server.stop() {
         eprintln!("   {e}");
+    }
+    if !tail.is_empty() {
+        let dir = cfg.out.join("logs");
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(dir.join(format!("{}.log", spec.id.replace('/', "-"))), tail);
     }
     let mut groups = Vec::new();
     for (g, rep) in spec.groups.iter().zip(reports) {
