@@ -434,20 +434,25 @@ fn socket_loops_keep_their_own_threads_under_the_shared_model() {
         Arc::new(AtomicUsize::new(0)),
         Arc::new(AtomicBool::new(false)),
     );
-    let (s, r) = (started.clone(), release.clone());
-    let busy = rt
-        .stage("busy", move |batch: Batch<'_, ()>, _cx: &Context<'_>| {
-            for () in batch {
-                s.fetch_add(1, Ordering::SeqCst);
-                let until = Instant::now() + Duration::from_secs(10);
-                while !r.load(Ordering::SeqCst) && Instant::now() < until {
-                    std::thread::sleep(Duration::from_millis(1));
+    // Two stages, one event each, so that each gets a shared worker of its own (a
+    // shared-model stage runs one batch at a time unless more work is queued).
+    let busy: Vec<_> = ["busy-a", "busy-b"]
+        .into_iter()
+        .map(|name| {
+            let (s, r) = (started.clone(), release.clone());
+            rt.stage(name, move |batch: Batch<'_, ()>, _cx: &Context<'_>| {
+                for () in batch {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    let until = Instant::now() + Duration::from_secs(10);
+                    while !r.load(Ordering::SeqCst) && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                 }
-            }
+            })
+            .build()
+            .unwrap()
         })
-        .batch(1)
-        .build()
-        .unwrap();
+        .collect();
     let writer: Arc<OnceLock<Writer>> = Arc::default();
     let w = writer.clone();
     let app = rt
@@ -468,8 +473,9 @@ fn socket_loops_keep_their_own_threads_under_the_shared_model() {
     rt.start().unwrap();
 
     // Occupy both shared workers.
-    busy.try_enqueue(()).unwrap();
-    busy.try_enqueue(()).unwrap();
+    for b in &busy {
+        b.try_enqueue(()).unwrap();
+    }
     assert!(
         wait_for(Duration::from_secs(5), || started.load(Ordering::SeqCst)
             == 2),
