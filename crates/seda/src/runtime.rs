@@ -316,6 +316,13 @@ impl Runtime {
             })
     }
 
+    /// Whether [`Runtime::shutdown`] has begun (the runtime is draining or stopped).
+    /// A long-running handler, such as an event loop that never returns on its own,
+    /// checks it to stop and let the drain finish before its deadline.
+    pub fn is_draining(&self) -> bool {
+        *self.inner.state.lock() >= Lifecycle::Draining
+    }
+
     /// Names of the registered stages, in registration order.
     pub fn stage_names(&self) -> Vec<String> {
         self.inner

@@ -164,3 +164,39 @@ fn a_stuck_handler_is_reported_at_the_deadline() {
     assert_eq!(report.threads_detached, 1);
     drop(held);
 }
+
+#[test]
+fn a_long_running_handler_sees_the_runtime_draining_and_returns() {
+    let rt = Runtime::builder().build();
+    let saw_draining = Arc::new(AtomicU64::new(0));
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let started_tx = Mutex::new(started_tx);
+    let saw = saw_draining.clone();
+    // An event-loop-like handler: runs until the runtime drains.
+    let sink = rt
+        .stage("loop", move |batch: Batch<'_, ()>, cx: &Context<'_>| {
+            for () in batch {
+                let _ = started_tx.lock().unwrap().send(());
+                let until = std::time::Instant::now() + Duration::from_secs(10);
+                while !cx.runtime().is_draining() && std::time::Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if cx.runtime().is_draining() {
+                    saw.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+        .fixed_threads(1)
+        .build()
+        .unwrap();
+    assert!(!rt.is_draining(), "created");
+    rt.start().unwrap();
+    assert!(!rt.is_draining(), "running");
+    sink.try_enqueue(()).unwrap();
+    started_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    let report = rt.shutdown(Duration::from_secs(5));
+    assert!(report.drained, "{report:?}");
+    assert!(report.elapsed_ms < 2000, "{report:?}");
+    assert_eq!(saw_draining.load(Ordering::SeqCst), 1);
+    assert!(rt.is_draining(), "stopped");
+}

@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mio::{Interest, Poll, Token, Waker};
 use parking_lot::{Condvar, Mutex, RwLock};
-use seda::{Batch, Context, EnqueueError, Runtime, Sink, ThreadModel};
+use seda::{Batch, Context, Runtime, Sink, ThreadModel};
 use serde::Serialize;
 
 use conn::{Conn, Segment, WriteState};
@@ -461,14 +461,9 @@ impl Shared {
     }
 }
 
-/// The events of the event-loop stage.
+/// The event of the event-loop stage: run event loop `.0` until the sockets stop.
 #[derive(Debug)]
-enum IoEvent {
-    /// Run event loop `i` until the sockets stop.
-    Run(usize),
-    /// The watcher's liveness probe (see [`watch`]); ignored.
-    Probe,
-}
+struct RunLoop(usize);
 
 /// Entry point of the socket stages.
 #[derive(Debug)]
@@ -528,15 +523,13 @@ impl Sockets {
         let stage = rt
             .stage(
                 &shared.cfg.stage_name,
-                move |batch: Batch<'_, IoEvent>, _cx: &Context<'_>| {
-                    for ev in batch {
-                        if let IoEvent::Run(i) = ev {
-                            event_loop::run(&for_loops, i);
-                        }
+                move |batch: Batch<'_, RunLoop>, _cx: &Context<'_>| {
+                    for RunLoop(i) in batch {
+                        event_loop::run(&for_loops, i);
                     }
                 },
             )
-            .capacity(n + 1)
+            .capacity(n)
             // Always threads of its own, whatever the runtime's default: a loop never
             // returns, so on the shared model it would hold a shared worker for good.
             .thread_model(ThreadModel::PerStage)
@@ -546,13 +539,14 @@ impl Sockets {
             .map_err(io::Error::other)?;
         for i in 0..n {
             stage
-                .try_enqueue(IoEvent::Run(i))
+                .try_enqueue(RunLoop(i))
                 .map_err(|e| io::Error::other(format!("cannot start event loop {i}: {e}")))?;
         }
         let watched = Arc::clone(&shared);
+        let rt = rt.clone();
         let watcher = std::thread::Builder::new()
             .name("seda-io-watch".to_owned())
-            .spawn(move || watch(&watched, &stage))?;
+            .spawn(move || watch(&watched, &rt))?;
         Ok(SocketHandle {
             shared,
             local_addr,
@@ -561,19 +555,18 @@ impl Sockets {
     }
 }
 
-/// Notices the runtime shutting down, so the loops (long-running handlers) stop and
-/// deliver their `Closed` events instead of holding the drain until its deadline.
-/// An enqueue from outside the runtime is refused with `Closed` once the stage
-/// drains; the first probe waits in the stage's queue (which has one slot more than
-/// loops) and later ones find it `Full` while everything runs.
-fn watch(shared: &Shared, stage: &Sink<IoEvent>) {
+/// Notices the runtime shutting down ([`Runtime::is_draining`]), so the loops
+/// (long-running handlers) stop and deliver their `Closed` events instead of holding
+/// the drain until its deadline. Parks between checks; [`SocketHandle`]'s drop wakes
+/// it.
+fn watch(shared: &Shared, rt: &Runtime) {
     const PERIOD: Duration = Duration::from_millis(20);
     while !shared.stopping() {
-        if let Err(EnqueueError::Closed(_)) = stage.try_enqueue(IoEvent::Probe) {
+        if rt.is_draining() {
             shared.begin_stop();
             return;
         }
-        std::thread::sleep(PERIOD);
+        std::thread::park_timeout(PERIOD);
     }
 }
 
@@ -656,6 +649,7 @@ impl Drop for SocketHandle {
     fn drop(&mut self) {
         self.stop();
         if let Some(w) = self.watcher.take() {
+            w.thread().unpark();
             let _ = w.join();
         }
     }
