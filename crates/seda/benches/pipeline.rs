@@ -12,7 +12,11 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use seda::{Batch, Context, Runtime, Sink, ThreadModel};
 
 const EVENTS: u64 = 20_000;
-const CAPACITY: usize = 4096;
+/// Every queue (raw and staged) holds a whole iteration's events, so no stage ever
+/// waits for space downstream. Shared-model handlers must not block (see
+/// `ThreadModel::Shared`): with a smaller capacity the 5-stage shared pipeline stalls as
+/// soon as both per-core workers spin on full successors.
+const CAPACITY: usize = EVENTS as usize;
 
 /// A pipeline under test: push events in, get them out at the end.
 trait Pipeline {
@@ -76,7 +80,8 @@ impl Staged {
                 Some(sink) => rt.stage(&name, move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
                     for v in batch {
                         let mut v = v + 1;
-                        // Backpressure: wait for space rather than lose the event.
+                        // Not taken while CAPACITY >= EVENTS; a smaller capacity waits here
+                        // (fine on per-stage pools, a stall on the shared model).
                         while let Err(e) = sink.try_enqueue(v) {
                             v = e.into_inner();
                             std::thread::yield_now();
@@ -111,7 +116,11 @@ impl Staged {
 
 impl Pipeline for Staged {
     fn push(&self, v: u64) {
-        let mut v = v;
+        // Fast path without a clock read; the deadline is computed only when full.
+        let mut v = match self.input.try_enqueue(v) {
+            Ok(()) => return,
+            Err(e) => e.into_inner(),
+        };
         loop {
             match self
                 .input

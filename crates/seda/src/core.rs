@@ -253,9 +253,9 @@ pub(crate) trait StageObj: Send + Sync + 'static {
     fn model(&self) -> ThreadModel;
     /// Shared pool: takes and runs one batch. Returns true if the stage had more
     /// work and was put back on the run queue (the schedule token passed on).
-    fn run_once(&self) -> bool;
+    /// Takes one batch, hands the schedule token on, runs the batch.
+    fn run_once(&self);
     fn has_work(&self) -> bool;
-    fn try_schedule(&self) -> bool;
     fn unschedule(&self);
     fn start(&self, rt: &Runtime) -> Result<(), InitError>;
     fn set_lifecycle(&self, state: Lifecycle);
@@ -471,6 +471,8 @@ impl<E: Send + 'static> StageCore<E> {
         origin: Origin,
     ) -> Result<(), EnqueueError<E>> {
         self.stats.offered.fetch_add(1, Relaxed);
+        // Read the clock before taking the lock: the critical section stays short.
+        let now = Instant::now();
         let mut q = self.queue.lock();
         if !self.accepts(origin) {
             self.stats.closed.fetch_add(1, Relaxed);
@@ -483,7 +485,7 @@ impl<E: Send + 'static> StageCore<E> {
         if !self.admit(&q, meta.class) {
             return Err(EnqueueError::Rejected(event));
         }
-        self.push(&mut q, event, meta, Instant::now());
+        self.push(&mut q, event, meta, now);
         self.publish(&q);
         self.wake_own(&q);
         drop(q);
@@ -503,6 +505,7 @@ impl<E: Send + 'static> StageCore<E> {
         if events.is_empty() {
             return Ok(());
         }
+        let now = Instant::now();
         let mut q = self.queue.lock();
         if !self.accepts(origin) {
             self.stats.closed.fetch_add(n, Relaxed);
@@ -519,7 +522,6 @@ impl<E: Send + 'static> StageCore<E> {
                 return Err(EnqueueError::Rejected(events));
             }
         }
-        let now = Instant::now();
         for event in events {
             self.push(&mut q, event, meta, now);
         }
@@ -842,32 +844,40 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
         self.model
     }
 
-    fn run_once(&self) -> bool {
+    fn run_once(&self) {
         if self.lifecycle() != Lifecycle::Running && self.lifecycle() != Lifecycle::Draining {
-            return false;
+            // Not runnable now; `start` reschedules a stage that has work.
+            self.unschedule();
+            return;
         }
         let (taken, more) = {
             let mut q = self.queue.lock();
             let t = self.take_batch(&mut q);
             (t, !q.fifo.is_empty() || !q.ready.is_empty())
         };
-        // More work than one batch: hand the schedule token back to the run queue
-        // before running, so that another worker can take the next batch meanwhile.
-        if more && let (Exec::Shared(pool), Some(me)) = (&self.exec, self.self_weak.upgrade()) {
-            pool.push(me);
+        // Hand the schedule token on before running, so that work arriving during
+        // this batch runs on another worker meanwhile (a stage's batches may run in
+        // parallel; colors still serialise same-colored events):
+        // - more than one batch waiting: the token goes back to the run queue;
+        // - the batch emptied the queue: give the token up, then re-check, so an
+        //   event enqueued in between is not stranded (see `try_schedule_inner`).
+        if let (Exec::Shared(pool), Some(me)) = (&self.exec, self.self_weak.upgrade()) {
+            if more {
+                pool.push(me);
+            } else {
+                self.unschedule();
+                if self.has_work() && self.try_schedule_inner() {
+                    pool.push(me);
+                }
+            }
         }
         if let Some(rt) = self.runtime.upgrade().map(Runtime::from_inner) {
             self.run_batch(taken, &rt);
         }
-        more
     }
 
     fn has_work(&self) -> bool {
         self.runnable.load(SeqCst) > 0
-    }
-
-    fn try_schedule(&self) -> bool {
-        self.try_schedule_inner()
     }
 
     fn unschedule(&self) {

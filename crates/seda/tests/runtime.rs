@@ -505,3 +505,34 @@ fn round_trips_never_strand_an_event() {
         assert!(rt.shutdown(Duration::from_secs(5)).drained);
     }
 }
+
+/// On the shared pool, an event that arrives while its stage is busy with a long batch
+/// runs on another, idle worker: it does not wait for the batch to end.
+#[test]
+fn shared_pool_runs_a_late_event_beside_a_long_batch() {
+    let rt = Runtime::builder()
+        .thread_model(ThreadModel::Shared)
+        .shared_workers(2)
+        .build();
+    let (tx, rx) = crossbeam_channel::unbounded::<(u64, Instant)>();
+    let sink = rt
+        .stage("work", move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
+            for ms in batch {
+                std::thread::sleep(Duration::from_millis(ms));
+                tx.send((ms, Instant::now())).unwrap();
+            }
+        })
+        .batch(1)
+        .build()
+        .unwrap();
+    rt.start().unwrap();
+    let t0 = Instant::now();
+    sink.try_enqueue(1_500).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    sink.try_enqueue(0).unwrap();
+    let (first, at) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(first, 0, "the late event waited for the long batch");
+    assert!(at - t0 < Duration::from_millis(1_200), "{:?}", at - t0);
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap().0, 1_500);
+    assert!(rt.shutdown(Duration::from_secs(5)).drained);
+}

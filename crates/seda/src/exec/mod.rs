@@ -7,6 +7,13 @@
 //! - [`ThreadModel::Shared`] (thread-per-processor, TPP; SEDA footnote 2): a fixed set
 //!   of workers, one per core by default, runs the batches of every stage that has
 //!   work. Right for CPU-bound stages: no more runnable threads than cores.
+//!
+//! Invariant a shared-model handler must keep: it never blocks, not even waiting for
+//! space in a downstream queue. A worker that waits holds one of the few per-core
+//! threads, and the stage it waits for may need exactly that thread to drain: with
+//! two workers, two stages spinning on full successors stall the whole graph. On
+//! `Full`, a shared-model handler hands the event back, rejects the request upstream
+//! or drops it counted; blocking handlers belong on per-stage pools.
 
 pub(crate) mod shared;
 
@@ -16,7 +23,9 @@ pub enum ThreadModel {
     /// The stage has its own pool, sized by the thread-pool controller.
     #[default]
     PerStage,
-    /// The stage's batches run on the runtime's shared per-core workers.
+    /// The stage's batches run on the runtime's shared per-core workers. Its handler
+    /// must never block (not even for space downstream): a waiting worker can hold the
+    /// thread the stage it waits for needs, and the graph stalls.
     Shared,
 }
 

@@ -1,13 +1,16 @@
 //! The shared per-core worker pool (TPP).
 //!
 //! # Invariants
-//! - A stage is in the run queue at most once: `StageObj::try_schedule` flips the
+//! - A stage is in the run queue at most once: `try_schedule_inner` flips the
 //!   stage's `scheduled` flag and only the caller that flipped it pushes the stage.
-//! - A worker that finds a stage empty clears the flag and re-checks, so an event
-//!   enqueued in between is never stranded.
+//! - The flag means "queued or being taken from", not "running": a worker that has
+//!   taken a batch hands the flag on before running it, back to the run queue if
+//!   more work waits, else it clears the flag and re-checks, so an event enqueued in
+//!   between is never stranded.
 //!
-//! A stage with more than one batch of work is put back on the run queue as soon as
-//! a worker has taken a batch, so several workers run one busy stage in parallel.
+//! So several workers run one busy stage in parallel, and an event that arrives
+//! while its stage runs a batch goes to an idle worker instead of waiting for the
+//! batch to end.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -98,15 +101,7 @@ impl SharedPool {
 
     fn worker(self: Arc<Self>) {
         while let Some(stage) = self.pop() {
-            if stage.run_once() {
-                continue;
-            }
-            // The batch emptied the stage: give the token up, then re-check so an
-            // event enqueued in between is not stranded.
-            stage.unschedule();
-            if stage.has_work() && stage.try_schedule() {
-                self.push(stage);
-            }
+            stage.run_once();
         }
     }
 

@@ -98,12 +98,26 @@ impl StageStats {
 
     pub(crate) fn record(&self, samples: &[Sample]) {
         let mut h = self.hist.lock();
+        // A batch's events share one service time (batch time / n): one record of
+        // weight n instead of n records.
+        let mut run: Option<(u64, u64)> = None;
         for s in samples {
             let rt = micros(s.response_time);
             h.queue_delay.saturating_record(micros(s.queue_delay));
-            h.service_time.saturating_record(micros(s.service_time));
             h.response_time.saturating_record(rt);
             h.recent.saturating_record(rt);
+            let st = micros(s.service_time);
+            run = match run {
+                Some((v, k)) if v == st => Some((v, k + 1)),
+                Some((v, k)) => {
+                    h.service_time.saturating_record_n(v, k);
+                    Some((st, 1))
+                }
+                None => Some((st, 1)),
+            };
+        }
+        if let Some((v, k)) = run {
+            h.service_time.saturating_record_n(v, k);
         }
     }
 
