@@ -3,7 +3,9 @@
 //!
 //! `cargo bench -p seda --bench pipeline` runs the criterion groups, then prints a
 //! table of events/s, median round-trip latency per hop, and the ratio of each seda
-//! configuration to the raw channel measured in this run.
+//! configuration to the raw channel measured in this run. Each seda configuration
+//! runs twice: stages forwarding event by event (`-each`) and stages forwarding their
+//! batch with one atomic batch enqueue (`-batch`, the batching the aim refers to).
 
 use std::time::{Duration, Instant};
 
@@ -70,13 +72,27 @@ struct Staged {
 }
 
 impl Staged {
-    fn new(stages: usize, model: ThreadModel, batch: usize) -> Self {
+    fn new(stages: usize, model: ThreadModel, batch: usize, batch_emit: bool) -> Self {
         let rt = Runtime::builder().thread_model(model).build();
         let (tx, output) = bounded::<u64>(CAPACITY);
         let mut next: Option<Sink<u64>> = None;
         for i in (0..stages).rev() {
             let name = format!("s{i}");
             let b = match next.take() {
+                Some(sink) if batch_emit => {
+                    rt.stage(&name, move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
+                        // One enqueue per batch (all or none); per event if it is full.
+                        let out: Vec<u64> = batch.map(|v| v + 1).collect();
+                        if let Err(e) = sink.try_enqueue_batch(out) {
+                            for mut v in e.into_inner() {
+                                while let Err(e) = sink.try_enqueue(v) {
+                                    v = e.into_inner();
+                                    std::thread::yield_now();
+                                }
+                            }
+                        }
+                    })
+                }
                 Some(sink) => rt.stage(&name, move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
                     for v in batch {
                         let mut v = v + 1;
@@ -161,13 +177,23 @@ fn round_trip(p: &dyn Pipeline) {
     p.out().recv().expect("pipeline output");
 }
 
-const CONFIGS: [&str; 3] = ["crossbeam", "seda-per-stage", "seda-shared"];
+/// `-each`: a stage forwards every event with its own `try_enqueue`; `-batch`: it
+/// forwards its whole batch with one `try_enqueue_batch` (one lock per batch).
+const CONFIGS: [&str; 5] = [
+    "crossbeam",
+    "seda-per-stage-each",
+    "seda-per-stage-batch",
+    "seda-shared-each",
+    "seda-shared-batch",
+];
 
 fn build(config: &str, stages: usize) -> Box<dyn Pipeline + Sync> {
     match config {
         "crossbeam" => Box::new(Raw::new(stages)),
-        "seda-per-stage" => Box::new(Staged::new(stages, ThreadModel::PerStage, 64)),
-        _ => Box::new(Staged::new(stages, ThreadModel::Shared, 64)),
+        "seda-per-stage-each" => Box::new(Staged::new(stages, ThreadModel::PerStage, 64, false)),
+        "seda-per-stage-batch" => Box::new(Staged::new(stages, ThreadModel::PerStage, 64, true)),
+        "seda-shared-each" => Box::new(Staged::new(stages, ThreadModel::Shared, 64, false)),
+        _ => Box::new(Staged::new(stages, ThreadModel::Shared, 64, true)),
     }
 }
 
@@ -211,7 +237,7 @@ fn median_ns(group: &str, config: &str) -> Option<f64> {
 
 fn summary() {
     println!(
-        "\n{:<12} {:<16} {:>14} {:>8} {:>16} {:>8}",
+        "\n{:<12} {:<22} {:>14} {:>8} {:>16} {:>8}",
         "pipeline", "config", "events/s", "ratio", "hop latency us", "ratio"
     );
     for stages in [1usize, 5] {
@@ -230,7 +256,7 @@ fn summary() {
                 _ => "-".to_owned(),
             };
             println!(
-                "{:<12} {:<16} {:>14} {:>8} {:>16} {:>8}",
+                "{:<12} {:<22} {:>14} {:>8} {:>16} {:>8}",
                 format!("{stages}-stage"),
                 config,
                 t.map_or("-".into(), |t| format!("{t:.0}")),

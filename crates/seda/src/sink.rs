@@ -116,7 +116,8 @@ impl<E: Send + 'static> Sink<E> {
     /// metadata of the event being handled.
     pub fn try_enqueue(&self, event: E) -> Result<(), EnqueueError<E>> {
         let (meta, origin) = Origin::current();
-        self.core.offer(event, meta, origin)
+        let now = origin.enqueue_instant(&meta);
+        self.core.offer_at(event, meta, origin, now)
     }
 
     /// Enqueue one event with explicit metadata, or hand it back.
