@@ -207,6 +207,10 @@ impl HandlerContext<'_> {
 /// A dynamic request handler. Called concurrently from the stage's pool; see the
 /// module docs for the call order.
 pub trait Handler: Send + Sync + 'static {
+    /// Called once when the handler's stage starts, before the first request (e.g.
+    /// to switch admission control off until degradation has run its course).
+    fn init(&self, _cx: &HandlerContext<'_>) {}
+
     /// Produces the response to one request.
     fn handle(&self, req: &Request, cx: &HandlerContext<'_>) -> Response;
 
@@ -215,6 +219,12 @@ pub trait Handler: Send + Sync + 'static {
     /// fast and must not block. The default is the 503 answer.
     fn degrade(&self, _req: &Request) -> Response {
         Response::unavailable(1)
+    }
+
+    /// The handler's current automatic service quality in `[0, 1]` (USITS'03 3.4), if
+    /// it degrades service; shown as `quality` in `/_seda/stats`.
+    fn quality(&self) -> Option<f64> {
+        None
     }
 }
 

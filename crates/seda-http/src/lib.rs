@@ -12,6 +12,9 @@
 //! - [`Handler`] / [`HandlerRegistration`]: the dynamic handler API (HDAPI).
 //! - [`PageCache`] / [`PathCache`]: the caches.
 //! - [`DemoSite`]: the built-in demo site.
+//! - [`OverloadControl`]: admission policy, classes and overload action of the
+//!   dynamic stages (USITS'03 3.2-3.4); [`Bottleneck`]: the calibrated CPU-bound
+//!   handler of SEDA 5.1.4 with its quality knob and automatic degradation.
 //!
 //! ```no_run
 //! use seda_http::{DemoSite, Server, ServerConfig};
@@ -23,15 +26,19 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod bottleneck;
 mod cache;
 mod demo;
 mod handler;
+mod overload;
 pub mod proto;
 mod server;
 
+pub use bottleneck::{Bottleneck, DEFAULT_SAMPLE_PERIOD};
 pub use cache::{FileInfo, FileKey, PageCache, PageCacheStats, PathCache, Target};
 pub use demo::DemoSite;
 pub use handler::{
     Classifier, Handler, HandlerContext, HandlerRegistration, OverloadAction, Request, Response,
 };
+pub use overload::{AddrPrefix, Admission, ClassRules, HandlerTargets, OverloadControl};
 pub use server::{Server, ServerConfig, ServerError, ServerShutdown, stages};

@@ -3,7 +3,10 @@
 //! - `GET /_seda/stats`: JSON `{"stages":[{name, queue_len, threads, processed,
 //!   rejected, rt_p90_ms, admission_rate, rt_target_ms, classes, ...}], "edges":
 //!   [[from, to]], "haboob": {...}, "sockets": {...}}` (every field of
-//!   `seda::StageSnapshot` per stage).
+//!   `seda::StageSnapshot` per stage). Per stage, `admission` is `{policy, enabled,
+//!   rate, p90_ms, target_ms, limit, classes}` (policy `"none"` without one),
+//!   `classes` is `[{class, admitted, rejected}]`, and each dynamic handler's stage
+//!   has `quality` (automatic service quality in 0..1, or null).
 //! - `GET /_seda/graph`: the stage graph as Graphviz DOT.
 //! - `GET /_seda/metrics`: Prometheus text exposition.
 
@@ -28,6 +31,17 @@ pub(crate) fn respond(hb: &Haboob, path: &[u8]) -> Option<Response> {
 pub(crate) fn stats_json(hb: &Haboob) -> String {
     let snap = hb.rt.snapshot();
     let mut doc = serde_json::to_value(&snap).unwrap_or_else(|_| serde_json::json!({}));
+    let qualities: Vec<(String, Option<f64>)> = hb
+        .routes
+        .read()
+        .iter()
+        .map(|r| (r.reg.stage_name(), r.reg.handler.quality()))
+        .collect();
+    if let Some(stages) = doc.get_mut("stages").and_then(|s| s.as_array_mut()) {
+        for st in stages.iter_mut().filter_map(|s| s.as_object_mut()) {
+            overload_fields(st, &qualities);
+        }
+    }
     if let Some(obj) = doc.as_object_mut() {
         obj.insert(
             "haboob".into(),
@@ -41,6 +55,37 @@ pub(crate) fn stats_json(hb: &Haboob) -> String {
         }
     }
     doc.to_string()
+}
+
+/// The overload-control view of one stage (the contract of `seda experiment
+/// overload`): `admission` is always an object with `enabled` (a stage without a
+/// policy reads `{"policy": "none", "enabled": false, ...}`), and dynamic stages get
+/// `quality` (their handler's automatic quality, or null).
+fn overload_fields(
+    st: &mut serde_json::Map<String, serde_json::Value>,
+    qualities: &[(String, Option<f64>)],
+) {
+    use serde_json::{Value, json};
+    let enabled = st
+        .get("admission_enabled")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    match st.get_mut("admission") {
+        Some(Value::Object(a)) => {
+            a.insert("enabled".into(), Value::Bool(enabled));
+        }
+        _ => {
+            st.insert(
+                "admission".into(),
+                json!({"policy": "none", "enabled": false, "rate": null, "p90_ms": null,
+                       "target_ms": null, "limit": null, "classes": []}),
+            );
+        }
+    }
+    let name = st.get("name").and_then(Value::as_str).unwrap_or_default();
+    if let Some((_, q)) = qualities.iter().find(|(n, _)| n == name) {
+        st.insert("quality".into(), json!(q));
+    }
 }
 
 fn metrics(hb: &Haboob) -> String {

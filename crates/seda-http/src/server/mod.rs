@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use seda::control::ThreadPoolConfig;
-use seda::{Batch, Context, Runtime, ShutdownReport, ThreadModel};
+use seda::{Batch, Context, EventHandler, InitError, Runtime, ShutdownReport, ThreadModel};
 use seda_io::{FileConfig, FileHelper, SocketConfig, SocketHandle, SocketStats, Sockets};
 
 use self::core::{Counters, Haboob, Job, PageEvent, Route, SendEvent, Settings, Sinks};
 use crate::cache::{PageCache, PathCache};
-use crate::handler::HandlerRegistration;
+use crate::handler::{HandlerContext, HandlerRegistration};
 use crate::proto::{DateCache, Limits};
 
 /// Stage names of Haboob (SEDA Fig. 5).
@@ -471,6 +471,25 @@ impl Drop for Server {
     }
 }
 
+/// The event handler of a dynamic handler's stage.
+struct DynamicStage {
+    hb: Arc<Haboob>,
+    reg: HandlerRegistration,
+}
+
+impl EventHandler<core::DynEvent> for DynamicStage {
+    fn init(&self, cx: &Context<'_>) -> Result<(), InitError> {
+        self.reg.handler.init(&HandlerContext { cx });
+        Ok(())
+    }
+
+    fn handle_events(&self, batch: Batch<'_, core::DynEvent>, cx: &Context<'_>) {
+        for ev in batch {
+            self.hb.on_dynamic(&self.reg, ev, cx);
+        }
+    }
+}
+
 /// Builds a dynamic handler's stage and adds its route (longest prefix first).
 fn register(hb: &Arc<Haboob>, reg: HandlerRegistration) -> Result<(), ServerError> {
     if hb
@@ -484,18 +503,13 @@ fn register(hb: &Arc<Haboob>, reg: HandlerRegistration) -> Result<(), ServerErro
             reg.prefix()
         )));
     }
-    let h = Arc::clone(hb);
-    let r = reg.clone();
+    let stage = DynamicStage {
+        hb: Arc::clone(hb),
+        reg: reg.clone(),
+    };
     let mut builder = hb
         .rt
-        .stage(
-            &reg.stage_name(),
-            move |batch: Batch<'_, core::DynEvent>, cx: &Context<'_>| {
-                for ev in batch {
-                    h.on_dynamic(&r, ev, cx);
-                }
-            },
-        )
+        .stage(&reg.stage_name(), stage)
         .capacity(reg.capacity)
         .thread_model(ThreadModel::PerStage)
         .thread_pool(reg.pool.clone())

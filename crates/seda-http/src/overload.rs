@@ -1,0 +1,615 @@
+//! Overload control of the dynamic stages: which admission policy guards each
+//! handler's queue, how requests are sorted into classes, and what a refused client
+//! gets (SEDA 5.1.4; USITS'03 3.2-3.4).
+//!
+//! [`OverloadControl`] is a description, not a running thing: [`OverloadControl::apply`]
+//! gives one [`HandlerRegistration`] a *fresh* policy instance (so every stage runs its
+//! own controller on its own samples), the classifier and the overload action.
+//!
+//! # Policies
+//! | [`Admission`] | law (see `seda::admission` for each one's equations) | needs |
+//! |---|---|---|
+//! | `none` | admit all; only the queue capacity (1024) bounds the stage | - |
+//! | `response-time` | token bucket, rate AIMD-tuned from the smoothed p90 since `born` (USITS'03 3.2) | target |
+//! | `multiclass` | one bucket and controller per class; lower classes cut by `adjlo_d` = 10 first (USITS'03 3.3) | target |
+//! | `queue-threshold` | admit while `queue_len < threshold` (SEDA 3.2; default threshold 100) | - |
+//! | `codel` | shed when the minimum queueing delay over `interval` (100 ms) stayed above `target` (5 ms) | - |
+//! | `gradient` | concurrency limit `limit * clamp(1.5 * long / short, 0.5, 1) + sqrt(limit)`, smoothed | - |
+//! | `aimd` | concurrency limit, +1 per fast completion, x0.9 when in-stage latency > timeout | - |
+//!
+//! When no policy is named, a response-time target selects `response-time`; otherwise
+//! `none`. `response-time` with classes configured becomes `multiclass`, each class's
+//! target defaulting to the single target. The `aimd` timeout is the response-time
+//! target if one is set, else 1 s (USITS'03's targets are of that order).
+//!
+//! # Classes
+//! [`ClassRules`] derives a request's class (0 = lowest) from, in this order: the
+//! integer value of a header, the integer value of a cookie, the first client-address
+//! prefix that contains the peer. A missing or malformed value falls through to the
+//! next source, and to class 0 at the end (USITS'03 3.3: "derived from ... IP address
+//! or HTTP cookie information").
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use seda::Class;
+use seda::admission::{
+    AdmissionPolicy, AimdLimit, AimdLimitConfig, CoDel, CoDelConfig, GradientLimit,
+    GradientLimitConfig, MulticlassPolicy, QueueThreshold, ResponseTimePolicy,
+};
+use seda::control::{MulticlassConfig, QualityConfig, ResponseTimeConfig};
+
+use crate::handler::{HandlerRegistration, OverloadAction, Request};
+use crate::server::ServerError;
+
+/// The admission policy of each dynamic stage. See the module docs for the laws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// No admission control (the queue's capacity still applies).
+    None,
+    /// USITS'03 3.2 response-time controller.
+    ResponseTime,
+    /// USITS'03 3.3 multiclass controller.
+    Multiclass,
+    /// CoDel-style queueing-delay shedding.
+    CoDel,
+    /// Gradient concurrency limit.
+    Gradient,
+    /// AIMD concurrency limit.
+    Aimd,
+    /// Fixed queue threshold.
+    QueueThreshold,
+}
+
+impl Admission {
+    /// Every policy, in the order `--help` lists them.
+    pub const ALL: [Admission; 7] = [
+        Admission::ResponseTime,
+        Admission::Multiclass,
+        Admission::CoDel,
+        Admission::Gradient,
+        Admission::Aimd,
+        Admission::QueueThreshold,
+        Admission::None,
+    ];
+
+    /// The name on the command line and in `/_seda/stats`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Admission::None => "none",
+            Admission::ResponseTime => "response-time",
+            Admission::Multiclass => "multiclass",
+            Admission::CoDel => "codel",
+            Admission::Gradient => "gradient",
+            Admission::Aimd => "aimd",
+            Admission::QueueThreshold => "queue-threshold",
+        }
+    }
+
+    /// Whether the policy cannot work without a response-time target.
+    pub fn needs_target(self) -> bool {
+        matches!(self, Admission::ResponseTime | Admission::Multiclass)
+    }
+}
+
+impl fmt::Display for Admission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Admission {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Admission::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Admission::ALL.iter().map(|a| a.name()).collect();
+                format!(
+                    "unknown admission policy `{s}` (expected one of: {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// An IPv4 or IPv6 address prefix in CIDR notation, e.g. `10.0.0.0/8`, `::1/128`.
+/// An IPv4 prefix also matches IPv4-mapped IPv6 peers (`::ffff:a.b.c.d`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddrPrefix {
+    addr: IpAddr,
+    len: u8,
+}
+
+impl AddrPrefix {
+    /// Whether `ip` lies inside the prefix.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(p), IpAddr::V4(a)) => {
+                masked(u128::from(p.to_bits()), self.len, 32)
+                    == masked(u128::from(a.to_bits()), self.len, 32)
+            }
+            (IpAddr::V6(p), IpAddr::V6(a)) => {
+                masked(p.to_bits(), self.len, 128) == masked(a.to_bits(), self.len, 128)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The top `len` bits of a `width`-bit address.
+fn masked(bits: u128, len: u8, width: u32) -> u128 {
+    let len = u32::from(len);
+    if len == 0 { 0 } else { bits >> (width - len) }
+}
+
+impl FromStr for AddrPrefix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| format!("bad address prefix `{s}`: {why}");
+        let (addr, len) = s
+            .trim()
+            .split_once('/')
+            .ok_or_else(|| bad("expected ADDRESS/LENGTH, e.g. 10.0.0.0/8"))?;
+        let addr: IpAddr = addr.parse().map_err(|_| bad("not an IP address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len: u8 = len
+            .parse()
+            .ok()
+            .filter(|l| *l <= max)
+            .ok_or_else(|| bad(&format!("length must be 0..={max}")))?;
+        Ok(AddrPrefix { addr, len })
+    }
+}
+
+impl fmt::Display for AddrPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// Where a request's class comes from. See the module docs for the order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClassRules {
+    /// Header whose integer value is the class, e.g. `X-Class`.
+    pub header: Option<String>,
+    /// Cookie whose integer value is the class.
+    pub cookie: Option<String>,
+    /// Client-address prefixes and their classes; the first match wins.
+    pub prefixes: Vec<(AddrPrefix, Class)>,
+}
+
+impl ClassRules {
+    /// Whether no source is configured (every request is class 0).
+    pub fn is_empty(&self) -> bool {
+        self.header.is_none() && self.cookie.is_none() && self.prefixes.is_empty()
+    }
+
+    /// The class of a request (0 when no source gives one).
+    pub fn class_of(&self, req: &Request) -> Class {
+        let from_header = || {
+            let name = self.header.as_deref()?;
+            class_value(req.header(name)?)
+        };
+        let from_cookie = || {
+            let name = self.cookie.as_deref()?;
+            req.headers
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case("cookie"))
+                .find_map(|(_, v)| cookie_value(v, name))
+        };
+        let from_prefix = || {
+            let peer = req.peer?.ip();
+            self.prefixes
+                .iter()
+                .find(|(p, _)| p.contains(peer))
+                .map(|(_, c)| *c)
+        };
+        from_header()
+            .or_else(from_cookie)
+            .or_else(from_prefix)
+            .unwrap_or(0)
+    }
+}
+
+/// A class written as a decimal integer (surrounding blanks and quotes allowed).
+fn class_value(v: &[u8]) -> Option<Class> {
+    std::str::from_utf8(v)
+        .ok()?
+        .trim()
+        .trim_matches('"')
+        .parse()
+        .ok()
+}
+
+/// The class in cookie `name` of one `Cookie` header (`a=1; class=2`).
+fn cookie_value(header: &[u8], name: &str) -> Option<Class> {
+    header
+        .split(|b| *b == b';')
+        .filter_map(|pair| {
+            let eq = pair.iter().position(|b| *b == b'=')?;
+            Some((pair[..eq].trim_ascii(), &pair[eq + 1..]))
+        })
+        .find(|(n, _)| *n == name.as_bytes())
+        .and_then(|(_, v)| class_value(v))
+}
+
+/// Response-time targets of one handler, overriding the global ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HandlerTargets {
+    /// Handler name (`bottleneck`, `hello`: its stage is `handler:<name>`).
+    pub name: String,
+    /// p90 target of the handler's stage.
+    pub rt_target: Option<Duration>,
+    /// p90 target per class, index = class.
+    pub class_targets: Vec<Duration>,
+}
+
+/// Overload control of the dynamic stages. `Default` is no control at all, 503 with
+/// `Retry-After: 1` when a queue is full.
+#[derive(Clone, Debug)]
+pub struct OverloadControl {
+    /// Policy of every dynamic stage; `None`: `response-time` if a target is set,
+    /// else no admission control.
+    pub admission: Option<Admission>,
+    /// p90 response-time target of every dynamic stage.
+    pub rt_target: Option<Duration>,
+    /// p90 target per class (index = class) for the multiclass controller; classes
+    /// without one use `rt_target`.
+    pub class_targets: Vec<Duration>,
+    /// Per-handler targets.
+    pub handlers: Vec<HandlerTargets>,
+    /// Parameters of the response-time controllers (their `target` is replaced by
+    /// the stage's target). Default: the paper's (USITS'03 Fig. 4).
+    pub response_time: ResponseTimeConfig,
+    /// Threshold of `queue-threshold`, events. Default 100.
+    pub queue_threshold: usize,
+    /// Parameters of `codel`. Default target 5 ms, interval 100 ms.
+    pub codel: CoDelConfig,
+    /// Parameters of `gradient`. Default: `GradientLimitConfig::default()`.
+    pub gradient: GradientLimitConfig,
+    /// Parameters of `aimd`; `None`: defaults with the timeout of the module docs.
+    pub aimd: Option<AimdLimitConfig>,
+    /// Where classes come from.
+    pub classes: ClassRules,
+    /// What a refused request gets.
+    pub on_overload: OverloadAction,
+    /// Automatic service degradation of the handlers that support it (USITS'03 3.4).
+    pub degrade: bool,
+}
+
+impl Default for OverloadControl {
+    fn default() -> Self {
+        OverloadControl {
+            admission: None,
+            rt_target: None,
+            class_targets: Vec::new(),
+            handlers: Vec::new(),
+            response_time: ResponseTimeConfig::with_target(Duration::from_secs(1)),
+            queue_threshold: 100,
+            codel: CoDelConfig::default(),
+            gradient: GradientLimitConfig::default(),
+            aimd: None,
+            classes: ClassRules::default(),
+            on_overload: OverloadAction::default(),
+            degrade: false,
+        }
+    }
+}
+
+fn config_err(msg: impl Into<String>) -> ServerError {
+    ServerError::Config(msg.into())
+}
+
+impl OverloadControl {
+    /// The policy named or implied (see [`OverloadControl::admission`]).
+    pub fn policy_kind(&self) -> Admission {
+        match self.admission {
+            Some(a) => a,
+            None if self.rt_target.is_some() || !self.class_targets.is_empty() => {
+                Admission::ResponseTime
+            }
+            None if self
+                .handlers
+                .iter()
+                .any(|h| h.rt_target.is_some() || !h.class_targets.is_empty()) =>
+            {
+                Admission::ResponseTime
+            }
+            None => Admission::None,
+        }
+    }
+
+    fn targets_of(&self, handler: &str) -> (Option<Duration>, &[Duration]) {
+        let own = self.handlers.iter().find(|h| h.name == handler);
+        let target = own.and_then(|h| h.rt_target).or(self.rt_target);
+        let classes = match own {
+            Some(h) if !h.class_targets.is_empty() => &h.class_targets[..],
+            _ => &self.class_targets[..],
+        };
+        (target, classes)
+    }
+
+    /// The p90 target of a handler's stage: its own, else the global one, else (with
+    /// class targets only) the highest class's.
+    pub fn target_for(&self, handler: &str) -> Option<Duration> {
+        let (target, classes) = self.targets_of(handler);
+        target.or_else(|| classes.last().copied())
+    }
+
+    /// A fresh admission policy for the stage of `handler` (`None`: no control).
+    pub fn policy_for(
+        &self,
+        handler: &str,
+    ) -> Result<Option<Arc<dyn AdmissionPolicy>>, ServerError> {
+        let kind = self.policy_kind();
+        let target = self.target_for(handler);
+        if kind.needs_target() && target.is_none() {
+            return Err(config_err(format!(
+                "admission policy {kind} needs a response-time target (--rt-target-ms, or rt-target-ms in the config)"
+            )));
+        }
+        let err = |e: seda::control::ConfigError| config_err(format!("handler {handler}: {e}"));
+        let (_, class_targets) = self.targets_of(handler);
+        let multiclass = kind == Admission::Multiclass
+            || (kind == Admission::ResponseTime
+                && (!self.classes.is_empty() || !class_targets.is_empty()));
+        let policy: Arc<dyn AdmissionPolicy> = match kind {
+            Admission::None => return Ok(None),
+            Admission::ResponseTime | Admission::Multiclass => {
+                let mut base = self.response_time.clone();
+                base.target = target.unwrap_or(base.target);
+                if multiclass {
+                    // Class 0 is tracked from the start, so that stats show a rate
+                    // and a target before the first request.
+                    let mut cfg =
+                        MulticlassConfig::with_target(base.target).class_target(0, base.target);
+                    cfg.base = base;
+                    for (c, t) in class_targets.iter().enumerate() {
+                        let c = Class::try_from(c)
+                            .map_err(|_| config_err("at most 256 class targets"))?;
+                        cfg = cfg.class_target(c, *t);
+                    }
+                    Arc::new(MulticlassPolicy::new(cfg).map_err(err)?)
+                } else {
+                    Arc::new(ResponseTimePolicy::new(base).map_err(err)?)
+                }
+            }
+            Admission::QueueThreshold => {
+                if self.queue_threshold == 0 {
+                    return Err(config_err("queue-threshold must be at least 1"));
+                }
+                Arc::new(QueueThreshold::new(self.queue_threshold))
+            }
+            Admission::CoDel => Arc::new(CoDel::new(self.codel.clone()).map_err(err)?),
+            Admission::Gradient => {
+                Arc::new(GradientLimit::new(self.gradient.clone()).map_err(err)?)
+            }
+            Admission::Aimd => {
+                let cfg = self.aimd.clone().unwrap_or_else(|| {
+                    AimdLimitConfig::with_timeout(target.unwrap_or(Duration::from_secs(1)))
+                });
+                Arc::new(AimdLimit::new(cfg).map_err(err)?)
+            }
+        };
+        Ok(Some(policy))
+    }
+
+    /// The degradation controller's settings for `handler` (USITS'03 3.4): its
+    /// target, and admission re-enabled at the lowest quality unless the policy is
+    /// `none`. Errors without a target.
+    pub fn quality_for(&self, handler: &str) -> Result<QualityConfig, ServerError> {
+        let target = self.target_for(handler).ok_or_else(|| {
+            config_err("--degrade needs a response-time target (--rt-target-ms, or rt-target-ms in the config)")
+        })?;
+        let mut cfg = QualityConfig::with_target(target);
+        if self.policy_kind() == Admission::None {
+            cfg.reenable_after = None;
+        }
+        cfg.validate()
+            .map_err(|e| config_err(format!("handler {handler}: {e}")))?;
+        Ok(cfg)
+    }
+
+    /// Checks everything [`OverloadControl::apply`] would, for handlers named `names`;
+    /// also that every per-handler entry names one of them.
+    pub fn validate<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), ServerError> {
+        let names: Vec<&str> = names.into_iter().collect();
+        for h in &self.handlers {
+            if !names.contains(&h.name.as_str()) {
+                return Err(config_err(format!(
+                    "[[handler]] `{}` names no mounted handler (mounted: {})",
+                    h.name,
+                    names.join(", ")
+                )));
+            }
+        }
+        for n in &names {
+            self.policy_for(n)?;
+        }
+        Ok(())
+    }
+
+    /// The registration with this control: a fresh policy for its stage, the class
+    /// rules as its classifier (if any), and the overload action.
+    pub fn apply(&self, reg: HandlerRegistration) -> Result<HandlerRegistration, ServerError> {
+        let mut reg = reg.on_overload(self.on_overload.clone());
+        if let Some(policy) = self.policy_for(&reg.name)? {
+            reg = reg.admission(policy);
+        }
+        if !self.classes.is_empty() {
+            let rules = self.classes.clone();
+            reg = reg.classify(move |req: &Request| rules.class_of(req));
+        }
+        Ok(reg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req_from(peer: &str, headers: &[(&str, &str)]) -> Request {
+        let mut r = Request::get("/x");
+        r.peer = Some(peer.parse().unwrap());
+        r.headers = headers
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+            .collect();
+        r
+    }
+
+    #[test]
+    fn class_from_header_then_cookie_then_prefix() {
+        let rules = ClassRules {
+            header: Some("X-Class".into()),
+            cookie: Some("class".into()),
+            prefixes: vec![
+                ("127.0.0.2/32".parse().unwrap(), 3),
+                ("127.0.0.0/8".parse().unwrap(), 1),
+                ("::1/128".parse().unwrap(), 5),
+            ],
+        };
+        let at = |peer, h: &[(&str, &str)]| rules.class_of(&req_from(peer, h));
+        assert_eq!(at("127.0.0.2:5", &[("x-class", " 2 ")]), 2, "header first");
+        assert_eq!(
+            at(
+                "127.0.0.2:5",
+                &[("X-Class", "nope"), ("Cookie", "a=b; class=4")]
+            ),
+            4,
+            "a bad header falls through to the cookie"
+        );
+        assert_eq!(at("127.0.0.2:5", &[("Cookie", "class=\"6\"")]), 6);
+        assert_eq!(
+            at("127.0.0.2:5", &[("Cookie", "xclass=7; klass=1")]),
+            3,
+            "other cookies do not count; the first matching prefix wins"
+        );
+        assert_eq!(at("127.9.9.9:5", &[]), 1);
+        assert_eq!(at("[::1]:5", &[]), 5);
+        assert_eq!(at("[::ffff:127.0.0.2]:5", &[]), 3, "IPv4-mapped peer");
+        assert_eq!(at("10.0.0.1:5", &[("X-Class", "300")]), 0, "out of range");
+        assert_eq!(
+            ClassRules::default().class_of(&req_from("1.2.3.4:1", &[])),
+            0
+        );
+    }
+
+    #[test]
+    fn address_prefixes_parse_and_match() {
+        let p: AddrPrefix = "10.1.0.0/16".parse().unwrap();
+        assert!(p.contains("10.1.200.3".parse().unwrap()));
+        assert!(!p.contains("10.2.0.1".parse().unwrap()));
+        assert!(!p.contains("::1".parse().unwrap()));
+        let all: AddrPrefix = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("8.8.8.8".parse().unwrap()));
+        let v6: AddrPrefix = "2001:db8::/32".parse().unwrap();
+        assert!(v6.contains("2001:db8:1::9".parse().unwrap()));
+        assert!(!v6.contains("2001:db9::1".parse().unwrap()));
+        assert_eq!(v6.to_string(), "2001:db8::/32");
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "::/129",
+            "nope/8",
+            "10.0.0.0/x",
+            "",
+        ] {
+            let e = bad.parse::<AddrPrefix>().unwrap_err();
+            assert!(e.contains("bad address prefix") && !e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn policy_names_round_trip_and_unknown_is_one_line() {
+        for a in Admission::ALL {
+            assert_eq!(a.name().parse::<Admission>().unwrap(), a);
+        }
+        let e = "bogus".parse::<Admission>().unwrap_err();
+        assert!(e.contains("bogus") && e.contains("response-time") && !e.contains('\n'));
+    }
+
+    #[test]
+    fn each_stage_gets_its_own_policy_of_the_chosen_kind() {
+        let mut oc = OverloadControl {
+            rt_target: Some(Duration::from_millis(500)),
+            ..OverloadControl::default()
+        };
+        assert_eq!(oc.policy_kind(), Admission::ResponseTime);
+        let a = oc.policy_for("a").unwrap().unwrap();
+        let b = oc.policy_for("b").unwrap().unwrap();
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(a.name(), "response-time");
+        assert_eq!(a.state().target_ms, Some(500.0));
+        oc.classes.header = Some("X-Class".into());
+        assert_eq!(oc.policy_for("a").unwrap().unwrap().name(), "multiclass");
+        oc.handlers.push(HandlerTargets {
+            name: "a".into(),
+            rt_target: Some(Duration::from_millis(100)),
+            class_targets: vec![Duration::from_millis(1000), Duration::from_millis(200)],
+        });
+        let st = oc.policy_for("a").unwrap().unwrap().state();
+        let targets: Vec<f64> = st.classes.iter().map(|c| c.target_ms).collect();
+        assert_eq!(targets, [1000.0, 200.0]);
+        assert_eq!(oc.target_for("a"), Some(Duration::from_millis(100)));
+        assert_eq!(oc.target_for("b"), Some(Duration::from_millis(500)));
+        for (kind, name) in [
+            (Admission::CoDel, "codel"),
+            (Admission::Gradient, "gradient"),
+            (Admission::Aimd, "aimd"),
+            (Admission::QueueThreshold, "queue-threshold"),
+        ] {
+            oc.admission = Some(kind);
+            assert_eq!(oc.policy_for("b").unwrap().unwrap().name(), name);
+        }
+        oc.admission = Some(Admission::None);
+        assert!(oc.policy_for("b").unwrap().is_none());
+        assert_eq!(oc.quality_for("b").unwrap().reenable_after, None);
+    }
+
+    #[test]
+    fn a_policy_that_needs_a_target_refuses_to_build_without_one() {
+        for kind in [Admission::ResponseTime, Admission::Multiclass] {
+            let oc = OverloadControl {
+                admission: Some(kind),
+                ..OverloadControl::default()
+            };
+            let e = oc.policy_for("bottleneck").err().unwrap().to_string();
+            assert!(
+                e.contains("needs a response-time target") && !e.contains('\n'),
+                "{e}"
+            );
+        }
+        let oc = OverloadControl {
+            degrade: true,
+            ..OverloadControl::default()
+        };
+        assert!(oc.quality_for("bottleneck").is_err());
+        let oc = OverloadControl {
+            handlers: vec![HandlerTargets {
+                name: "nosuch".into(),
+                ..HandlerTargets::default()
+            }],
+            ..OverloadControl::default()
+        };
+        let e = oc
+            .validate(["bottleneck", "hello"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nosuch"), "{e}");
+    }
+}

@@ -1,0 +1,446 @@
+//! Overload control end to end over loopback (issue 5): what a client notices when a
+//! dynamic stage is overloaded.
+//!
+//! Every test runs its clients for a fixed, short time; every read has a timeout
+//! ([`READ_TIMEOUT`]), and a read that times out is a failure, never a hang.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use seda::control::{QualityConfig, ResponseTimeConfig, ThreadPoolConfig};
+use seda_http::proto::Status;
+use seda_http::{
+    Admission, Bottleneck, ClassRules, HandlerContext, HandlerRegistration, OverloadAction,
+    OverloadControl, Request, Response,
+};
+use support::{Client, Resp, start};
+
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A handler that sleeps `ms` per request: a slow stage whose capacity is its
+/// threads / `ms`, independent of CPU load.
+fn slow(ms: u64) -> impl Fn(&Request, &HandlerContext<'_>) -> Response + Send + Sync + 'static {
+    move |req: &Request, _cx: &HandlerContext<'_>| {
+        std::thread::sleep(Duration::from_millis(ms));
+        Response::text(Status::OK, format!("done {}", req.path))
+    }
+}
+
+fn fixed_threads(n: usize) -> ThreadPoolConfig {
+    ThreadPoolConfig {
+        min_threads: n,
+        max_threads: n,
+        ..ThreadPoolConfig::default()
+    }
+}
+
+fn connect(addr: SocketAddr) -> Client {
+    let c = Client::connect(addr);
+    c.stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+    c
+}
+
+/// One request as a client saw it.
+#[derive(Debug, Clone)]
+struct Outcome {
+    sent: Instant,
+    latency: Duration,
+    /// `None`: no answer within the read timeout, or the connection broke.
+    resp: Option<Resp>,
+    group: usize,
+}
+
+/// `per_group[g]` closed-loop clients of group `g` send `GET path` (with group `g`'s
+/// extra header lines) over keep-alive connections for `run`; a client answered 503
+/// waits `backoff` before its next request. Returns every outcome.
+fn closed_loop(
+    addr: SocketAddr,
+    path: &str,
+    per_group: &[(usize, &str)],
+    run: Duration,
+    backoff: Duration,
+) -> Vec<Outcome> {
+    let end = Instant::now() + run;
+    let mut threads = Vec::new();
+    for (group, &(n, headers)) in per_group.iter().enumerate() {
+        for _ in 0..n {
+            let raw = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{headers}\r\n");
+            threads.push(std::thread::spawn(move || {
+                let mut out = Vec::new();
+                let mut c = connect(addr);
+                while Instant::now() < end {
+                    let sent = Instant::now();
+                    c.send(raw.as_bytes());
+                    let resp = c.read_response(false);
+                    let latency = sent.elapsed();
+                    let broken = resp.is_none();
+                    let reject = resp.as_ref().is_some_and(|r| r.status == 503);
+                    let close = resp
+                        .as_ref()
+                        .is_some_and(|r| r.header("connection") == Some("close"));
+                    out.push(Outcome {
+                        sent,
+                        latency,
+                        resp,
+                        group,
+                    });
+                    if broken {
+                        break;
+                    }
+                    if close {
+                        c = connect(addr);
+                    }
+                    if reject {
+                        std::thread::sleep(backoff);
+                    }
+                }
+                out
+            }));
+        }
+    }
+    threads
+        .into_iter()
+        .flat_map(|t| t.join().expect("client thread"))
+        .collect()
+}
+
+fn p90(mut v: Vec<Duration>) -> Duration {
+    assert!(!v.is_empty());
+    v.sort_unstable();
+    v[((v.len() as f64 * 0.9).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+fn status_of(o: &Outcome) -> Option<u16> {
+    o.resp.as_ref().map(|r| r.status)
+}
+
+fn stage_stats(addr: SocketAddr, stage: &str) -> serde_json::Value {
+    let mut c = connect(addr);
+    let r = c.get("/_seda/stats");
+    assert_eq!(r.status, 200);
+    let doc: serde_json::Value = serde_json::from_slice(&r.body).expect("stats are JSON");
+    doc["stages"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == stage))
+        .cloned()
+        .unwrap_or_else(|| panic!("no stage {stage} in {doc}"))
+}
+
+#[test]
+fn a_burst_gets_quick_503s_and_admitted_requests_keep_a_bounded_p90() {
+    // 2 threads x 100 ms: capacity 20 requests/s. Without admission control 40
+    // clients would queue ~2 s each; with a 300 ms target they must not.
+    let target = Duration::from_millis(300);
+    let control = OverloadControl {
+        rt_target: Some(target),
+        response_time: ResponseTimeConfig {
+            nreq: 10,
+            initial_rate: 5.0,
+            ..ResponseTimeConfig::with_target(target)
+        },
+        ..OverloadControl::default()
+    };
+    let reg = HandlerRegistration::new("/slow", slow(100)).thread_pool(fixed_threads(2));
+    let reg = control.apply(reg).unwrap();
+    let s = start(|c| c.handlers.push(reg));
+    let out = closed_loop(
+        s.addr,
+        "/slow",
+        &[(40, "")],
+        Duration::from_millis(2500),
+        Duration::from_millis(50),
+    );
+    assert!(
+        out.iter().all(|o| o.resp.is_some()),
+        "every request was answered within {READ_TIMEOUT:?}"
+    );
+    let rejected: Vec<&Outcome> = out.iter().filter(|o| status_of(o) == Some(503)).collect();
+    let admitted: Vec<&Outcome> = out.iter().filter(|o| status_of(o) == Some(200)).collect();
+    assert_eq!(
+        rejected.len() + admitted.len(),
+        out.len(),
+        "only 200 and 503"
+    );
+    assert!(rejected.len() >= 20, "{} rejected", rejected.len());
+    assert!(admitted.len() >= 5, "{} admitted", admitted.len());
+    for o in &rejected {
+        let r = o.resp.as_ref().unwrap();
+        assert_eq!(r.header("retry-after"), Some("1"), "{r:?}");
+        assert_ne!(r.header("connection"), Some("close"));
+    }
+    let reject_p90 = p90(rejected.iter().map(|o| o.latency).collect());
+    assert!(
+        reject_p90 < Duration::from_millis(50),
+        "a refusal is answered at once, not after queueing: p90 {reject_p90:?} vs 100 ms of service"
+    );
+    let admitted_p90 = p90(admitted.iter().map(|o| o.latency).collect());
+    eprintln!(
+        "burst: {} admitted (p90 {admitted_p90:?}), {} rejected (p90 {reject_p90:?})",
+        admitted.len(),
+        rejected.len()
+    );
+    assert!(
+        admitted_p90 < 3 * target,
+        "admitted p90 {admitted_p90:?} vs target {target:?}"
+    );
+    let st = stage_stats(s.addr, "handler:slow");
+    let adm = &st["admission"];
+    assert_eq!(adm["policy"], "response-time", "{st}");
+    assert_eq!(adm["enabled"], true);
+    assert_eq!(adm["target_ms"], 300.0);
+    assert!(adm["rate"].as_f64().is_some_and(|r| r > 0.0), "{adm}");
+    let c0 = &st["classes"][0];
+    assert_eq!(c0["class"], 0);
+    assert!(c0["rejected"].as_u64().unwrap() >= rejected.len() as u64);
+}
+
+#[test]
+fn the_low_class_is_rejected_before_the_high_class() {
+    let target = Duration::from_millis(50);
+    let control = OverloadControl {
+        rt_target: Some(target),
+        // A bucket of 4 tokens: two clients of a class arriving together are not a
+        // burst to refuse.
+        response_time: ResponseTimeConfig {
+            nreq: 10,
+            bucket_depth: 4.0,
+            ..ResponseTimeConfig::with_target(target)
+        },
+        classes: ClassRules {
+            header: Some("X-Class".into()),
+            ..ClassRules::default()
+        },
+        ..OverloadControl::default()
+    };
+    assert_eq!(control.policy_kind(), Admission::ResponseTime);
+    // 4 threads x 20 ms: capacity 200 requests/s. Two high-class clients alone fit
+    // (at most 100/s); ten low-class clients on top overload the stage.
+    let reg = HandlerRegistration::new("/slow", slow(20)).thread_pool(fixed_threads(4));
+    let reg = control.apply(reg).unwrap();
+    let s = start(|c| c.handlers.push(reg));
+    let out = closed_loop(
+        s.addr,
+        "/slow",
+        &[(10, "X-Class: 0\r\n"), (2, "X-Class: 1\r\n")],
+        Duration::from_millis(3000),
+        Duration::from_millis(20),
+    );
+    assert!(
+        out.iter().all(|o| o.resp.is_some()),
+        "every request answered"
+    );
+    let frac = |g: usize| {
+        let mine: Vec<_> = out.iter().filter(|o| o.group == g).collect();
+        let rej = mine.iter().filter(|o| status_of(o) == Some(503)).count();
+        (rej as f64 / mine.len().max(1) as f64, rej, mine.len())
+    };
+    let (low, low_rej, low_n) = frac(0);
+    let (high, high_rej, high_n) = frac(1);
+    eprintln!("classes: low rejected {low_rej}/{low_n}, high {high_rej}/{high_n}");
+    assert!(
+        low > high + 0.3 && high < 0.5,
+        "low class rejected {low_rej}/{low_n}, high class {high_rej}/{high_n}"
+    );
+    let st = stage_stats(s.addr, "handler:slow");
+    assert_eq!(st["admission"]["policy"], "multiclass", "{st}");
+    let counts = |c: u64| {
+        st["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["class"] == c)
+            .map(|x| {
+                (
+                    x["admitted"].as_u64().unwrap(),
+                    x["rejected"].as_u64().unwrap(),
+                )
+            })
+            .unwrap_or_else(|| panic!("class {c} in {st}"))
+    };
+    let ((la, lr), (ha, hr)) = (counts(0), counts(1));
+    assert!(
+        lr as f64 / (la + lr) as f64 > hr as f64 / (ha + hr) as f64,
+        "stats agree: low {la}+{lr}, high {ha}+{hr}"
+    );
+}
+
+fn quality_of(r: &Resp) -> f64 {
+    r.header("x-seda-quality")
+        .and_then(|q| q.parse().ok())
+        .unwrap_or_else(|| panic!("X-Seda-Quality in {r:?}"))
+}
+
+#[test]
+fn degradation_lowers_quality_before_any_request_is_rejected() {
+    // The p90 target is below the full-quality service time, so the stage is over
+    // target from the start: quality must fall (x0.8 per 100 ms sample) before
+    // admission control comes back at the lowest quality.
+    let target = Duration::from_millis(3);
+    let control = OverloadControl {
+        rt_target: Some(target),
+        response_time: ResponseTimeConfig {
+            nreq: 10,
+            ..ResponseTimeConfig::with_target(target)
+        },
+        degrade: true,
+        ..OverloadControl::default()
+    };
+    let quality = control.quality_for("bottleneck").unwrap();
+    assert_eq!(quality, QualityConfig::with_target(target));
+    let b = Bottleneck::calibrate(Duration::from_millis(20))
+        .unwrap()
+        .degrade(quality, Duration::from_millis(100))
+        .unwrap();
+    let reg = control.apply(b.registration()).unwrap();
+    let s = start(|c| c.handlers.push(reg));
+    let mut c = connect(s.addr);
+    assert_eq!(c.get("/bottleneck?q=1.5").status, 400, "q outside 0..1");
+    assert_eq!(c.get("/bottleneck?q=abc").status, 400);
+    let r = c.get("/bottleneck?q=0.25");
+    assert_eq!((r.status, r.body.len()), (200, 8192));
+    assert_eq!(quality_of(&r), 0.25);
+    let st = stage_stats(s.addr, "handler:bottleneck");
+    assert_eq!(st["admission"]["enabled"], false, "admission waits: {st}");
+    assert_eq!(st["quality"], 1.0);
+
+    let out = closed_loop(
+        s.addr,
+        "/bottleneck",
+        &[(6, "")],
+        Duration::from_millis(3000),
+        Duration::from_millis(20),
+    );
+    assert!(
+        out.iter().all(|o| o.resp.is_some()),
+        "every request answered"
+    );
+    let done = |o: &Outcome| o.sent + o.latency;
+    let t0 = out.iter().map(|o| o.sent).min().unwrap();
+    let at = |t: Instant| t.saturating_duration_since(t0);
+    let first_degraded = out
+        .iter()
+        .filter(|o| status_of(o) == Some(200) && quality_of(o.resp.as_ref().unwrap()) < 1.0)
+        .map(done)
+        .min()
+        .expect("some response at reduced quality");
+    let first_reject = out
+        .iter()
+        .filter(|o| status_of(o) == Some(503))
+        .map(done)
+        .min();
+    eprintln!(
+        "degrade: first reduced quality at {:?}, first rejection at {:?}",
+        at(first_degraded),
+        first_reject.map(at)
+    );
+    if let Some(first_reject) = first_reject {
+        assert!(
+            first_degraded < first_reject,
+            "quality fell ({:?}) before the first rejection ({:?})",
+            at(first_degraded),
+            at(first_reject)
+        );
+    }
+    let st = stage_stats(s.addr, "handler:bottleneck");
+    let q = st["quality"].as_f64().expect("quality in stats");
+    assert!(q < 1.0, "{st}");
+}
+
+/// A connection that was refused is still usable, at once and later, whatever the
+/// overload action.
+#[test]
+fn a_rejected_request_never_leaves_its_connection_hanging() {
+    for (action, want) in [
+        (
+            OverloadAction::Reject503 {
+                retry_after_secs: 7,
+            },
+            503,
+        ),
+        (
+            OverloadAction::Redirect("http://mirror.invalid/busy".into()),
+            302,
+        ),
+    ] {
+        // One thread, queue threshold 1: one request in service and one waiting fill
+        // the stage; a third is refused.
+        let control = OverloadControl {
+            admission: Some(Admission::QueueThreshold),
+            queue_threshold: 1,
+            on_overload: action.clone(),
+            ..OverloadControl::default()
+        };
+        let reg = HandlerRegistration::new("/slow", slow(400)).thread_pool(fixed_threads(1));
+        let reg = control.apply(reg).unwrap();
+        let s = start(|c| c.handlers.push(reg));
+        let mut a = connect(s.addr);
+        a.send(b"GET /slow/a HTTP/1.1\r\nHost: t\r\n\r\n");
+        std::thread::sleep(Duration::from_millis(100));
+        let mut b = connect(s.addr);
+        b.send(b"GET /slow/b HTTP/1.1\r\nHost: t\r\n\r\n");
+        std::thread::sleep(Duration::from_millis(50));
+
+        let mut c = connect(s.addr);
+        let t = Instant::now();
+        let r = c.get("/slow/c");
+        assert_eq!(r.status, want, "{action:?}: {r:?}");
+        assert!(t.elapsed() < Duration::from_millis(200), "refused at once");
+        match &action {
+            OverloadAction::Reject503 { .. } => assert_eq!(r.header("retry-after"), Some("7")),
+            _ => assert_eq!(r.header("location"), Some("http://mirror.invalid/busy")),
+        }
+        assert_ne!(r.header("connection"), Some("close"));
+        // The same connection: a static file, then a refused and a static request
+        // pipelined in one write, answered in order.
+        assert_eq!(c.get("/hello.txt").status, 200);
+        c.send(
+            b"GET /slow/d HTTP/1.1\r\nHost: t\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+        );
+        let r1 = c.read_response(false).expect("refusal within the timeout");
+        let r2 = c
+            .read_response(false)
+            .expect("next response within the timeout");
+        assert_eq!((r1.status, r2.status), (want, 200));
+        assert_eq!(r2.text(), "hello, world\n");
+        // The stage drains; the refused connection is served once there is room.
+        assert_eq!(a.read_response(false).expect("a is answered").status, 200);
+        assert_eq!(b.read_response(false).expect("b is answered").status, 200);
+        let r = c.get("/slow/e");
+        assert_eq!((r.status, r.text().as_str()), (200, "done /slow/e"));
+        let st = stage_stats(s.addr, "handler:slow");
+        assert_eq!(st["admission"]["policy"], "queue-threshold");
+        assert!(st["rejected"].as_u64().unwrap() >= 2, "{st}");
+    }
+}
+
+#[test]
+fn every_dynamic_stage_gets_its_own_policy_and_stats_show_none_without_one() {
+    let control = OverloadControl {
+        admission: Some(Admission::CoDel),
+        ..OverloadControl::default()
+    };
+    let regs: Vec<HandlerRegistration> = ["/one", "/two"]
+        .iter()
+        .map(|p| control.apply(HandlerRegistration::new(p, slow(0))).unwrap())
+        .collect();
+    let plain = HandlerRegistration::new("/plain", slow(0));
+    let s = start(|c| {
+        c.handlers.extend(regs);
+        c.handlers.push(plain);
+    });
+    let mut c = connect(s.addr);
+    for p in ["/one", "/two", "/plain"] {
+        assert_eq!(c.get(p).status, 200);
+    }
+    for stage in ["handler:one", "handler:two"] {
+        let st = stage_stats(s.addr, stage);
+        assert_eq!(st["admission"]["policy"], "codel", "{st}");
+        assert_eq!(st["admission"]["enabled"], true);
+        assert_eq!(st["quality"], serde_json::Value::Null);
+    }
+    let st = stage_stats(s.addr, "handler:plain");
+    assert_eq!(st["admission"]["policy"], "none", "{st}");
+    assert_eq!(st["admission"]["enabled"], false);
+}
