@@ -6,6 +6,32 @@
 //! The first line on standard output is `listening on http://ADDR` (tests and scripts
 //! parse it; `--listen 127.0.0.1:0` picks a free port). SIGINT or SIGTERM shuts down
 //! gracefully: requests in flight are answered, then the process exits.
+//!
+//! # Overload control (issue 5; `shared/contracts/overload.md`)
+//! `--bottleneck-ms N` mounts the calibrated bottleneck handler at `/bottleneck` and
+//! prints `bottleneck: N ms calibrated to K iterations` after the listening line.
+//! `--rt-target-ms`, `--admission`, `--class-header`, `--degrade`,
+//! `--overload-action` and `--retry-after-secs` configure every dynamic stage (see
+//! `seda_http::OverloadControl` for the laws). The TOML file adds:
+//!
+//! ```toml
+//! class-targets-ms = [1000, 200]        # p90 target per class, index = class
+//! [classes]
+//! header = "X-Class"                     # integer value; missing or bad: next source
+//! cookie = "class"
+//! prefixes = [{ prefix = "127.0.0.2/32", class = 1 }]   # first match wins
+//! [response-time]                      # USITS'03 Fig. 4 parameters; any of: nreq,
+//! bucket-depth = 4                       #   timeout-ms, alpha, err-d, err-i, adj-i,
+//!                                        #   adj-d, c-i, rate-min, rate-max, initial-rate
+//! [[handler]]
+//! name = "bottleneck"
+//! rt-target-ms = 500
+//! class-targets-ms = [1000, 200]
+//! [gradient]                             # any of: initial, min, max, tolerance,
+//! tolerance = 2.0                        #   smoothing, long-window, window-ms
+//! [aimd]                                 # any of: initial, min, max, backoff, timeout-ms
+//! backoff = 0.8
+//! ```
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -13,7 +39,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use seda::ThreadModel;
-use seda_http::{DemoSite, Server, ServerConfig};
+use seda::admission::{AimdLimitConfig, GradientLimitConfig};
+use seda_http::{
+    AddrPrefix, Admission, Bottleneck, DEFAULT_SAMPLE_PERIOD, DemoSite, HandlerTargets,
+    OverloadAction, OverloadControl, Server, ServerConfig,
+};
 use serde::Deserialize;
 
 /// Arguments of `seda serve`.
@@ -60,6 +90,41 @@ pub struct ServeArgs {
     /// Seconds to let requests in flight finish on SIGINT/SIGTERM [default: 10].
     #[arg(long)]
     shutdown_grace: Option<f64>,
+    /// Mount the bottleneck handler at /bottleneck, calibrated to about this many
+    /// milliseconds of CPU per request.
+    #[arg(long, value_name = "MS")]
+    bottleneck_ms: Option<f64>,
+    /// 90th-percentile response-time target of every dynamic stage, milliseconds
+    /// (selects the response-time admission controller unless --admission says).
+    #[arg(long, value_name = "MS")]
+    rt_target_ms: Option<f64>,
+    /// Admission policy of every dynamic stage: response-time, multiclass, codel,
+    /// gradient, aimd, queue-threshold or none [default: response-time with a target,
+    /// else none].
+    #[arg(long, value_name = "POLICY")]
+    admission: Option<Admission>,
+    /// Threshold of --admission queue-threshold, requests [default: 100].
+    #[arg(long, value_name = "N")]
+    queue_threshold: Option<usize>,
+    /// Target queueing delay of --admission codel, milliseconds [default: 5].
+    #[arg(long, value_name = "MS")]
+    codel_target_ms: Option<f64>,
+    /// Interval of --admission codel, milliseconds [default: 100].
+    #[arg(long, value_name = "MS")]
+    codel_interval_ms: Option<f64>,
+    /// Class of a request = integer value of this header (missing or bad: 0).
+    #[arg(long, value_name = "NAME")]
+    class_header: Option<String>,
+    /// Automatic service degradation of the bottleneck handler (needs a target).
+    #[arg(long)]
+    degrade: bool,
+    /// What a refused request gets: reject (503 + Retry-After), redirect:URL (302), or
+    /// degrade (the handler's cheap answer) [default: reject].
+    #[arg(long, value_name = "ACTION")]
+    overload_action: Option<String>,
+    /// Retry-After of a 503, seconds [default: 1].
+    #[arg(long, value_name = "SECS")]
+    retry_after_secs: Option<u32>,
 }
 
 /// The same settings in a TOML file.
@@ -78,6 +143,93 @@ struct FileSettings {
     parse_threads: Option<usize>,
     staged: Option<bool>,
     shutdown_grace: Option<f64>,
+    bottleneck_ms: Option<f64>,
+    rt_target_ms: Option<f64>,
+    class_targets_ms: Option<Vec<f64>>,
+    admission: Option<String>,
+    queue_threshold: Option<usize>,
+    codel_target_ms: Option<f64>,
+    codel_interval_ms: Option<f64>,
+    class_header: Option<String>,
+    degrade: Option<bool>,
+    overload_action: Option<String>,
+    retry_after_secs: Option<u32>,
+    classes: Option<FileClasses>,
+    #[serde(default)]
+    handler: Vec<FileHandler>,
+    response_time: Option<FileResponseTime>,
+    gradient: Option<FileGradient>,
+    aimd: Option<FileAimd>,
+}
+
+/// `[response-time]` of the TOML file: the USITS'03 controller's parameters.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileResponseTime {
+    nreq: Option<usize>,
+    timeout_ms: Option<f64>,
+    alpha: Option<f64>,
+    err_d: Option<f64>,
+    err_i: Option<f64>,
+    adj_i: Option<f64>,
+    adj_d: Option<f64>,
+    c_i: Option<f64>,
+    rate_min: Option<f64>,
+    rate_max: Option<f64>,
+    initial_rate: Option<f64>,
+    bucket_depth: Option<f64>,
+}
+
+/// `[classes]` of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileClasses {
+    header: Option<String>,
+    cookie: Option<String>,
+    #[serde(default)]
+    prefixes: Vec<FilePrefix>,
+}
+
+/// One entry of `[classes] prefixes`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FilePrefix {
+    prefix: String,
+    class: u8,
+}
+
+/// One `[[handler]]` of the TOML file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileHandler {
+    name: String,
+    rt_target_ms: Option<f64>,
+    #[serde(default)]
+    class_targets_ms: Vec<f64>,
+}
+
+/// `[gradient]` of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileGradient {
+    initial: Option<f64>,
+    min: Option<f64>,
+    max: Option<f64>,
+    tolerance: Option<f64>,
+    smoothing: Option<f64>,
+    long_window: Option<f64>,
+    window_ms: Option<f64>,
+}
+
+/// `[aimd]` of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileAimd {
+    initial: Option<f64>,
+    min: Option<f64>,
+    max: Option<f64>,
+    backoff: Option<f64>,
+    timeout_ms: Option<f64>,
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration, String> {
@@ -90,9 +242,185 @@ fn secs(name: &str, v: f64) -> Result<Duration, String> {
     }
 }
 
-/// Merges the file's settings under the flags into a server configuration and the
-/// shutdown grace period.
-fn resolve(args: ServeArgs) -> Result<(ServerConfig, Option<PathBuf>, Duration), String> {
+fn millis(name: &str, v: f64) -> Result<Duration, String> {
+    if v.is_finite() && v > 0.0 && v < 1e12 {
+        Ok(Duration::from_secs_f64(v / 1000.0))
+    } else {
+        Err(format!(
+            "{name} must be a positive number of milliseconds, got {v}"
+        ))
+    }
+}
+
+fn overload_action(s: &str, retry_after_secs: u32) -> Result<OverloadAction, String> {
+    match s {
+        "reject" => Ok(OverloadAction::Reject503 { retry_after_secs }),
+        "degrade" => Ok(OverloadAction::Degrade),
+        _ => match s.strip_prefix("redirect:") {
+            Some(url) if !url.is_empty() && !url.contains(['\r', '\n']) => {
+                Ok(OverloadAction::Redirect(url.to_owned()))
+            }
+            _ => Err(format!(
+                "--overload-action must be reject, redirect:URL or degrade, got `{s}`"
+            )),
+        },
+    }
+}
+
+/// What `seda serve` runs: the server's configuration, the root, the shutdown grace
+/// period, and the overload control of the dynamic stages.
+#[derive(Debug)]
+struct Settings {
+    cfg: ServerConfig,
+    root: Option<PathBuf>,
+    grace: Duration,
+    overload: OverloadControl,
+    bottleneck: Option<Duration>,
+}
+
+/// The overload settings, flags over the file.
+fn resolve_overload(
+    args: &ServeArgs,
+    file: &FileSettings,
+) -> Result<(OverloadControl, Option<Duration>), String> {
+    let mut oc = OverloadControl::default();
+    let bottleneck = args
+        .bottleneck_ms
+        .or(file.bottleneck_ms)
+        .map(|v| millis("--bottleneck-ms", v))
+        .transpose()?;
+    oc.rt_target = args
+        .rt_target_ms
+        .or(file.rt_target_ms)
+        .map(|v| millis("--rt-target-ms", v))
+        .transpose()?;
+    if let Some(v) = &file.class_targets_ms {
+        oc.class_targets = v
+            .iter()
+            .map(|&t| millis("class-targets-ms", t))
+            .collect::<Result<_, _>>()?;
+    }
+    oc.admission = match (args.admission, &file.admission) {
+        (Some(a), _) => Some(a),
+        (None, Some(s)) => Some(s.parse::<Admission>()?),
+        (None, None) => None,
+    };
+    if let Some(n) = args.queue_threshold.or(file.queue_threshold) {
+        if n == 0 {
+            return Err("--queue-threshold must be at least 1".into());
+        }
+        oc.queue_threshold = n;
+    }
+    if let Some(v) = args.codel_target_ms.or(file.codel_target_ms) {
+        oc.codel.target = millis("--codel-target-ms", v)?;
+    }
+    if let Some(v) = args.codel_interval_ms.or(file.codel_interval_ms) {
+        oc.codel.interval = millis("--codel-interval-ms", v)?;
+    }
+    if let Some(c) = &file.classes {
+        oc.classes.header.clone_from(&c.header);
+        oc.classes.cookie.clone_from(&c.cookie);
+        for p in &c.prefixes {
+            let prefix: AddrPrefix = p
+                .prefix
+                .parse()
+                .map_err(|e| format!("[classes] prefixes: {e}"))?;
+            oc.classes.prefixes.push((prefix, p.class));
+        }
+    }
+    if let Some(h) = args.class_header.as_ref().or(file.class_header.as_ref()) {
+        oc.classes.header = Some(h.clone());
+    }
+    for h in &file.handler {
+        if oc.handlers.iter().any(|o| o.name == h.name) {
+            return Err(format!("[[handler]] `{}` appears twice", h.name));
+        }
+        oc.handlers.push(HandlerTargets {
+            name: h.name.clone(),
+            rt_target: h
+                .rt_target_ms
+                .map(|v| millis("rt-target-ms", v))
+                .transpose()?,
+            class_targets: h
+                .class_targets_ms
+                .iter()
+                .map(|&t| millis("class-targets-ms", t))
+                .collect::<Result<_, _>>()?,
+        });
+    }
+    if let Some(r) = &file.response_time {
+        let c = &mut oc.response_time;
+        c.nreq = r.nreq.unwrap_or(c.nreq);
+        if let Some(v) = r.timeout_ms {
+            c.timeout = millis("[response-time] timeout-ms", v)?;
+        }
+        for (field, v) in [
+            (&mut c.alpha, r.alpha),
+            (&mut c.err_d, r.err_d),
+            (&mut c.err_i, r.err_i),
+            (&mut c.adj_i, r.adj_i),
+            (&mut c.adj_d, r.adj_d),
+            (&mut c.c_i, r.c_i),
+            (&mut c.rate_min, r.rate_min),
+            (&mut c.rate_max, r.rate_max),
+            (&mut c.initial_rate, r.initial_rate),
+            (&mut c.bucket_depth, r.bucket_depth),
+        ] {
+            if let Some(v) = v {
+                *field = v;
+            }
+        }
+        c.validate().map_err(|e| format!("[response-time]: {e}"))?;
+    }
+    if let Some(g) = &file.gradient {
+        let d = GradientLimitConfig::default();
+        oc.gradient = GradientLimitConfig {
+            initial: g.initial.unwrap_or(d.initial),
+            min: g.min.unwrap_or(d.min),
+            max: g.max.unwrap_or(d.max),
+            tolerance: g.tolerance.unwrap_or(d.tolerance),
+            smoothing: g.smoothing.unwrap_or(d.smoothing),
+            long_window: g.long_window.unwrap_or(d.long_window),
+            window: g
+                .window_ms
+                .map(|v| millis("[gradient] window-ms", v))
+                .transpose()?
+                .unwrap_or(d.window),
+        };
+    }
+    if let Some(a) = &file.aimd {
+        let timeout = match a.timeout_ms {
+            Some(v) => millis("[aimd] timeout-ms", v)?,
+            None => oc.rt_target.unwrap_or(Duration::from_secs(1)),
+        };
+        let d = AimdLimitConfig::with_timeout(timeout);
+        oc.aimd = Some(AimdLimitConfig {
+            initial: a.initial.unwrap_or(d.initial),
+            min: a.min.unwrap_or(d.min),
+            max: a.max.unwrap_or(d.max),
+            backoff: a.backoff.unwrap_or(d.backoff),
+            timeout,
+        });
+    }
+    let retry_after_secs = args.retry_after_secs.or(file.retry_after_secs).unwrap_or(1);
+    if let Some(a) = args
+        .overload_action
+        .as_ref()
+        .or(file.overload_action.as_ref())
+    {
+        oc.on_overload = overload_action(a, retry_after_secs)?;
+    } else {
+        oc.on_overload = OverloadAction::Reject503 { retry_after_secs };
+    }
+    oc.degrade = args.degrade || file.degrade.unwrap_or(false);
+    if oc.degrade && bottleneck.is_none() {
+        return Err("--degrade needs --bottleneck-ms (the handler it degrades)".into());
+    }
+    Ok((oc, bottleneck))
+}
+
+/// Merges the file's settings under the flags.
+fn resolve(args: ServeArgs) -> Result<Settings, String> {
     let file = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -116,6 +444,7 @@ fn resolve(args: ServeArgs) -> Result<(ServerConfig, Option<PathBuf>, Duration),
             .checked_mul(1 << 20)
             .ok_or_else(|| format!("--cache-mb {mb} is too large"))?;
     }
+    let (overload, bottleneck) = resolve_overload(&args, &file)?;
     let model = match (args.thread_model, file.thread_model) {
         (Some(m), _) => Some(m),
         (None, Some(s)) => Some(s.parse::<ThreadModel>()?),
@@ -147,12 +476,24 @@ fn resolve(args: ServeArgs) -> Result<(ServerConfig, Option<PathBuf>, Duration),
         "shutdown-grace",
         args.shutdown_grace.or(file.shutdown_grace).unwrap_or(10.0),
     )?;
-    Ok((cfg, args.root.or(file.root), grace))
+    Ok(Settings {
+        cfg,
+        root: args.root.or(file.root),
+        grace,
+        overload,
+        bottleneck,
+    })
 }
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(args: ServeArgs) -> Result<(), String> {
-    let (mut cfg, root, grace) = resolve(args)?;
+    let Settings {
+        mut cfg,
+        root,
+        grace,
+        overload,
+        bottleneck,
+    } = resolve(args)?;
     let demo = match root {
         Some(root) => {
             cfg.root = root;
@@ -166,6 +507,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             Some(site)
         }
     };
+    let calibrated = mount_overload(&mut cfg, &overload, bottleneck)?;
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
@@ -178,6 +520,12 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     };
     let server = Server::start(cfg).map_err(|e| e.to_string())?;
     println!("listening on http://{}", server.local_addr());
+    if let (Some(ms), Some(passes)) = (bottleneck, calibrated) {
+        println!(
+            "bottleneck: {} ms calibrated to {passes} iterations",
+            ms.as_secs_f64() * 1000.0
+        );
+    }
     let _ = std::io::stdout().flush();
     eprintln!(
         "seda serve: serving {root_shown}; admin at http://{}/_seda/stats; Ctrl-C to stop",
@@ -200,6 +548,54 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Adds the bottleneck handler (if asked for) and applies the overload control to
+/// every dynamic handler; returns the bottleneck's calibrated passes.
+fn mount_overload(
+    cfg: &mut ServerConfig,
+    overload: &OverloadControl,
+    bottleneck: Option<Duration>,
+) -> Result<Option<u64>, String> {
+    // Every check before the calibration, so that a bad setting fails at once.
+    let mut names: Vec<String> = cfg.handlers.iter().map(registration_name).collect();
+    let mut quality = None;
+    if bottleneck.is_some() {
+        names.push("bottleneck".into());
+        if overload.degrade {
+            quality = Some(
+                overload
+                    .quality_for("bottleneck")
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+    }
+    overload
+        .validate(names.iter().map(String::as_str))
+        .map_err(|e| e.to_string())?;
+    let mut passes = None;
+    if let Some(ms) = bottleneck {
+        let mut b = Bottleneck::calibrate(ms)
+            .map_err(|e| format!("cannot set up the bottleneck handler: {e}"))?;
+        passes = Some(b.passes());
+        if let Some(q) = quality {
+            b = b.degrade(q, DEFAULT_SAMPLE_PERIOD)?;
+        }
+        cfg.handlers.push(b.registration());
+    }
+    cfg.handlers = std::mem::take(&mut cfg.handlers)
+        .into_iter()
+        .map(|r| overload.apply(r).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    Ok(passes)
+}
+
+/// The handler name of a registration (its stage is `handler:<name>`).
+fn registration_name(r: &seda_http::HandlerRegistration) -> String {
+    r.stage_name()
+        .strip_prefix("handler:")
+        .unwrap_or_default()
+        .to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,7 +611,7 @@ mod tests {
             cache_mb: Some(3),
             ..ServeArgs::default()
         };
-        let (cfg, root, _) = resolve(args).unwrap();
+        let Settings { cfg, root, .. } = resolve(args).unwrap();
         assert_eq!(cfg.listen, "127.0.0.1:9999".parse().unwrap());
         assert_eq!(cfg.cache_bytes, 3 << 20, "the flag wins");
         assert_eq!(cfg.thread_model, ThreadModel::Shared);
@@ -236,5 +632,195 @@ mod tests {
         .unwrap_err();
         assert!(err.contains("header-timeout"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Writes `toml` to a fresh file and resolves it under `args`.
+    fn with_file(toml: &str, args: ServeArgs) -> Result<Settings, String> {
+        let dir = tempfile_dir();
+        let file = dir.join("serve.toml");
+        std::fs::write(&file, toml).unwrap();
+        let r = resolve(ServeArgs {
+            config: Some(file),
+            ..args
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        r
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "seda-serve-overload-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn overload_settings_from_flags_and_toml() {
+        let toml = r#"
+            rt-target-ms = 800
+            admission = "codel"
+            codel-interval-ms = 50
+            overload-action = "redirect:http://elsewhere/busy"
+            [classes]
+            header = "X-From-File"
+            cookie = "class"
+            prefixes = [{ prefix = "127.0.0.2/32", class = 1 }, { prefix = "::1/128", class = 2 }]
+            [[handler]]
+            name = "bottleneck"
+            rt-target-ms = 500
+            class-targets-ms = [1000, 200]
+            [aimd]
+            backoff = 0.8
+            [response-time]
+            nreq = 20
+            bucket-depth = 4
+        "#;
+        let s = with_file(
+            toml,
+            ServeArgs {
+                admission: Some(Admission::ResponseTime),
+                class_header: Some("X-Class".into()),
+                bottleneck_ms: Some(40.0),
+                degrade: true,
+                ..ServeArgs::default()
+            },
+        )
+        .unwrap();
+        let oc = &s.overload;
+        assert_eq!(s.bottleneck, Some(Duration::from_millis(40)));
+        assert_eq!(oc.admission, Some(Admission::ResponseTime), "the flag wins");
+        assert_eq!(oc.rt_target, Some(Duration::from_millis(800)));
+        assert_eq!(oc.codel.interval, Duration::from_millis(50));
+        assert_eq!(oc.classes.header.as_deref(), Some("X-Class"));
+        assert_eq!(oc.classes.cookie.as_deref(), Some("class"));
+        assert_eq!(oc.classes.prefixes.len(), 2);
+        assert_eq!(oc.handlers[0].rt_target, Some(Duration::from_millis(500)));
+        assert_eq!(oc.handlers[0].class_targets.len(), 2);
+        assert_eq!(oc.aimd.as_ref().map(|a| a.backoff), Some(0.8));
+        assert_eq!(
+            (oc.response_time.nreq, oc.response_time.bucket_depth),
+            (20, 4.0)
+        );
+        assert_eq!(
+            oc.aimd.as_ref().map(|a| a.timeout),
+            Some(Duration::from_millis(800)),
+            "aimd's timeout defaults to the target"
+        );
+        assert!(oc.degrade);
+        assert_eq!(
+            oc.on_overload,
+            OverloadAction::Redirect("http://elsewhere/busy".into())
+        );
+        assert_eq!(
+            oc.target_for("bottleneck"),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            oc.policy_for("bottleneck").unwrap().unwrap().name(),
+            "multiclass",
+            "classes turn response-time into multiclass"
+        );
+
+        let s = with_file("", ServeArgs::default()).unwrap();
+        assert_eq!(s.overload.policy_kind(), Admission::None);
+        assert_eq!(
+            s.overload.on_overload,
+            OverloadAction::Reject503 {
+                retry_after_secs: 1
+            }
+        );
+        let s = resolve(ServeArgs {
+            rt_target_ms: Some(100.0),
+            retry_after_secs: Some(3),
+            overload_action: Some("reject".into()),
+            ..ServeArgs::default()
+        })
+        .unwrap();
+        assert_eq!(s.overload.policy_kind(), Admission::ResponseTime);
+        assert_eq!(
+            s.overload.on_overload,
+            OverloadAction::Reject503 {
+                retry_after_secs: 3
+            }
+        );
+    }
+
+    #[test]
+    fn bad_overload_settings_are_one_line_errors() {
+        let cases: [(&str, ServeArgs, &str); 8] = [
+            (
+                "[response-time]\nadj-d = 0.5\n",
+                ServeArgs::default(),
+                "adj_d must be above 1",
+            ),
+            (
+                "[classes]\nprefixes = [{ prefix = \"10.0.0.0/33\", class = 1 }]\n",
+                ServeArgs::default(),
+                "bad address prefix",
+            ),
+            ("admission = \"bogus\"\n", ServeArgs::default(), "bogus"),
+            (
+                "",
+                ServeArgs {
+                    overload_action: Some("redirect:".into()),
+                    ..ServeArgs::default()
+                },
+                "--overload-action",
+            ),
+            (
+                "",
+                ServeArgs {
+                    rt_target_ms: Some(0.0),
+                    ..ServeArgs::default()
+                },
+                "--rt-target-ms",
+            ),
+            (
+                "",
+                ServeArgs {
+                    degrade: true,
+                    ..ServeArgs::default()
+                },
+                "--degrade needs --bottleneck-ms",
+            ),
+            (
+                "[[handler]]\nname = \"a\"\n[[handler]]\nname = \"a\"\n",
+                ServeArgs::default(),
+                "twice",
+            ),
+            ("[classes]\nheadr = \"X\"\n", ServeArgs::default(), "headr"),
+        ];
+        for (toml, args, want) in cases {
+            let err = with_file(toml, args).unwrap_err();
+            assert!(err.contains(want) && !err.contains('\n'), "{want}: {err}");
+        }
+        // Errors that need the handlers: a policy without its target, an unknown
+        // [[handler]].
+        for (toml, args, want) in [
+            (
+                "",
+                ServeArgs {
+                    admission: Some(Admission::Multiclass),
+                    ..ServeArgs::default()
+                },
+                "needs a response-time target",
+            ),
+            (
+                "[[handler]]\nname = \"nosuch\"\n",
+                ServeArgs::default(),
+                "nosuch",
+            ),
+        ] {
+            let s = with_file(toml, args).unwrap();
+            let mut cfg = ServerConfig::default();
+            cfg.handlers.push(DemoSite::hello_handler());
+            let err = mount_overload(&mut cfg, &s.overload, s.bottleneck).unwrap_err();
+            assert!(err.contains(want) && !err.contains('\n'), "{want}: {err}");
+        }
     }
 }
