@@ -16,6 +16,16 @@
 //!   dynamic stages (USITS'03 3.2-3.4); [`Bottleneck`]: the calibrated CPU-bound
 //!   handler of SEDA 5.1.4 with its quality knob and automatic degradation.
 //!
+//! # Overload control (`seda serve`)
+//! | flag | effect |
+//! |---|---|
+//! | `--bottleneck-ms N` | mounts [`Bottleneck`] at `/bottleneck` (~N ms of CPU per request; `?q=0..1`) |
+//! | `--rt-target-ms N` | p90 target of every dynamic stage; selects the USITS'03 response-time controller |
+//! | `--admission P` | [`Admission`]: `response-time`, `multiclass`, `codel`, `gradient`, `aimd`, `queue-threshold`, `none` |
+//! | `--class-header H` | [`ClassRules`]: class = integer value of header `H` (TOML adds cookie and address prefixes) |
+//! | `--degrade` | automatic quality of the bottleneck (USITS'03 3.4), admission back on at the lowest quality |
+//! | `--overload-action A` | `reject` (503 + `Retry-After: --retry-after-secs`), `redirect:URL`, `degrade` |
+//!
 //! ```no_run
 //! use seda_http::{DemoSite, Server, ServerConfig};
 //! let site = DemoSite::create().unwrap();
