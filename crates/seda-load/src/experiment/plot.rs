@@ -149,7 +149,12 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
     c.configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
+        // Time series start low and empty (before a spike); CDFs end high on the right.
+        .position(if chart.x_log {
+            SeriesLabelPosition::LowerRight
+        } else {
+            SeriesLabelPosition::UpperLeft
+        })
         .draw()
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;

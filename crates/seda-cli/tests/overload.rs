@@ -1,0 +1,85 @@
+//! `seda experiment overload` end to end: one tiny scenario (SEDA Fig. 13, no control
+//! vs the response-time controller) against the real `seda serve` on loopback.
+//!
+//! Bounded: the experiment process is killed if it runs past [`BOUND`].
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SEDA: &str = env!("CARGO_BIN_EXE_seda");
+const BOUND: Duration = Duration::from_secs(30);
+
+#[test]
+fn fig13_quick_runs_against_the_real_server_and_control_rejects() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("overload");
+    let mut child = Command::new(SEDA)
+        .args([
+            "experiment",
+            "overload",
+            "--quick",
+            "--scale",
+            "0.5",
+            "--scenarios",
+            "fig13",
+            "--fig13-users",
+            "100",
+            "--out",
+        ])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > BOUND {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("seda experiment overload ran longer than {BOUND:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(status.success(), "exit {status}: {stderr}");
+    // Progress: one line per run, naming the run.
+    assert!(stderr.contains("fig13/none") && stderr.contains("fig13/response-time"));
+    assert!(!stderr.contains("failed:"), "{stderr}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("runs.json")).unwrap()).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{stderr}");
+    let report = |i: usize| &runs[i]["groups"][0]["report"];
+    for (i, run) in runs.iter().enumerate() {
+        let report = &run["groups"][0]["report"];
+        assert!(report["completed"].as_u64().unwrap() > 0, "run {i}");
+        assert!(!report["timeseries"].as_array().unwrap().is_empty());
+        assert!(
+            !run["stats"]["samples"].as_array().unwrap().is_empty(),
+            "run {i} has no /_seda/stats samples: {stderr}"
+        );
+    }
+    // 100 users with 20 ms think time on a 10 ms bottleneck: without control nothing is
+    // refused; with a 200 ms target the controller refuses some requests with a 503.
+    assert_eq!(report(0)["rejected"], 0);
+    assert!(
+        report(1)["rejected"].as_u64().unwrap() > 0,
+        "the response-time controller rejected nothing: {stderr}"
+    );
+    let sample = &runs[1]["stats"]["samples"][0];
+    assert_eq!(sample["policy"], "response-time", "{sample}");
+    assert_eq!(sample["target_ms"], 200.0, "{sample}");
+
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(table.contains("SEDA SOSP'01 Fig. 13") && table.contains("response-time"));
+    for chart in ["fig13-p90.svg", "fig13-reject.svg", "fig13-cdf.svg"] {
+        let svg = std::fs::read_to_string(out.join(chart)).unwrap();
+        assert!(svg.starts_with("<svg"), "{chart}");
+    }
+}
