@@ -727,7 +727,7 @@ mod tests {
         );
 
         let s = with_file("", ServeArgs::default()).unwrap();
-        assert_eq!(s.overload.policy_kind(), Admission::None);
+        assert_eq!(s.overload.policy_kind("bottleneck"), Admission::None);
         assert_eq!(
             s.overload.on_overload,
             OverloadAction::Reject503 {
@@ -741,7 +741,10 @@ mod tests {
             ..ServeArgs::default()
         })
         .unwrap();
-        assert_eq!(s.overload.policy_kind(), Admission::ResponseTime);
+        assert_eq!(
+            s.overload.policy_kind("bottleneck"),
+            Admission::ResponseTime
+        );
         assert_eq!(
             s.overload.on_overload,
             OverloadAction::Reject503 {

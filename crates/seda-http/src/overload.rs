@@ -259,8 +259,8 @@ pub struct HandlerTargets {
 /// `Retry-After: 1` when a queue is full.
 #[derive(Clone, Debug)]
 pub struct OverloadControl {
-    /// Policy of every dynamic stage; `None`: `response-time` if a target is set,
-    /// else no admission control.
+    /// Policy of every dynamic stage; `None`: `response-time` on the stages that have
+    /// a target, no admission control on the others.
     pub admission: Option<Admission>,
     /// p90 response-time target of every dynamic stage.
     pub rt_target: Option<Duration>,
@@ -312,20 +312,13 @@ fn config_err(msg: impl Into<String>) -> ServerError {
 }
 
 impl OverloadControl {
-    /// The policy named or implied (see [`OverloadControl::admission`]).
-    pub fn policy_kind(&self) -> Admission {
+    /// The policy of `handler`'s stage, named or implied: without a name, a target
+    /// for that handler (its own, the global one, or class targets) implies
+    /// `response-time`, else `none`.
+    pub fn policy_kind(&self, handler: &str) -> Admission {
         match self.admission {
             Some(a) => a,
-            None if self.rt_target.is_some() || !self.class_targets.is_empty() => {
-                Admission::ResponseTime
-            }
-            None if self
-                .handlers
-                .iter()
-                .any(|h| h.rt_target.is_some() || !h.class_targets.is_empty()) =>
-            {
-                Admission::ResponseTime
-            }
+            None if self.target_for(handler).is_some() => Admission::ResponseTime,
             None => Admission::None,
         }
     }
@@ -352,7 +345,7 @@ impl OverloadControl {
         &self,
         handler: &str,
     ) -> Result<Option<Arc<dyn AdmissionPolicy>>, ServerError> {
-        let kind = self.policy_kind();
+        let kind = self.policy_kind(handler);
         let target = self.target_for(handler);
         if kind.needs_target() && target.is_none() {
             return Err(config_err(format!(
@@ -413,7 +406,7 @@ impl OverloadControl {
             config_err("--degrade needs a response-time target (--rt-target-ms, or rt-target-ms in the config)")
         })?;
         let mut cfg = QualityConfig::with_target(target);
-        if self.policy_kind() == Admission::None {
+        if self.policy_kind(handler) == Admission::None {
             cfg.reenable_after = None;
         }
         cfg.validate()
@@ -549,7 +542,7 @@ mod tests {
             rt_target: Some(Duration::from_millis(500)),
             ..OverloadControl::default()
         };
-        assert_eq!(oc.policy_kind(), Admission::ResponseTime);
+        assert_eq!(oc.policy_kind("a"), Admission::ResponseTime);
         let a = oc.policy_for("a").unwrap().unwrap();
         let b = oc.policy_for("b").unwrap().unwrap();
         assert!(!Arc::ptr_eq(&a, &b));

@@ -214,7 +214,7 @@ fn the_low_class_is_rejected_before_the_high_class() {
         },
         ..OverloadControl::default()
     };
-    assert_eq!(control.policy_kind(), Admission::ResponseTime);
+    assert_eq!(control.policy_kind("slow"), Admission::ResponseTime);
     // 4 threads x 20 ms: capacity 200 requests/s. Two high-class clients alone fit
     // (at most 100/s); ten low-class clients on top overload the stage.
     let reg = HandlerRegistration::new("/slow", slow(20)).thread_pool(fixed_threads(4));
