@@ -43,6 +43,7 @@ const BATCHING_INTERVAL: Duration = Duration::from_millis(250);
 /// Length of the stats window behind the current p90 estimate.
 const STATS_WINDOW: Duration = Duration::from_secs(1);
 
+
 thread_local! {
     static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
 }
@@ -780,6 +781,10 @@ impl<E: Send + 'static> StageCore<E> {
                 {
                     break None;
                 }
+                // No spinning before the sleep: measured on the Fig. 11 socket bench
+                // (16 clients, 4 alternating runs), 64 polls + 4 yields after each
+                // batch cut seda-io's throughput from a median of 1,163 to 912 MB/s
+                // on 2 cores: the spinning worker takes the core the producer needs.
                 q.sleepers += 1;
                 let timed_out = self.not_empty.wait_for(&mut q, idle_timeout).timed_out();
                 q.sleepers -= 1;

@@ -11,7 +11,7 @@
 //!   events is in `blocked`, one over its read rate is in `throttled`; no edge is lost.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpListener;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
+use rustix::buffer::spare_capacity;
 use seda::{Color, EnqueueError, Meta};
 
 use super::conn::{Conn, WriteState};
@@ -104,7 +105,7 @@ pub(crate) fn run(shared: &Shared, idx: usize) {
         throttled: Vec::new(),
         accept_retry: None,
         turn: 0,
-        buf: vec![0; shared.cfg.read_chunk],
+        buf: Vec::with_capacity(shared.cfg.read_chunk),
     };
     l.main();
     l.finish();
@@ -305,7 +306,11 @@ impl EventLoop<'_> {
             }
         }
         lc.read_turn = turn;
-        let res = (&lc.conn.stream).read(&mut self.buf);
+        // Read into the buffer's spare capacity: no zeroing of a fresh 16 KB buffer
+        // per read (memset and page faults were ~6% of the loop's CPU in Fig. 11).
+        self.buf.clear();
+        let res = rustix::io::read(&lc.conn.stream, spare_capacity(&mut self.buf))
+            .map_err(io::Error::from);
         match res {
             Ok(0) => self.close(id, CloseReason::PeerClosed),
             Ok(n) => {
@@ -318,9 +323,7 @@ impl EventLoop<'_> {
                 // At least half a chunk: hand the read buffer itself over (no copy,
                 // at most 2x memory) and start a fresh one; less: copy out exactly.
                 let bytes = if n >= chunk / 2 {
-                    let mut full = std::mem::replace(&mut self.buf, vec![0; chunk]);
-                    full.truncate(n);
-                    full
+                    std::mem::replace(&mut self.buf, Vec::with_capacity(chunk))
                 } else {
                     self.buf[..n].to_vec()
                 };
