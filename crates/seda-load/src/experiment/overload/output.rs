@@ -360,7 +360,12 @@ pub fn table(r: &OverloadResults) -> String {
                                 w.start_s as f64,
                                 w.end_s as f64,
                             );
-                            format!("{a} / {rj}")
+                            // A server without class rules counts everyone as class 0.
+                            if a + rj == 0 {
+                                "-".to_string()
+                            } else {
+                                format!("{a} / {rj}")
+                            }
                         });
                         let _ = writeln!(
                             s,
