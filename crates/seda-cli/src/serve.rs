@@ -22,7 +22,8 @@
 //! prefixes = [{ prefix = "127.0.0.2/32", class = 1 }]   # first match wins
 //! [response-time]                      # USITS'03 Fig. 4 parameters; any of: nreq,
 //! bucket-depth = 4                       #   timeout-ms, alpha, err-d, err-i, adj-i,
-//!                                        #   adj-d, c-i, rate-min, rate-max, initial-rate
+//!                                        #   adj-d, c-i, rate-min, rate-max, initial-rate,
+//!                                        #   burst-ms (0: the paper's fixed depth)
 //! [[handler]]
 //! name = "bottleneck"
 //! rt-target-ms = 500
@@ -178,6 +179,7 @@ struct FileResponseTime {
     rate_max: Option<f64>,
     initial_rate: Option<f64>,
     bucket_depth: Option<f64>,
+    burst_ms: Option<f64>,
 }
 
 /// `[classes]` of the TOML file.
@@ -353,6 +355,13 @@ fn resolve_overload(
         c.nreq = r.nreq.unwrap_or(c.nreq);
         if let Some(v) = r.timeout_ms {
             c.timeout = millis("[response-time] timeout-ms", v)?;
+        }
+        if let Some(v) = r.burst_ms {
+            c.burst = if v == 0.0 {
+                Duration::ZERO
+            } else {
+                millis("[response-time] burst-ms", v)?
+            };
         }
         for (field, v) in [
             (&mut c.alpha, r.alpha),

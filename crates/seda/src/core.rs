@@ -43,7 +43,6 @@ const BATCHING_INTERVAL: Duration = Duration::from_millis(250);
 /// Length of the stats window behind the current p90 estimate.
 const STATS_WINDOW: Duration = Duration::from_secs(1);
 
-
 thread_local! {
     static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
 }
@@ -705,7 +704,15 @@ impl<E: Send + 'static> StageCore<E> {
             })
             .collect();
         self.stats.record(&samples);
-        if let Some(policy) = &self.admission {
+        // Completions feed the policy only while admission control is on: events that
+        // entered while it was off (service degradation, USITS'03 3.4) never passed
+        // the policy, and their response times would drive its state (a token rate cut
+        // to the floor, say) for a regime that no longer holds when it is switched on.
+        if let Some(policy) = self
+            .admission
+            .as_ref()
+            .filter(|_| self.admission_on.load(Relaxed))
+        {
             for ((meta, _), s) in stamps.iter().zip(&samples) {
                 policy.on_complete(&Completion {
                     class: meta.class,
@@ -812,9 +819,13 @@ impl<E: Send + 'static> StageCore<E> {
         }
     }
 
+    /// The policy's estimate while admission control is on (it is what the policy
+    /// acts on); otherwise, or without one, the p90 of the last stats window. A policy
+    /// switched off sees no samples, so its estimate would be stale.
     fn p90(&self) -> Option<Duration> {
         self.admission
             .as_ref()
+            .filter(|_| self.admission_on.load(Relaxed))
             .and_then(|a| a.state().p90_ms)
             .map(|ms| Duration::from_secs_f64(ms / 1000.0))
             .or_else(|| self.stats.recent_p90())
@@ -958,7 +969,10 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
             self.stats.rotate_window();
             c.last_window = now;
         }
-        if let Some(policy) = &self.admission {
+        // Like completions, ticks drive the policy only while admission control is on.
+        if let Some(policy) = &self.admission
+            && self.admission_on.load(Relaxed)
+        {
             policy.on_tick(now);
         }
         let interval = self.pool_config.interval;

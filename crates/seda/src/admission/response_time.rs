@@ -29,6 +29,8 @@ struct Single {
     ctl: ResponseTimeController,
     window: P90Window,
     bucket: TokenBucket,
+    /// Admitted and not yet completed (for idle windows).
+    in_flight: u64,
 }
 
 impl Single {
@@ -53,12 +55,13 @@ impl ResponseTimePolicy {
         let ctl = ResponseTimeController::new(cfg)?;
         let c = ctl.config();
         let window = P90Window::new(c.nreq, c.timeout, now);
-        let bucket = TokenBucket::new(c.initial_rate, c.bucket_depth, now);
+        let bucket = TokenBucket::with_burst(c.initial_rate, c.bucket_depth, c.burst, now);
         Ok(Self {
             inner: Mutex::new(Single {
                 ctl,
                 window,
                 bucket,
+                in_flight: 0,
             }),
         })
     }
@@ -75,18 +78,23 @@ impl AdmissionPolicy for ResponseTimePolicy {
     }
 
     fn admit(&self, offer: &Offer) -> bool {
-        self.inner.lock().bucket.try_take(offer.now)
+        let mut s = self.inner.lock();
+        let ok = s.bucket.try_take(offer.now);
+        s.in_flight += u64::from(ok);
+        ok
     }
 
     fn on_complete(&self, done: &Completion) {
         let mut s = self.inner.lock();
+        s.in_flight = s.in_flight.saturating_sub(1);
         let samp = s.window.push(done.response_time, done.now);
         s.apply(samp, done.now);
     }
 
     fn on_tick(&self, now: Instant) {
         let mut s = self.inner.lock();
-        let samp = s.window.tick(now);
+        let idle = s.in_flight == 0;
+        let samp = s.window.tick_idle(now, idle);
         s.apply(samp, now);
     }
 
@@ -107,9 +115,12 @@ struct Multi {
     ctl: MulticlassController,
     windows: BTreeMap<Class, P90Window>,
     buckets: BTreeMap<Class, TokenBucket>,
+    /// Admitted and not yet completed, per class (for idle windows).
+    in_flight: BTreeMap<Class, u64>,
     nreq: usize,
     timeout: std::time::Duration,
     depth: f64,
+    burst: std::time::Duration,
 }
 
 impl Multi {
@@ -127,7 +138,7 @@ impl Multi {
             self.ctl.add_class(class);
             self.windows
                 .insert(class, P90Window::new(self.nreq, self.timeout, now));
-            let b = TokenBucket::new(self.ctl.rate(class), self.depth, now);
+            let b = TokenBucket::with_burst(self.ctl.rate(class), self.depth, self.burst, now);
             self.buckets.insert(class, b);
         }
         self.buckets.get_mut(&class).expect("inserted")
@@ -147,15 +158,18 @@ impl MulticlassPolicy {
         let nreq = cfg.base.nreq;
         let timeout = cfg.base.timeout;
         let depth = cfg.base.bucket_depth;
+        let burst = cfg.base.burst;
         let ctl = MulticlassController::new(cfg)?;
         let now = Instant::now();
         let mut m = Multi {
             ctl,
             windows: BTreeMap::new(),
             buckets: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
             nreq,
             timeout,
             depth,
+            burst,
         };
         let known: Vec<Class> = m.ctl.classes().collect();
         for c in known {
@@ -173,15 +187,20 @@ impl AdmissionPolicy for MulticlassPolicy {
     }
 
     fn admit(&self, offer: &Offer) -> bool {
-        self.inner
-            .lock()
-            .bucket(offer.class, offer.now)
-            .try_take(offer.now)
+        let mut m = self.inner.lock();
+        let ok = m.bucket(offer.class, offer.now).try_take(offer.now);
+        if ok {
+            *m.in_flight.entry(offer.class).or_default() += 1;
+        }
+        ok
     }
 
     fn on_complete(&self, done: &Completion) {
         let mut m = self.inner.lock();
         m.bucket(done.class, done.now);
+        if let Some(n) = m.in_flight.get_mut(&done.class) {
+            *n = n.saturating_sub(1);
+        }
         let samp = m
             .windows
             .get_mut(&done.class)
@@ -194,10 +213,15 @@ impl AdmissionPolicy for MulticlassPolicy {
 
     fn on_tick(&self, now: Instant) {
         let mut m = self.inner.lock();
-        let due: Vec<(Class, std::time::Duration)> = m
-            .windows
+        let Multi {
+            windows, in_flight, ..
+        } = &mut *m;
+        let due: Vec<(Class, std::time::Duration)> = windows
             .iter_mut()
-            .filter_map(|(c, w)| w.tick(now).map(|s| (*c, s)))
+            .filter_map(|(c, w)| {
+                let idle = in_flight.get(c).copied().unwrap_or(0) == 0;
+                w.tick_idle(now, idle).map(|s| (*c, s))
+            })
             .collect();
         if due.is_empty() {
             return;

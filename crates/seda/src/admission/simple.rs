@@ -127,6 +127,8 @@ impl AdmissionPolicy for Red {
 pub struct TokenBucket {
     rate: f64,
     depth: f64,
+    min_depth: f64,
+    burst: f64,
     tokens: f64,
     last: Instant,
 }
@@ -134,10 +136,20 @@ pub struct TokenBucket {
 impl TokenBucket {
     /// A full bucket.
     pub fn new(rate: f64, depth: f64, now: Instant) -> Self {
-        let depth = depth.max(1.0);
+        Self::with_burst(rate, depth, Duration::ZERO, now)
+    }
+
+    /// A full bucket whose depth follows the rate: `max(min_depth, rate * burst)`.
+    pub fn with_burst(rate: f64, min_depth: f64, burst: Duration, now: Instant) -> Self {
+        let rate = rate.max(0.0);
+        let min_depth = min_depth.max(1.0);
+        let burst = burst.as_secs_f64();
+        let depth = min_depth.max(rate * burst);
         Self {
-            rate: rate.max(0.0),
+            rate,
             depth,
+            min_depth,
+            burst,
             tokens: depth,
             last: now,
         }
@@ -167,6 +179,13 @@ impl TokenBucket {
     pub fn set_rate(&mut self, rate: f64, now: Instant) {
         self.refill(now);
         self.rate = rate.max(0.0);
+        self.depth = self.min_depth.max(self.rate * self.burst);
+        self.tokens = self.tokens.min(self.depth);
+    }
+
+    /// Current depth, tokens.
+    pub fn depth(&self) -> f64 {
+        self.depth
     }
 
     /// Current rate, tokens per second.
