@@ -669,7 +669,13 @@ fn run_one(
         kind: ServerKind::Haboob {
             seda: cfg.seda.clone(),
             cache_mb: 16,
-            extra: spec.serve_args.clone(),
+            // A server with a long queue (no control) would use the whole default
+            // grace of 10 s to stop; the run's figures are taken by then.
+            extra: [
+                spec.serve_args.as_slice(),
+                &["--shutdown-grace".into(), "1".into()],
+            ]
+            .concat(),
         },
     };
     let server = ServerProcess::start(&server_spec, root)?;
