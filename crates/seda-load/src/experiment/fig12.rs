@@ -296,14 +296,7 @@ fn cdf_name(r: &Fig12Results) -> String {
 
 /// Write runs.json, table.md and the two charts from the runs so far.
 pub fn write_outputs(out: &Path, r: &Fig12Results) -> Result<(), String> {
-    let w = |name: &str, text: String| {
-        std::fs::write(out.join(name), text).map_err(|e| format!("cannot write {name}: {e}"))
-    };
-    w(
-        "runs.json",
-        serde_json::to_string_pretty(r).map_err(|e| e.to_string())?,
-    )?;
-    w("table.md", table(r))?;
+    crate::experiment::write_runs_and_table(out, r, table(r))?;
     let names: Vec<&String> = r
         .servers
         .iter()

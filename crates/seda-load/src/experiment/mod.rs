@@ -12,6 +12,22 @@ pub mod overload;
 pub mod plot;
 pub mod server;
 
+/// Writes an experiment's `runs.json` (every run, pretty JSON) and `table.md` to `out`.
+pub fn write_runs_and_table<T: serde::Serialize>(
+    out: &std::path::Path,
+    runs: &T,
+    table: String,
+) -> Result<(), String> {
+    let w = |name: &str, text: String| {
+        std::fs::write(out.join(name), text).map_err(|e| format!("cannot write {name}: {e}"))
+    };
+    w(
+        "runs.json",
+        serde_json::to_string_pretty(runs).map_err(|e| e.to_string())?,
+    )?;
+    w("table.md", table)
+}
+
 /// Today's date in UTC as YYYY-MM-DD.
 pub fn date_utc() -> String {
     let secs = std::time::SystemTime::now()

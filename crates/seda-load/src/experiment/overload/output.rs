@@ -17,14 +17,7 @@ use crate::experiment::plot::{Chart, Series, line_chart};
 
 /// Write runs.json, table.md and every chart from the runs so far.
 pub fn write_outputs(out: &Path, r: &OverloadResults) -> Result<(), String> {
-    let w = |name: &str, text: String| {
-        std::fs::write(out.join(name), text).map_err(|e| format!("cannot write {name}: {e}"))
-    };
-    w(
-        "runs.json",
-        serde_json::to_string_pretty(r).map_err(|e| e.to_string())?,
-    )?;
-    w("table.md", table(r))?;
+    crate::experiment::write_runs_and_table(out, r, table(r))?;
     charts(out, r)
 }
 
