@@ -399,12 +399,29 @@ fn quality_degrades_before_admission_control_and_recovers_slowly() {
     // Inside the dead band: hold.
     let hold = q.step(Some(ms(90)));
     assert_eq!(hold.quality, 0.05);
-    // Well under target: quality rises by the small additive step, admission off again.
+    // Well under target: quality rises by the small additive step; admission control
+    // stays on (hysteresis) while quality climbs back.
     let up = q.step(Some(ms(10)));
     assert!((up.quality - 0.07).abs() < 1e-9, "{up:?}");
-    assert!(!up.admission);
+    assert!(up.admission, "still on while quality recovers");
     // No estimate: no change.
     assert_eq!(q.step(None), up);
+    // Back at full quality (0.07 + 47 x 0.02 >= 1): admission control off again.
+    let mut last = up;
+    for _ in 0..60 {
+        last = q.step(Some(ms(10)));
+        if !last.admission {
+            break;
+        }
+        assert!(last.quality < 1.0, "on until full quality: {last:?}");
+    }
+    assert_eq!(
+        last,
+        QualityDecision {
+            quality: 1.0,
+            admission: false
+        }
+    );
 }
 
 #[test]

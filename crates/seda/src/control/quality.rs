@@ -8,8 +8,12 @@
 //!   consecutive samples, admission control is switched **on** (reject rather than
 //!   serve everyone badly, Fig. 13);
 //! - p90 below `(1 + err_i) * target` (well under): `quality = min(q_max, quality +
-//!   increase)` (raised slowly); once quality is above `q_min`, admission control is
-//!   switched back **off** if the controller had switched it on;
+//!   increase)` (raised slowly); admission control, if the controller switched it on,
+//!   stays on until quality is back at `q_max`, and is then switched **off**. This
+//!   hysteresis is ours (the paper does not say when to switch off): switching off as
+//!   soon as quality left `q_min` let the waiting crowd in at once, the p90 jumped over
+//!   target, quality fell back to the floor, and the two controllers alternated every
+//!   few seconds (p90 of the spike 3.5 s against 1 s, `docs/overload/`);
 //! - in between, or without an estimate: hold.
 //!
 //! Invariant: `q_min <= quality <= q_max`. With `reenable_after = None` the controller
@@ -132,7 +136,7 @@ impl QualityController {
         } else if err < c.err_i {
             self.at_floor_over = 0;
             self.quality = (self.quality + c.increase).min(c.q_max);
-            if self.quality > c.q_min {
+            if self.quality >= c.q_max {
                 self.admission = false;
             }
         } else {
