@@ -4,6 +4,7 @@
 //! a one-line error on failure and exits non-zero: 2 for a command line clap refuses
 //! (`seda: <clap's first line>`), 1 for a command that fails.
 
+mod arashi;
 mod experiment;
 mod load;
 mod serve;
@@ -25,6 +26,8 @@ struct Cli {
 enum Command {
     /// Run Haboob, the staged HTTP/1.1 server.
     Serve(serve::ServeArgs),
+    /// Run Arashi, the web mail service of USITS'03 (or import its corpus).
+    Arashi(arashi::ArashiArgs),
     /// Generate load against a server.
     #[command(subcommand)]
     Load(load::LoadCommand),
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Arashi(args) => arashi::run(args),
         Command::Load(cmd) => load::run(cmd),
         Command::Fileset(args) => load::fileset(args),
         Command::Experiment(cmd) => experiment::run(cmd),
