@@ -1,8 +1,18 @@
 //! `seda arashi`: the Arashi web mail service (USITS'03 4.1) and its corpus import.
+//!
+//! `seda arashi --listen ADDR --data DIR` serves; on an empty DIR it first seeds the
+//! synthetic corpus (or run `seda arashi import` before, for real mail). The overload
+//! flags name the same things as `seda serve`'s: `--rt-target-ms` (p90 target of
+//! every request stage), `--target TYPE=MS` (one type's), `--admission`, `--scope
+//! per-stage|single`, `--class-header`.
 
+use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use seda_arashi::{DataDir, SeedPlan};
+use seda_arashi::{Arashi, ArashiConfig, ControlScope, DataDir, RequestType, SeedPlan};
+use seda_http::{Admission, HandlerTargets, OverloadControl};
 
 /// Arguments of `seda arashi`.
 #[derive(Debug, clap::Args)]
@@ -10,6 +20,46 @@ use seda_arashi::{DataDir, SeedPlan};
 pub struct ArashiArgs {
     #[command(subcommand)]
     pub command: Option<ArashiCommand>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Arguments of the service.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Data directory: the database and static files (seeded if empty).
+    #[arg(long, default_value = "arashi-data")]
+    pub data: PathBuf,
+    #[command(flatten)]
+    pub seed: SeedArgs,
+    /// p90 response-time target of every request stage, ms (turns on the USITS'03
+    /// response-time controller).
+    #[arg(long)]
+    pub rt_target_ms: Option<u64>,
+    /// p90 target of one request type, TYPE=MS, e.g. search=2000 (repeatable).
+    #[arg(long = "target")]
+    pub targets: Vec<String>,
+    /// Admission policy of the request stages: response-time, multiclass, codel,
+    /// gradient, aimd, queue-threshold, none [default: response-time with a target,
+    /// else none].
+    #[arg(long)]
+    pub admission: Option<Admission>,
+    /// per-stage (one controller per request type, the paper's) or single (one
+    /// controller in front of all types, USITS'03 Fig. 11).
+    #[arg(long, default_value = "per-stage", value_parser = ControlScope::parse)]
+    pub scope: ControlScope,
+    /// Class of a request = integer value of this header (USITS'03 4.6), e.g. X-Class.
+    #[arg(long)]
+    pub class_header: Option<String>,
+    /// Most threads of each request stage's pool.
+    #[arg(long, default_value_t = 4)]
+    pub stage_threads: usize,
+    /// Seconds to let requests in flight finish on SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 5.0)]
+    pub grace_s: f64,
 }
 
 /// Subcommands of `seda arashi`.
@@ -63,8 +113,80 @@ impl SeedArgs {
 pub fn run(args: ArashiArgs) -> Result<(), String> {
     match args.command {
         Some(ArashiCommand::Import(a)) => import(a),
-        None => Err("seda arashi: the service comes with the next milestone".into()),
+        None => serve(args.serve),
     }
+}
+
+/// The overload control the flags describe.
+pub fn overload_of(a: &ServeArgs) -> Result<OverloadControl, String> {
+    let mut oc = OverloadControl {
+        admission: a.admission,
+        rt_target: a.rt_target_ms.map(Duration::from_millis),
+        ..OverloadControl::default()
+    };
+    for t in &a.targets {
+        let (name, ms) = t
+            .split_once('=')
+            .ok_or_else(|| format!("--target {t:?} is not TYPE=MS"))?;
+        let ty = RequestType::parse(name.trim()).ok_or_else(|| {
+            let names: Vec<&str> = RequestType::ALL.iter().map(|t| t.name()).collect();
+            format!(
+                "--target: unknown request type {name:?} (types: {})",
+                names.join(", ")
+            )
+        })?;
+        let ms: u64 = ms
+            .trim()
+            .parse()
+            .ok()
+            .filter(|ms| *ms > 0)
+            .ok_or_else(|| format!("--target {t:?}: MS must be a positive integer"))?;
+        oc.handlers.push(HandlerTargets {
+            name: ty.name().to_owned(),
+            rt_target: Some(Duration::from_millis(ms)),
+            class_targets: Vec::new(),
+        });
+    }
+    if let Some(h) = &a.class_header {
+        oc.classes.header = Some(h.clone());
+    }
+    Ok(oc)
+}
+
+fn serve(a: ServeArgs) -> Result<(), String> {
+    if !a.grace_s.is_finite() || !(0.0..=3600.0).contains(&a.grace_s) {
+        return Err("--grace-s must be between 0 and 3600".into());
+    }
+    let cfg = ArashiConfig {
+        listen: a.listen,
+        data: a.data.clone(),
+        seed: a.seed.plan()?,
+        overload: overload_of(&a)?,
+        scope: a.scope,
+        stage_threads: a.stage_threads,
+        ..ArashiConfig::default()
+    };
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(|e| format!("cannot install signal handler: {e}"))?;
+    let service = Arashi::start(cfg, &mut |l| eprintln!("seda arashi: {l}"))?;
+    println!("listening on http://{}", service.local_addr());
+    let _ = std::io::stdout().flush();
+    eprintln!(
+        "seda arashi: {} in {}; log in at http://{}/login as user1 / user1-pw; stats at /_seda/stats; Ctrl-C to stop",
+        service.description(),
+        a.data.display(),
+        service.local_addr()
+    );
+    let _ = signals.forever().next();
+    let report = service.shutdown(Duration::from_secs_f64(a.grace_s));
+    eprintln!(
+        "seda arashi: stopped; requests drained: {}, connections cut: {}",
+        report.requests_drained, report.connections_cut
+    );
+    Ok(())
 }
 
 fn import(a: ImportArgs) -> Result<(), String> {

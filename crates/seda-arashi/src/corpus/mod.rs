@@ -48,6 +48,18 @@ fn addresses(a: Option<&Address<'_>>) -> String {
         .join(", ")
 }
 
+/// Seconds since the epoch of a `Date:`, reading an obsolete two-digit year as RFC
+/// 5322 4.3 says (00-49: 20xx, 50-99: 19xx).
+fn timestamp(d: &mail_parser::DateTime) -> i64 {
+    let mut d = *d;
+    if d.year < 50 {
+        d.year += 2000;
+    } else if d.year < 100 {
+        d.year += 1900;
+    }
+    d.to_timestamp()
+}
+
 /// Parses one RFC 5322 message. `None` if it has no header at all. A missing date
 /// becomes `fallback_date`; a missing subject `(no subject)`.
 pub fn parse_message(raw: &[u8], fallback_date: i64) -> Option<NewMessage> {
@@ -56,11 +68,12 @@ pub fn parse_message(raw: &[u8], fallback_date: i64) -> Option<NewMessage> {
         return None;
     }
     let sender = addresses(msg.from());
+    // Folded and padded subjects (spam pads with runs of blanks) read as one line.
     let subject = msg
         .subject()
-        .map(str::trim)
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
         .filter(|s| !s.is_empty())
-        .unwrap_or("(no subject)");
+        .unwrap_or_else(|| "(no subject)".to_owned());
     let body = msg.body_text(0).map(|b| b.into_owned()).unwrap_or_default();
     Some(NewMessage {
         sender: clean(if sender.is_empty() {
@@ -69,8 +82,8 @@ pub fn parse_message(raw: &[u8], fallback_date: i64) -> Option<NewMessage> {
             &sender
         }),
         recipients: clean(&addresses(msg.to())),
-        subject: clean(subject),
-        date: msg.date().map_or(fallback_date, |d| d.to_timestamp()),
+        subject: clean(&subject),
+        date: msg.date().map_or(fallback_date, timestamp),
         body: cut(clean(&body), MAX_BODY),
     })
 }
@@ -96,6 +109,12 @@ Content-Type: text/html\r\n\r\n<p>html</p>\r\n--XX--\r\n";
             "{:?}",
             m.body
         );
+        let old = parse_message(
+            b"Date: Sun, 21 Jul 02 10:00:00 +0000\r\nSubject: a  \r\n   b\r\n\r\nx",
+            7,
+        )
+        .unwrap();
+        assert_eq!((old.date, old.subject.as_str()), (1_027_245_600, "a b"));
         let bare = parse_message(b"Subject:\r\n\r\nbody", 7).unwrap();
         assert_eq!((bare.subject.as_str(), bare.date), ("(no subject)", 7));
         assert_eq!(bare.sender, "(unknown sender)");

@@ -17,7 +17,7 @@ mod sqlite;
 use std::fmt;
 
 pub use password::{DEMO_ITERATIONS, hash_password, verify_password};
-pub use sqlite::SqliteStore;
+pub use sqlite::{LOCAL_DOMAIN, SESSION_LIFETIME, SqliteStore};
 
 /// Row id of a user.
 pub type UserId = i64;
@@ -322,6 +322,8 @@ pub trait MailStore: Send + Sync + 'static {
 
     /// The user's folders in display order, with counts.
     fn folders(&self, user: UserId) -> StoreResult<Vec<FolderInfo>>;
+    /// The user's folders' ids and names in display order (no counts: cheap).
+    fn folder_names(&self, user: UserId) -> StoreResult<Vec<(FolderId, String)>>;
     /// The user's folder of this role.
     fn folder_of_role(&self, user: UserId, role: FolderRole) -> StoreResult<FolderId>;
     /// One sorted page of a folder.

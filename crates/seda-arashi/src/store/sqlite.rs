@@ -373,6 +373,18 @@ impl MailStore for SqliteStore {
             .map_err(backend)
     }
 
+    fn folder_names(&self, user: UserId) -> StoreResult<Vec<(FolderId, String)>> {
+        self.conn()?
+            .prepare_cached(
+                "SELECT id, name FROM folders WHERE user_id = ?1 ORDER BY position, name",
+            )
+            .and_then(|mut s| {
+                s.query_map([user], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .map_err(backend)
+    }
+
     fn folder_of_role(&self, user: UserId, role: FolderRole) -> StoreResult<FolderId> {
         let c = self.conn()?;
         Self::role_folder(&c, user, role)

@@ -1,0 +1,311 @@
+//! A small blocking HTTP/1.1 client for one emulated user (and for tests): one
+//! keep-alive connection, a cookie jar for the session cookie, whole bodies kept
+//! (the user reads message ids and the CSRF token from its pages).
+//!
+//! `seda-load`'s event-driven client counts and drops bodies; a mail reader must read
+//! them, so each user has this client on a thread of its own. The response time of a
+//! request runs from its first byte written (connection set-up included) to its last
+//! byte read. A request on a reused connection that the server closed before
+//! answering is retried once on a fresh connection (as browsers do).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// Largest response head, bytes.
+const MAX_HEAD: usize = 64 * 1024;
+/// Largest response body kept, bytes.
+const MAX_BODY: usize = 16 << 20;
+
+/// A response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Header fields in order.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// The first header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Percent-encodes a form or query value (`application/x-www-form-urlencoded`).
+pub fn form_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// One user's connection and cookies.
+#[derive(Debug)]
+pub struct HttpClient {
+    addr: SocketAddr,
+    timeout: Duration,
+    stream: Option<TcpStream>,
+    cookies: Vec<(String, String)>,
+    /// Extra header fields sent with every request (e.g. the class header).
+    pub extra_headers: Vec<(String, String)>,
+    buf: Vec<u8>,
+    /// TCP connections opened so far.
+    pub connections: u64,
+}
+
+impl HttpClient {
+    /// A client of the server at `addr`; a request taking longer than `timeout`
+    /// fails.
+    pub fn new(addr: SocketAddr, timeout: Duration) -> HttpClient {
+        HttpClient {
+            addr,
+            timeout,
+            stream: None,
+            cookies: Vec::new(),
+            extra_headers: Vec::new(),
+            buf: Vec::with_capacity(16 * 1024),
+            connections: 0,
+        }
+    }
+
+    /// The value of cookie `name` in the jar.
+    pub fn cookie(&self, name: &str) -> Option<&str> {
+        self.cookies
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Forgets every cookie and closes the connection.
+    pub fn reset(&mut self) {
+        self.cookies.clear();
+        self.stream = None;
+    }
+
+    /// `GET path`.
+    pub fn get(&mut self, path: &str) -> io::Result<HttpResponse> {
+        self.request("GET", path, None, &[])
+    }
+
+    /// `POST path` with a urlencoded form.
+    pub fn post_form(&mut self, path: &str, form: &[(&str, &str)]) -> io::Result<HttpResponse> {
+        let body: Vec<String> = form
+            .iter()
+            .map(|(k, v)| format!("{}={}", form_encode(k), form_encode(v)))
+            .collect();
+        self.request(
+            "POST",
+            path,
+            Some("application/x-www-form-urlencoded"),
+            body.join("&").as_bytes(),
+        )
+    }
+
+    /// Any request; `content_type` with a body.
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> io::Result<HttpResponse> {
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.addr);
+        if !self.cookies.is_empty() {
+            let jar: Vec<String> = self
+                .cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            head.push_str(&format!("Cookie: {}\r\n", jar.join("; ")));
+        }
+        for (k, v) in &self.extra_headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if let Some(ct) = content_type {
+            head.push_str(&format!("Content-Type: {ct}\r\n"));
+        }
+        if !body.is_empty() || method == "POST" {
+            head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        head.push_str("\r\n");
+        let mut wire = head.into_bytes();
+        wire.extend_from_slice(body);
+        let reused = self.stream.is_some();
+        match self.exchange(&wire) {
+            Err(e) if reused && is_stale(&e) => {
+                self.stream = None;
+                self.exchange(&wire)
+            }
+            r => r,
+        }
+    }
+
+    fn exchange(&mut self, wire: &[u8]) -> io::Result<HttpResponse> {
+        if self.stream.is_none() {
+            let s = TcpStream::connect_timeout(&self.addr, self.timeout)?;
+            s.set_nodelay(true)?;
+            s.set_read_timeout(Some(self.timeout))?;
+            s.set_write_timeout(Some(self.timeout))?;
+            self.connections += 1;
+            self.stream = Some(s);
+        }
+        let result = self.exchange_on_stream(wire);
+        if result.as_ref().map_or(true, |(_, close)| *close) {
+            self.stream = None;
+        }
+        result.map(|(r, _)| r)
+    }
+
+    fn exchange_on_stream(&mut self, wire: &[u8]) -> io::Result<(HttpResponse, bool)> {
+        let stream = self.stream.as_mut().expect("connected above");
+        stream.write_all(wire)?;
+        self.buf.clear();
+        let mut chunk = [0u8; 16 * 1024];
+        let (status, headers, head_len) = loop {
+            let n = stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    if self.buf.is_empty() {
+                        "closed before answering"
+                    } else {
+                        "closed mid-response"
+                    },
+                ));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+            let mut fields = [httparse::EMPTY_HEADER; 64];
+            let mut resp = httparse::Response::new(&mut fields);
+            match resp.parse(&self.buf) {
+                Ok(httparse::Status::Complete(len)) => {
+                    let headers: Vec<(String, String)> = resp
+                        .headers
+                        .iter()
+                        .map(|h| {
+                            (
+                                h.name.to_owned(),
+                                String::from_utf8_lossy(h.value).into_owned(),
+                            )
+                        })
+                        .collect();
+                    break (resp.code.unwrap_or(0), headers, len);
+                }
+                Ok(httparse::Status::Partial) if self.buf.len() < MAX_HEAD => {}
+                Ok(httparse::Status::Partial) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "response head too large",
+                    ));
+                }
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+            }
+        };
+        let find = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.trim())
+        };
+        let length: usize =
+            match find("content-length") {
+                Some(v) => v.parse().ok().filter(|n| *n <= MAX_BODY).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidData, "bad Content-Length")
+                })?,
+                None if status == 204 || status == 304 || status < 200 => 0,
+                None => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "response without Content-Length",
+                    ));
+                }
+            };
+        while self.buf.len() < head_len + length {
+            let n = stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "closed mid-body",
+                ));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+        let close = find("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        for (n, v) in &headers {
+            if n.eq_ignore_ascii_case("set-cookie") {
+                self.store_cookie(v);
+            }
+        }
+        let body = self.buf[head_len..head_len + length].to_vec();
+        Ok((
+            HttpResponse {
+                status,
+                headers,
+                body,
+            },
+            close,
+        ))
+    }
+
+    fn store_cookie(&mut self, set_cookie: &str) {
+        let mut parts = set_cookie.split(';');
+        let Some((name, value)) = parts.next().and_then(|p| p.trim().split_once('=')) else {
+            return;
+        };
+        let expired = parts.any(|p| p.trim().eq_ignore_ascii_case("max-age=0"));
+        self.cookies.retain(|(n, _)| n != name);
+        if !expired && !value.is_empty() {
+            self.cookies.push((name.to_owned(), value.to_owned()));
+        }
+    }
+}
+
+fn is_stale(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionAborted
+    ) && e.to_string().contains("before answering")
+        || matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_forms_and_keeps_cookies() {
+        assert_eq!(form_encode("a b&c=é"), "a+b%26c%3D%C3%A9");
+        let mut c = HttpClient::new(
+            SocketAddr::from(([127, 0, 0, 1], 9)),
+            Duration::from_secs(1),
+        );
+        c.store_cookie("s=abc; Path=/; HttpOnly");
+        assert_eq!(c.cookie("s"), Some("abc"));
+        c.store_cookie("s=; Path=/; Max-Age=0");
+        assert_eq!(c.cookie("s"), None);
+    }
+}
