@@ -96,6 +96,22 @@ impl ColorTable {
         }
     }
 
+    /// Takes the next ticket of `color` and the color with it, if the color is idle
+    /// and no ticket is outstanding (an inline handoff); `None` otherwise, and no
+    /// ticket is drawn.
+    pub(crate) fn try_take(&self, color: Color) -> Option<u64> {
+        let mut shard = self.shard(color).lock();
+        let st = shard.entry(color).or_default();
+        if !st.running && st.next == st.serving {
+            let t = st.next;
+            st.next += 1;
+            st.running = true;
+            Some(t)
+        } else {
+            None
+        }
+    }
+
     /// The event holding `ticket` finished (and any consecutive tickets it ran in the
     /// same batch, up to `last`). Hands the color on to the next ticket if it is
     /// parked; otherwise frees it.

@@ -34,8 +34,13 @@
 
 mod color;
 mod core;
+mod domain;
 mod envelope;
 mod exec;
+mod handler;
+mod lifecycle;
+mod loom;
+mod queue;
 mod runtime;
 mod sink;
 mod stage;
@@ -45,11 +50,13 @@ mod timer;
 pub mod admission;
 pub mod control;
 
-pub use crate::core::Lifecycle;
+pub use crate::domain::{Domain, MAX_INLINE_DEPTH};
 pub use crate::envelope::{Class, Color, Meta};
 pub use crate::exec::ThreadModel;
+pub use crate::handler::{Batch, Context, EventHandler, InitError};
+pub use crate::lifecycle::Lifecycle;
 pub use crate::runtime::{Runtime, RuntimeBuilder, RuntimeError, ShutdownReport, StageShutdown};
 pub use crate::sink::{EnqueueError, Sink};
-pub use crate::stage::{Batch, Context, DEFAULT_CAPACITY, EventHandler, InitError, StageBuilder};
+pub use crate::stage::{DEFAULT_CAPACITY, StageBuilder};
 pub use crate::stats::{ClassCounts, LatencySummary, RuntimeSnapshot, StageSnapshot};
 pub use crate::timer::TimerId;

@@ -20,12 +20,10 @@ use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
 use crate::color::ColorTable;
-use crate::core::{Lifecycle, StageCore, StageObj};
-use crate::envelope::Meta;
-use crate::exec::ThreadModel;
+use crate::domain::Domain;
 use crate::exec::shared::SharedPool;
-use crate::sink::Sink;
-use crate::stage::{EventHandler, StageBuilder};
+use crate::exec::{StageObj, ThreadModel};
+use crate::lifecycle::Lifecycle;
 use crate::stats::RuntimeSnapshot;
 use crate::timer::{TimerId, Timers};
 
@@ -142,6 +140,7 @@ impl RuntimeBuilder {
             shared: Arc::new(SharedPool::new(self.shared_workers)),
             stages: RwLock::new(Vec::new()),
             sinks: RwLock::new(HashMap::new()),
+            domains: Mutex::new(HashMap::new()),
             next_stage: AtomicUsize::new(0),
             state: Mutex::new(Lifecycle::Created),
             control_interval: self.control_interval,
@@ -160,12 +159,13 @@ pub(crate) struct RuntimeInner {
     pub(crate) colors: Arc<ColorTable>,
     pub(crate) shared: Arc<SharedPool>,
     stages: RwLock<Vec<Arc<dyn StageObj>>>,
-    sinks: RwLock<HashMap<String, Box<dyn Any + Send + Sync>>>,
+    pub(crate) sinks: RwLock<HashMap<String, Box<dyn Any + Send + Sync>>>,
+    domains: Mutex<HashMap<String, Domain>>,
     next_stage: AtomicUsize,
     state: Mutex<Lifecycle>,
     control_interval: Duration,
     driver: Mutex<Option<JoinHandle<()>>>,
-    timers: Arc<Timers>,
+    pub(crate) timers: Arc<Timers>,
 }
 
 impl RuntimeInner {
@@ -253,46 +253,49 @@ impl Runtime {
         Runtime { inner }
     }
 
-    /// Starts building a stage named `name` with `handler`.
-    pub fn stage<E: Send + 'static>(
-        &self,
-        name: &str,
-        handler: impl EventHandler<E>,
-    ) -> StageBuilder<'_, E> {
-        StageBuilder::new(self, name, Box::new(handler))
+    /// The thread-pool domain named `name`, made on first use (see
+    /// [`crate::Domain`]): stages built with `.domain(&d)` may hand events to each
+    /// other inline.
+    pub fn domain(&self, name: &str) -> Domain {
+        self.inner
+            .domains
+            .lock()
+            .entry(name.to_owned())
+            .or_insert_with(|| Domain::new(name))
+            .clone()
     }
 
-    pub(crate) fn register<E: Send + 'static>(
+    /// Registers a built stage and its sink (type-erased); starts it if the runtime
+    /// runs.
+    pub(crate) fn register(
         &self,
-        core: Arc<StageCore<E>>,
-    ) -> Result<Sink<E>, RuntimeError> {
-        let name = core.name().to_owned();
+        name: &str,
+        core: Arc<dyn StageObj>,
+        sink: Box<dyn Any + Send + Sync>,
+    ) -> Result<(), RuntimeError> {
         let state = *self.inner.state.lock();
         if state >= Lifecycle::Draining {
             return Err(RuntimeError::Stopped);
         }
-        if self.inner.sinks.read().contains_key(&name) {
-            return Err(RuntimeError::DuplicateStage(name));
+        if self.inner.sinks.read().contains_key(name) {
+            return Err(RuntimeError::DuplicateStage(name.to_owned()));
         }
         if state == Lifecycle::Running {
             if core.model() == ThreadModel::Shared {
                 self.start_shared()?;
             }
-            core.start(self).map_err(|e| RuntimeError::Init {
-                stage: name.clone(),
-                error: e.0,
+            core.start().map_err(|error| RuntimeError::Init {
+                stage: name.to_owned(),
+                error,
             })?;
         }
-        let sink = Sink {
-            core: Arc::clone(&core),
-        };
         let mut sinks = self.inner.sinks.write();
-        if sinks.contains_key(&name) {
-            return Err(RuntimeError::DuplicateStage(name));
+        if sinks.contains_key(name) {
+            return Err(RuntimeError::DuplicateStage(name.to_owned()));
         }
-        sinks.insert(name, Box::new(sink.clone()));
+        sinks.insert(name.to_owned(), sink);
         self.inner.stages.write().push(core);
-        Ok(sink)
+        Ok(())
     }
 
     fn start_shared(&self) -> Result<(), RuntimeError> {
@@ -300,20 +303,6 @@ impl Runtime {
             .shared
             .start(&self.inner.name)
             .map_err(|e| RuntimeError::InvalidConfig(format!("cannot spawn shared workers: {e}")))
-    }
-
-    /// The sink of the stage named `name`, which must take events of type `E`.
-    pub fn sink<E: Send + 'static>(&self, name: &str) -> Result<Sink<E>, RuntimeError> {
-        let sinks = self.inner.sinks.read();
-        let any = sinks
-            .get(name)
-            .ok_or_else(|| RuntimeError::NoSuchStage(name.to_owned()))?;
-        any.downcast_ref::<Sink<E>>()
-            .cloned()
-            .ok_or_else(|| RuntimeError::WrongEventType {
-                stage: name.to_owned(),
-                requested: std::any::type_name::<E>(),
-            })
     }
 
     /// Whether [`Runtime::shutdown`] has begun (the runtime is draining or stopped).
@@ -347,9 +336,9 @@ impl Runtime {
             self.start_shared()?;
         }
         for s in &stages {
-            s.start(self).map_err(|e| RuntimeError::Init {
+            s.start().map_err(|error| RuntimeError::Init {
                 stage: s.name().to_owned(),
-                error: e.0,
+                error,
             })?;
         }
         *state = Lifecycle::Running;
@@ -391,41 +380,6 @@ impl Runtime {
             stages: stages.iter().map(|s| s.snapshot()).collect(),
             edges,
         }
-    }
-
-    /// Enqueues `event` to `sink` after `delay`. Scheduled from a handler, the event
-    /// inherits the current event's metadata. If the enqueue fails when the timer
-    /// fires, the refusal is counted in the target stage's statistics.
-    pub fn schedule<E: Send + 'static>(
-        &self,
-        delay: Duration,
-        sink: &Sink<E>,
-        event: E,
-    ) -> TimerId {
-        let (meta, _) = crate::core::Origin::current();
-        self.schedule_with(delay, sink, event, meta)
-    }
-
-    /// As [`Runtime::schedule`], with explicit metadata.
-    pub fn schedule_with<E: Send + 'static>(
-        &self,
-        delay: Duration,
-        sink: &Sink<E>,
-        event: E,
-        meta: Meta,
-    ) -> TimerId {
-        let sink = sink.clone();
-        let rt = self.inner.id;
-        self.inner.timers.schedule(
-            Instant::now() + delay,
-            Box::new(move || {
-                crate::core::Origin::enter(rt, meta, || {
-                    if let Err(e) = sink.try_enqueue_with(event, meta) {
-                        tracing::debug!(stage = sink.stage_name(), "timer event refused: {e}");
-                    }
-                });
-            }),
-        )
     }
 
     /// Cancels a timer; true if it had not fired yet.

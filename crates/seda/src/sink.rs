@@ -13,10 +13,13 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::core::{Origin, StageCore};
+use crate::core::StageCore;
 use crate::envelope::Meta;
+use crate::lifecycle::{Current, Origin};
+use crate::runtime::{Runtime, RuntimeError};
+use crate::timer::TimerId;
 
 /// Why an enqueue failed. Each variant hands the event back.
 #[derive(PartialEq, Eq)]
@@ -116,14 +119,12 @@ impl<E: Send + 'static> Sink<E> {
     /// metadata of the event being handled.
     pub fn try_enqueue(&self, event: E) -> Result<(), EnqueueError<E>> {
         let (meta, origin) = Origin::current();
-        let now = origin.enqueue_instant(&meta);
-        self.core.offer_at(event, meta, origin, now)
+        self.core.offer(event, meta, origin)
     }
 
     /// Enqueue one event with explicit metadata, or hand it back.
     pub fn try_enqueue_with(&self, event: E, meta: Meta) -> Result<(), EnqueueError<E>> {
-        let (_, origin) = Origin::current();
-        self.core.offer(event, meta, origin)
+        self.core.offer(event, meta, Origin::here())
     }
 
     /// Enqueue, or drop the event if it cannot be enqueued. Returns whether it was
@@ -159,5 +160,56 @@ impl<E: Send + 'static> Sink<E> {
     /// The queue's capacity.
     pub fn capacity(&self) -> usize {
         self.core.capacity()
+    }
+}
+
+impl Runtime {
+    /// The sink of the stage named `name`, which must take events of type `E`.
+    pub fn sink<E: Send + 'static>(&self, name: &str) -> Result<Sink<E>, RuntimeError> {
+        let sinks = self.inner.sinks.read();
+        let any = sinks
+            .get(name)
+            .ok_or_else(|| RuntimeError::NoSuchStage(name.to_owned()))?;
+        any.downcast_ref::<Sink<E>>()
+            .cloned()
+            .ok_or_else(|| RuntimeError::WrongEventType {
+                stage: name.to_owned(),
+                requested: std::any::type_name::<E>(),
+            })
+    }
+
+    /// Enqueues `event` to `sink` after `delay`. Scheduled from a handler, the event
+    /// inherits the current event's metadata. If the enqueue fails when the timer
+    /// fires, the refusal is counted in the target stage's statistics.
+    pub fn schedule<E: Send + 'static>(
+        &self,
+        delay: Duration,
+        sink: &Sink<E>,
+        event: E,
+    ) -> TimerId {
+        let (meta, _) = Origin::current();
+        self.schedule_with(delay, sink, event, meta)
+    }
+
+    /// As [`Runtime::schedule`], with explicit metadata.
+    pub fn schedule_with<E: Send + 'static>(
+        &self,
+        delay: Duration,
+        sink: &Sink<E>,
+        event: E,
+        meta: Meta,
+    ) -> TimerId {
+        let sink = sink.clone();
+        let rt = self.inner.id;
+        self.inner.timers.schedule(
+            Instant::now() + delay,
+            Box::new(move || {
+                Current::enter_timer(rt, meta, || {
+                    if let Err(e) = sink.try_enqueue_with(event, meta) {
+                        tracing::debug!(stage = sink.stage_name(), "timer event refused: {e}");
+                    }
+                });
+            }),
+        )
     }
 }

@@ -1,12 +1,13 @@
 //! Thread models: who runs a stage's batches.
 //!
 //! Both models sit behind the same stage API and can be mixed in one runtime:
-//! - [`ThreadModel::PerStage`] (Sandstorm's thread-per-stage, TPS): a stage owns a
-//!   pool of threads that only run its batches, sized between min and max by the
-//!   thread-pool controller (SEDA 3.4). Right for stages that block.
-//! - [`ThreadModel::Shared`] (thread-per-processor, TPP; SEDA footnote 2): a fixed set
-//!   of workers, one per core by default, runs the batches of every stage that has
-//!   work. Right for CPU-bound stages: no more runnable threads than cores.
+//! - [`ThreadModel::PerStage`] (Sandstorm's thread-per-stage, TPS; [`per_stage`]): a
+//!   stage owns a pool of threads that only run its batches, sized between min and
+//!   max by the thread-pool controller (SEDA 3.4). Right for stages that block.
+//! - [`ThreadModel::Shared`] (thread-per-processor, TPP; SEDA footnote 2;
+//!   [`shared`]): a fixed set of workers, one per core by default, runs the batches
+//!   of every stage that has work. Right for CPU-bound stages: no more runnable
+//!   threads than cores.
 //!
 //! Invariant a shared-model handler must keep: it never blocks, not even waiting for
 //! space in a downstream queue. A worker that waits holds one of the few per-core
@@ -15,7 +16,14 @@
 //! `Full`, a shared-model handler hands the event back, rejects the request upstream
 //! or drops it counted; blocking handlers belong on per-stage pools.
 
+pub(crate) mod per_stage;
 pub(crate) mod shared;
+
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::lifecycle::Lifecycle;
+use crate::stats::StageSnapshot;
 
 /// How a stage's batches are run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -57,4 +65,25 @@ impl std::fmt::Display for ThreadModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// The type-erased face of a stage, for the runtime, the driver and the shared pool.
+pub(crate) trait StageObj: Send + Sync + 'static {
+    fn id(&self) -> usize;
+    fn name(&self) -> &str;
+    fn model(&self) -> ThreadModel;
+    /// Shared pool: takes one batch, hands the schedule token on, runs the batch.
+    fn run_once(&self);
+    /// Runs the stage's `init` hook, then its threads (or schedules it).
+    fn start(&self) -> Result<(), String>;
+    fn set_lifecycle(&self, state: Lifecycle);
+    fn lifecycle(&self) -> Lifecycle;
+    fn in_flight(&self) -> usize;
+    fn control(&self, now: Instant);
+    fn snapshot(&self) -> StageSnapshot;
+    fn incoming(&self) -> Vec<usize>;
+    fn take_handles(&self) -> Vec<JoinHandle<()>>;
+    /// Forgets what is still queued; returns (waiting, running, parked) counts.
+    fn abandon(&self) -> (usize, usize, usize);
+    fn destroy(&self);
 }

@@ -1,34 +1,37 @@
 //! The shared per-core worker pool (TPP).
 //!
+//! The run queue is lock-free (`crossbeam_queue::SegQueue`); idle workers sleep on
+//! an event count, so scheduling a stage costs a push and, only if a worker sleeps,
+//! a wake-up.
+//!
 //! # Invariants
-//! - A stage is in the run queue at most once: `try_schedule_inner` flips the
-//!   stage's `scheduled` flag and only the caller that flipped it pushes the stage.
+//! - A stage is in the run queue at most once: a stage's `scheduled` flag is its
+//!   schedule token, and only the caller that flipped it pushes the stage.
 //! - The flag means "queued or being taken from", not "running": a worker that has
 //!   taken a batch hands the flag on before running it, back to the run queue if
-//!   more work waits, else it clears the flag and re-checks, so an event enqueued in
-//!   between is never stranded.
+//!   more work waits, else it clears the flag, fences and re-checks, so an event
+//!   enqueued in between is never stranded (the enqueuer writes the event, fences,
+//!   then looks at the flag: Dekker's pattern; model-checked in
+//!   `queue::loom_tests`).
 //!
 //! So several workers run one busy stage in parallel, and an event that arrives
 //! while its stage runs a batch goes to an idle worker instead of waiting for the
 //! batch to end.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use crossbeam_queue::SegQueue;
+use parking_lot::Mutex;
 
-use crate::core::StageObj;
-
-struct RunQueue {
-    stages: VecDeque<Arc<dyn StageObj>>,
-    sleepers: usize,
-}
+use super::StageObj;
+use crate::queue::event_count::EventCount;
 
 pub(crate) struct SharedPool {
-    queue: Mutex<RunQueue>,
-    ready: Condvar,
+    queue: SegQueue<Arc<dyn StageObj>>,
+    sleepers: EventCount,
     stop: AtomicBool,
     workers: usize,
     handles: Mutex<Vec<JoinHandle<()>>>,
@@ -45,11 +48,8 @@ impl std::fmt::Debug for SharedPool {
 impl SharedPool {
     pub(crate) fn new(workers: usize) -> Self {
         SharedPool {
-            queue: Mutex::new(RunQueue {
-                stages: VecDeque::new(),
-                sleepers: 0,
-            }),
-            ready: Condvar::new(),
+            queue: SegQueue::new(),
+            sleepers: EventCount::new(),
             stop: AtomicBool::new(false),
             workers: workers.max(1),
             handles: Mutex::new(Vec::new()),
@@ -75,42 +75,34 @@ impl SharedPool {
         Ok(())
     }
 
-    /// Puts a stage that has work on the run queue (caller won `try_schedule`).
+    /// Puts a stage that has work on the run queue (the caller holds its token).
     pub(crate) fn push(&self, stage: Arc<dyn StageObj>) {
-        let mut q = self.queue.lock();
-        q.stages.push_back(stage);
-        if q.sleepers > 0 {
-            self.ready.notify_one();
-        }
-    }
-
-    fn pop(&self) -> Option<Arc<dyn StageObj>> {
-        let mut q = self.queue.lock();
-        loop {
-            if self.stop.load(Ordering::Acquire) {
-                return None;
-            }
-            if let Some(s) = q.stages.pop_front() {
-                return Some(s);
-            }
-            q.sleepers += 1;
-            self.ready.wait(&mut q);
-            q.sleepers -= 1;
-        }
+        self.queue.push(stage);
+        self.sleepers.notify_one();
     }
 
     fn worker(self: Arc<Self>) {
-        while let Some(stage) = self.pop() {
-            stage.run_once();
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            if let Some(stage) = self.queue.pop() {
+                stage.run_once();
+                continue;
+            }
+            let key = self.sleepers.prepare();
+            if !self.queue.is_empty() || self.stop.load(Ordering::Acquire) {
+                self.sleepers.cancel();
+                continue;
+            }
+            self.sleepers.wait(key, Duration::from_secs(1));
         }
     }
 
     /// Stops the workers after their current batch.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
-        let q = self.queue.lock();
-        drop(q);
-        self.ready.notify_all();
+        self.sleepers.notify_all();
     }
 
     pub(crate) fn take_handles(&self) -> Vec<JoinHandle<()>> {

@@ -1,8 +1,10 @@
 //! Per-stage statistics and the runtime snapshot.
 //!
 //! Metrics are API (STYLE.md 7): controllers, the dashboard and the admin endpoints
-//! read only what [`RuntimeSnapshot`] exposes. Counters are relaxed atomics updated on
-//! the enqueue path; histograms are recorded once per batch under one lock.
+//! read only what [`RuntimeSnapshot`] exposes. Counters and latency samples are
+//! recorded per worker and merged off the hot path (see [`recorder`] for the error
+//! this introduces in the controllers' inputs: none in counts, at most one control
+//! interval of lag in the histograms, none in snapshots).
 //!
 //! # Invariants
 //! - `admitted == processed + queue_len + running + unfinished-at-shutdown`, where
@@ -11,6 +13,8 @@
 
 mod graph;
 mod prometheus;
+pub(crate) mod recorder;
+mod snapshot;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -20,19 +24,13 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use crate::admission::AdmissionState;
-
-/// Classes tracked individually in per-class counters; higher classes share the last.
-pub(crate) const TRACKED_CLASSES: usize = 8;
+pub(crate) use recorder::TRACKED_CLASSES;
+use recorder::{Counters, Pending, Recorder, Totals};
+pub(crate) use snapshot::SnapshotInput;
 
 /// Histogram bounds: 1 microsecond to 1 hour, 3 significant digits.
 fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static histogram bounds are valid")
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros())
-        .unwrap_or(u64::MAX)
-        .clamp(1, 3_600_000_000)
 }
 
 pub(crate) struct Histograms {
@@ -43,27 +41,27 @@ pub(crate) struct Histograms {
     pub(crate) recent: Histogram<u64>,
 }
 
-/// One finished event's timings, as recorded by a worker.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Sample {
-    pub(crate) queue_delay: Duration,
-    pub(crate) service_time: Duration,
-    pub(crate) response_time: Duration,
+impl Histograms {
+    fn merge(&mut self, p: &mut Pending) {
+        for &(qd, rt) in &p.events {
+            self.queue_delay.saturating_record(u64::from(qd));
+            self.response_time.saturating_record(u64::from(rt));
+            self.recent.saturating_record(u64::from(rt));
+        }
+        for &(st, n) in &p.service {
+            self.service_time
+                .saturating_record_n(u64::from(st), u64::from(n));
+        }
+        p.events.clear();
+        p.service.clear();
+    }
 }
 
 pub(crate) struct StageStats {
-    pub(crate) offered: AtomicU64,
-    pub(crate) admitted: AtomicU64,
-    pub(crate) rejected: AtomicU64,
-    pub(crate) full: AtomicU64,
-    pub(crate) closed: AtomicU64,
-    pub(crate) dropped: AtomicU64,
-    pub(crate) processed: AtomicU64,
+    recorder: Recorder,
     pub(crate) panics: AtomicU64,
-    pub(crate) class_admitted: [AtomicU64; TRACKED_CLASSES],
-    pub(crate) class_rejected: [AtomicU64; TRACKED_CLASSES],
     /// p90 of the last closed window, microseconds (0 = no samples yet).
-    pub(crate) recent_p90_us: AtomicU64,
+    recent_p90_us: AtomicU64,
     pub(crate) hist: Mutex<Histograms>,
     pub(crate) last_panic: Mutex<Option<String>>,
 }
@@ -71,16 +69,8 @@ pub(crate) struct StageStats {
 impl StageStats {
     pub(crate) fn new() -> Self {
         StageStats {
-            offered: AtomicU64::new(0),
-            admitted: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            full: AtomicU64::new(0),
-            closed: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            processed: AtomicU64::new(0),
+            recorder: Recorder::new(),
             panics: AtomicU64::new(0),
-            class_admitted: Default::default(),
-            class_rejected: Default::default(),
             recent_p90_us: AtomicU64::new(0),
             hist: Mutex::new(Histograms {
                 queue_delay: new_hist(),
@@ -96,34 +86,46 @@ impl StageStats {
         (class as usize).min(TRACKED_CLASSES - 1)
     }
 
-    pub(crate) fn record(&self, samples: &[Sample]) {
-        let mut h = self.hist.lock();
-        // A batch's events share one service time (batch time / n): one record of
-        // weight n instead of n records.
-        let mut run: Option<(u64, u64)> = None;
-        for s in samples {
-            let rt = micros(s.response_time);
-            h.queue_delay.saturating_record(micros(s.queue_delay));
-            h.response_time.saturating_record(rt);
-            h.recent.saturating_record(rt);
-            let st = micros(s.service_time);
-            run = match run {
-                Some((v, k)) if v == st => Some((v, k + 1)),
-                Some((v, k)) => {
-                    h.service_time.saturating_record_n(v, k);
-                    Some((st, 1))
-                }
-                None => Some((st, 1)),
-            };
-        }
-        if let Some((v, k)) = run {
-            h.service_time.saturating_record_n(v, k);
-        }
+    /// The calling thread's counters.
+    pub(crate) fn counters(&self) -> &Counters {
+        self.recorder.counters()
+    }
+
+    pub(crate) fn admitted(&self, class: u8, n: u64) {
+        self.counters().class_admitted[Self::class_slot(class)].fetch_add(n, Relaxed);
+    }
+
+    pub(crate) fn rejected(&self, class: u8) {
+        self.counters().class_rejected[Self::class_slot(class)].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn totals(&self) -> Totals {
+        self.recorder.totals()
+    }
+
+    /// Records a finished batch of `n` events (see [`recorder`]).
+    pub(crate) fn record(
+        &self,
+        service: Duration,
+        n: usize,
+        events: impl Iterator<Item = (Duration, Duration)>,
+    ) {
+        self.counters().processed.fetch_add(n as u64, Relaxed);
+        self.recorder
+            .record(service, n, events, |p| self.hist.lock().merge(p));
+    }
+
+    /// Moves every pending sample into the histograms.
+    pub(crate) fn drain(&self) {
+        self.recorder.drain(|p| self.hist.lock().merge(p));
     }
 
     /// Closes the current window: its p90 becomes the stage's current estimate.
     /// An empty window keeps the previous estimate (no news is not good news).
+    /// Pending samples are merged first, so the window holds every event that
+    /// finished before this call.
     pub(crate) fn rotate_window(&self) {
+        self.drain();
         let mut h = self.hist.lock();
         if !h.recent.is_empty() {
             self.recent_p90_us
@@ -195,6 +197,8 @@ pub struct StageSnapshot {
     pub state: String,
     /// Thread model: `per-stage` or `shared`.
     pub thread_model: String,
+    /// The domain the stage belongs to, if any.
+    pub domain: Option<String>,
     /// Events waiting in the queue.
     pub queue_len: usize,
     /// Queue capacity.
@@ -219,6 +223,9 @@ pub struct StageSnapshot {
     pub dropped: u64,
     /// Events handled.
     pub processed: u64,
+    /// Of `processed`, events handed over inline by a stage of the same domain
+    /// (never queued; see [`crate::Domain`]).
+    pub inlined: u64,
     /// Handler panics caught.
     pub panics: u64,
     /// Message of the last panic, if any.

@@ -1,0 +1,211 @@
+//! Event handlers: the code of a stage, the batches it gets, the context it sees.
+//!
+//! A handler processes a *batch* of events per call (SEDA 3.2); the batching
+//! controller sizes the batch (SEDA 3.4). Iterating a [`Batch`] makes each event the
+//! *current* event of the worker, so events the handler enqueues meanwhile inherit its
+//! `born`, class and color (see [`crate::Sink`]).
+//!
+//! # Call order
+//! `init` once, before any batch, when the runtime starts (or when the stage is added
+//! to a running runtime); then `handle_events` any number of times, concurrently from
+//! several workers unless the stage has one thread; `destroy` once, after the last
+//! batch. A panic in `handle_events` is caught, counted and logged; the stage keeps
+//! running and the batch's events count as processed.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::envelope::{Envelope, Meta};
+use crate::lifecycle::Current;
+use crate::runtime::Runtime;
+
+/// Error an `init` hook returns to stop the runtime from starting.
+#[derive(Debug)]
+pub struct InitError(pub String);
+
+impl fmt::Display for InitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InitError {}
+
+impl From<String> for InitError {
+    fn from(s: String) -> Self {
+        InitError(s)
+    }
+}
+
+impl From<&str> for InitError {
+    fn from(s: &str) -> Self {
+        InitError(s.to_owned())
+    }
+}
+
+/// The code of a stage. See the module docs for the call order.
+pub trait EventHandler<E>: Send + Sync + 'static {
+    /// Called once before the first batch; look up downstream sinks here.
+    fn init(&self, _cx: &Context<'_>) -> Result<(), InitError> {
+        Ok(())
+    }
+
+    /// Handle a batch of events.
+    fn handle_events(&self, batch: Batch<'_, E>, cx: &Context<'_>);
+
+    /// Called once after the last batch.
+    fn destroy(&self) {}
+}
+
+impl<E, F> EventHandler<E> for F
+where
+    F: Fn(Batch<'_, E>, &Context<'_>) + Send + Sync + 'static,
+{
+    fn handle_events(&self, batch: Batch<'_, E>, cx: &Context<'_>) {
+        self(batch, cx)
+    }
+}
+
+/// A batch of events handed to a handler. Iterating it yields the events in queue
+/// order and makes each the worker's current event (for metadata propagation).
+pub struct Batch<'a, E> {
+    pub(crate) items: Items<'a, E>,
+}
+
+/// Where a batch's events come from: a worker's buffer, or the one event handed
+/// over inline.
+pub(crate) enum Items<'a, E> {
+    Drain(std::vec::Drain<'a, Envelope<E>>),
+    One(Option<Envelope<E>>),
+}
+
+impl<E> Items<'_, E> {
+    fn len(&self) -> usize {
+        match self {
+            Items::Drain(d) => d.len(),
+            Items::One(o) => usize::from(o.is_some()),
+        }
+    }
+
+    fn next(&mut self) -> Option<Envelope<E>> {
+        match self {
+            Items::Drain(d) => d.next(),
+            Items::One(o) => o.take(),
+        }
+    }
+}
+
+impl<E> fmt::Debug for Batch<'_, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("len", &self.items.len())
+            .finish()
+    }
+}
+
+impl<E> Batch<'_, E> {
+    /// Events left in the batch.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether no events are left.
+    pub fn is_empty(&self) -> bool {
+        self.items.len() == 0
+    }
+
+    /// The next event with its metadata.
+    pub fn next_with_meta(&mut self) -> Option<(E, Meta)> {
+        let env = self.items.next()?;
+        Current::set_meta(env.meta);
+        Some((env.event, env.meta))
+    }
+}
+
+impl<E> Iterator for Batch<'_, E> {
+    type Item = E;
+
+    fn next(&mut self) -> Option<E> {
+        self.next_with_meta().map(|(e, _)| e)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.items.len(), Some(self.items.len()))
+    }
+}
+
+impl<E> ExactSizeIterator for Batch<'_, E> {}
+
+/// What a handler can see and change of its stage and runtime.
+pub struct Context<'a> {
+    pub(crate) stage: &'a dyn StageControl,
+    pub(crate) runtime: &'a Runtime,
+    /// Whether this context belongs to a batch (else `init`).
+    pub(crate) in_batch: bool,
+}
+
+impl fmt::Debug for Context<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("stage", &self.stage.control_name())
+            .finish()
+    }
+}
+
+/// The stage-level controls a context exposes, independent of the event type.
+pub(crate) trait StageControl: Send + Sync {
+    fn control_name(&self) -> &str;
+    fn p90(&self) -> Option<Duration>;
+    fn target(&self) -> Option<Duration>;
+    fn admission_enabled(&self) -> bool;
+    fn set_admission_enabled(&self, on: bool);
+    fn queue_len(&self) -> usize;
+}
+
+impl Context<'_> {
+    /// Name of the stage.
+    pub fn stage_name(&self) -> &str {
+        self.stage.control_name()
+    }
+
+    /// The runtime, to look up other stages' sinks.
+    pub fn runtime(&self) -> &Runtime {
+        self.runtime
+    }
+
+    /// Metadata of the event being handled (the one the batch yielded last), or fresh
+    /// metadata outside a batch.
+    pub fn meta(&self) -> Meta {
+        if !self.in_batch {
+            return Meta::new();
+        }
+        Current::get().meta.unwrap_or_default()
+    }
+
+    /// The stage's current 90th-percentile response time estimate: the admission
+    /// controller's smoothed estimate if it keeps one, else the p90 of the last stats
+    /// window (USITS'03 3.4: the input to service degradation).
+    pub fn p90(&self) -> Option<Duration> {
+        self.stage.p90()
+    }
+
+    /// The stage's response-time target, if its admission policy has one.
+    pub fn rt_target(&self) -> Option<Duration> {
+        self.stage.target()
+    }
+
+    /// Whether the stage's admission control is on.
+    pub fn admission_enabled(&self) -> bool {
+        self.stage.admission_enabled()
+    }
+
+    /// Switch the stage's admission control on or off (service degradation hook).
+    pub fn set_admission_enabled(&self, on: bool) {
+        self.stage.set_admission_enabled(on);
+    }
+
+    /// Events waiting in the stage's queue.
+    pub fn queue_len(&self) -> usize {
+        self.stage.queue_len()
+    }
+}
