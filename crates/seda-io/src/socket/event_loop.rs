@@ -31,6 +31,8 @@ use super::{CloseReason, ConnId, LISTENER, Shared, SocketEvent, WAKER};
 pub(crate) enum Cmd {
     Close(ConnId, CloseReason),
     Backlog(ConnId, usize),
+    /// An already connected stream handed over by [`super::Writer::adopt`].
+    Adopt(ConnId, mio::net::TcpStream, std::net::SocketAddr),
 }
 
 /// What a loop needs that is created before its thread runs.
@@ -191,6 +193,7 @@ impl EventLoop<'_> {
         for cmd in cmds {
             match cmd {
                 Cmd::Close(conn, reason) => self.close(conn.0, reason),
+                Cmd::Adopt(conn, stream, peer) => self.admit_as(conn, stream, peer),
                 Cmd::Backlog(conn, queued) => {
                     if self.conns.get(&conn.0).is_some_and(|lc| !lc.dead) {
                         self.deliver(
@@ -234,6 +237,10 @@ impl EventLoop<'_> {
     }
 
     fn admit(&mut self, stream: mio::net::TcpStream, peer: std::net::SocketAddr) {
+        self.admit_as(ConnId::next(), stream, peer);
+    }
+
+    fn admit_as(&mut self, id: ConnId, stream: mio::net::TcpStream, peer: std::net::SocketAddr) {
         let shared = self.shared;
         let cfg = &shared.cfg;
         if shared.open.load(Relaxed) >= cfg.max_connections {
@@ -248,7 +255,6 @@ impl EventLoop<'_> {
         {
             tracing::debug!("cannot set SO_SNDBUF: {e}");
         }
-        let id = ConnId::next();
         let fd = stream.as_raw_fd();
         if let Err(e) = self.poll.registry().register(
             &mut SourceFd(&fd),

@@ -70,7 +70,7 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 pub struct ConnId(pub u64);
 
 impl ConnId {
-    fn next() -> Self {
+    pub(crate) fn next() -> Self {
         ConnId(NEXT_CONN.fetch_add(1, Relaxed))
     }
 }
@@ -745,6 +745,24 @@ impl Writer {
             }
         }
         Ok(())
+    }
+
+    /// Hands an already connected stream (an outgoing connection the application
+    /// opened itself) to the event loops. From then on it is a connection like an
+    /// accepted one: `Accepted { conn, peer }` is its first event, `Closed` its last.
+    /// The id is returned before the loop announces the connection. Errors: the
+    /// sockets are stopping, or the stream's peer address cannot be read.
+    pub fn adopt(&self, stream: std::net::TcpStream) -> io::Result<ConnId> {
+        if self.shared.stopping() {
+            return Err(io::Error::other("socket stages are stopping"));
+        }
+        let peer = stream.peer_addr()?;
+        stream.set_nonblocking(true)?;
+        let id = ConnId::next();
+        let owner = (id.0 as usize) % self.shared.loops.len().max(1);
+        let stream = mio::net::TcpStream::from_std(stream);
+        self.shared.command(owner, Cmd::Adopt(id, stream, peer));
+        Ok(id)
     }
 
     /// Closes `conn` once its queued output is flushed (at once if none is). No-op
