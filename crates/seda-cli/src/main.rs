@@ -1,4 +1,4 @@
-//! The `seda` command: `serve | load | fileset | experiment`.
+//! The `seda` command: `serve | gnutella | load | fileset | experiment`.
 //!
 //! Each subcommand lives in its own module; `main` only parses and dispatches, prints
 //! a one-line error on failure and exits non-zero: 2 for a command line clap refuses
@@ -6,6 +6,7 @@
 
 mod arashi;
 mod experiment;
+mod gnutella;
 mod load;
 mod serve;
 
@@ -28,6 +29,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run Arashi, the web mail service of USITS'03 (or import its corpus).
     Arashi(arashi::ArashiArgs),
+    /// Run the Gnutella 0.6 packet router (SEDA 5.2).
+    Gnutella(gnutella::GnutellaArgs),
     /// Generate load against a server.
     #[command(subcommand)]
     Load(load::LoadCommand),
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Arashi(args) => arashi::run(args),
+        Command::Gnutella(args) => gnutella::run(args),
         Command::Load(cmd) => load::run(cmd),
         Command::Fileset(args) => load::fileset(args),
         Command::Experiment(cmd) => experiment::run(cmd),

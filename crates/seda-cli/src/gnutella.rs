@@ -1,0 +1,197 @@
+//! `seda gnutella`: the Gnutella 0.6 packet router (SEDA 5.2).
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use seda::Runtime;
+use seda_gnutella::{Gnutella, RouterConfig};
+
+/// Arguments of `seda gnutella`.
+#[derive(Debug, clap::Args)]
+pub struct GnutellaArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:6346")]
+    pub listen: SocketAddr,
+    /// Address to announce in Listen-IP and our pongs [default: the listen address].
+    #[arg(long)]
+    pub advertise: Option<SocketAddr>,
+    /// A host to connect to (repeatable); retried with backoff while we run.
+    #[arg(long = "peer")]
+    pub peers: Vec<SocketAddr>,
+    /// Outgoing connections to keep at least.
+    #[arg(long, default_value_t = 4)]
+    pub min_outgoing: usize,
+    /// Most connections (advertised as X-Degree, at least 16).
+    #[arg(long, default_value_t = 32)]
+    pub max_peers: usize,
+    /// Largest TTL + hops of a forwarded broadcast (X-Max-TTL).
+    #[arg(long, default_value_t = 4)]
+    pub max_ttl: u8,
+    /// Do not offer or accept deflate on connections.
+    #[arg(long)]
+    pub no_deflate: bool,
+    /// Largest payload accepted, bytes; a peer sending more gets a Bye.
+    #[arg(long, default_value_t = 65_536)]
+    pub max_payload: u32,
+    /// Our outgoing queue per connection, KiB (value-ordered dropping past it).
+    #[arg(long, default_value_t = 1024)]
+    pub out_queue_kb: usize,
+    /// Close a peer whose outgoing queue stays over its threshold this long, ms.
+    #[arg(long, default_value_t = 5000)]
+    pub slow_grace_ms: u64,
+    /// Seconds between reconnects to a host (doubles per failure, up to 600 s).
+    #[arg(long, default_value_t = 30.0)]
+    pub backoff_s: f64,
+    /// Entries of each routing table.
+    #[arg(long, default_value_t = 262_144)]
+    pub route_entries: usize,
+    /// Seconds a routing entry is kept at most.
+    #[arg(long, default_value_t = 600.0)]
+    pub route_ttl_s: f64,
+    /// Artificial cost per query in the router stage, ms (SEDA Fig. 14 used 20).
+    #[arg(long)]
+    pub query_delay_ms: Option<f64>,
+    /// Router stage threads: N (fixed), or MIN-MAX with --pool-controller.
+    #[arg(long, default_value = "1")]
+    pub router_threads: String,
+    /// Let the thread-pool controller size the router stage (SEDA 3.4).
+    #[arg(long)]
+    pub pool_controller: bool,
+    /// Router queue length above which the controller adds a thread.
+    #[arg(long, default_value_t = 1000)]
+    pub queue_threshold: usize,
+    /// Socket event loops [default: one per core].
+    #[arg(long)]
+    pub event_loops: Option<usize>,
+    /// Print the router's counters as one JSON line every this many seconds.
+    #[arg(long)]
+    pub stats_every_s: Option<f64>,
+    /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+}
+
+/// Parses `N` or `MIN-MAX`.
+pub fn parse_threads(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("--router-threads: expected N or MIN-MAX, got {s:?}");
+    match s.split_once('-') {
+        Some((a, b)) => Ok((
+            a.trim().parse().map_err(|_| bad())?,
+            b.trim().parse().map_err(|_| bad())?,
+        )),
+        None => {
+            let n = s.trim().parse().map_err(|_| bad())?;
+            Ok((n, n))
+        }
+    }
+}
+
+fn secs(name: &str, v: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(v).map_err(|_| format!("{name}: not a duration: {v}"))
+}
+
+/// The router configuration the arguments describe.
+pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
+    let mut cfg = RouterConfig {
+        listen: a.listen,
+        advertise: a.advertise,
+        seeds: a.peers.clone(),
+        min_outgoing: a.min_outgoing,
+        max_peers: a.max_peers,
+        deflate: !a.no_deflate,
+        max_payload: a.max_payload,
+        out_queue_bytes: a.out_queue_kb.saturating_mul(1024),
+        slow_grace: Duration::from_millis(a.slow_grace_ms),
+        backoff: secs("--backoff-s", a.backoff_s)?,
+        query_delay: a
+            .query_delay_ms
+            .map(|ms| secs("--query-delay-ms", ms / 1000.0))
+            .transpose()?,
+        router_threads: parse_threads(&a.router_threads)?,
+        router_pool_controller: a.pool_controller,
+        router_queue_threshold: a.queue_threshold,
+        event_loops: a.event_loops,
+        ..RouterConfig::default()
+    };
+    cfg.max_backoff = cfg.max_backoff.max(cfg.backoff);
+    cfg.routing.max_ttl = a.max_ttl;
+    cfg.routing.table_entries = a.route_entries;
+    cfg.routing.table_ttl = secs("--route-ttl-s", a.route_ttl_s)?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Runs the router until SIGINT, SIGTERM or `--duration-s`.
+pub fn run(a: GnutellaArgs) -> Result<(), String> {
+    let cfg = config(&a)?;
+    let stats_every = a
+        .stats_every_s
+        .map(|s| secs("--stats-every-s", s))
+        .transpose()?;
+    let duration = a.duration_s.map(|s| secs("--duration-s", s)).transpose()?;
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(|e| format!("cannot install signal handler: {e}"))?;
+    let handle = signals.handle();
+    let rt = Runtime::builder().name("gnutella").build();
+    let router = Gnutella::start(&rt, cfg).map_err(|e| e.to_string())?;
+    rt.start().map_err(|e| e.to_string())?;
+    println!("gnutella router on {}", router.local_addr());
+    let _ = std::io::stdout().flush();
+    eprintln!("seda gnutella: routing; Ctrl-C to stop");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waiter = {
+        let stop = stop.clone();
+        let mut signals = signals;
+        std::thread::spawn(move || {
+            if signals.forever().next().is_some() {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
+    let start = std::time::Instant::now();
+    let mut next_stats = stats_every.map(|d| start + d);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if duration.is_some_and(|d| start.elapsed() >= d) {
+            break;
+        }
+        if let (Some(at), Some(every)) = (next_stats, stats_every)
+            && std::time::Instant::now() >= at
+        {
+            let s = serde_json::to_string(&router.stats()).map_err(|e| e.to_string())?;
+            println!("{s}");
+            let _ = std::io::stdout().flush();
+            next_stats = Some(at + every);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    handle.close();
+    let _ = waiter.join();
+    eprintln!("seda gnutella: shutting down");
+    router.stop();
+    let report = rt.shutdown(Duration::from_secs(2));
+    let s = router.stats();
+    eprintln!(
+        "seda gnutella: stopped; routed {} messages, dropped {}, events unfinished: {}",
+        seda_gnutella::GnutellaStats::total(&s.routed),
+        seda_gnutella::GnutellaStats::total(&s.dropped),
+        report.unfinished()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn router_threads_parse() {
+        assert_eq!(parse_threads("3"), Ok((3, 3)));
+        assert_eq!(parse_threads("1-8"), Ok((1, 8)));
+        assert!(parse_threads("x").is_err());
+        assert!(parse_threads("1-").is_err());
+    }
+}

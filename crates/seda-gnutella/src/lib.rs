@@ -1,0 +1,46 @@
+//! # seda-gnutella: the Gnutella 0.6 packet router of SEDA (SOSP'01 section 5.2)
+//!
+//! Three stages on the [`seda`] runtime, over [`seda_io`]'s socket stages:
+//! - **GnutellaServer** ([`SERVER_STAGE`]): the 0.6 three-way handshake (as an
+//!   ultrapeer, `deflate` offered and accepted both ways), message framing, the
+//!   payload rules of today's servents, link messages (Bye, vendor, QRP);
+//! - **GnutellaRouter** ([`ROUTER_STAGE`]): broadcast of pings and queries with
+//!   TTL-1/Hops+1 and duplicate suppression, reverse-path routing of pongs and query
+//!   hits, push routing by servent id, our own pongs, slow-peer protection with
+//!   value-ordered dropping (5.2.2), and Fig. 14's artificial query cost;
+//! - **GnutellaCatcher** ([`CATCHER_STAGE`]): the host cache; keeps at least
+//!   `min_outgoing` outgoing connections, with backoff between reconnects.
+//!
+//! [`proto`] is the wire protocol on its own; [`routing`] the routing decisions and
+//! bounded tables, shared with the stage-less baseline in [`bench`]; [`load`] the
+//! traffic generator of simulated peers; [`experiment`] the Fig. 14 rerun.
+//!
+//! ```no_run
+//! use seda::Runtime;
+//! use seda_gnutella::{Gnutella, RouterConfig};
+//!
+//! let rt = Runtime::builder().build();
+//! let router = Gnutella::start(&rt, RouterConfig::default()).unwrap();
+//! rt.start().unwrap();
+//! println!("routing on {}", router.local_addr());
+//! ```
+#![forbid(unsafe_code)]
+
+mod catcher;
+mod config;
+mod node;
+mod outq;
+mod peer;
+mod router;
+mod server;
+mod stats;
+
+pub mod proto;
+pub mod routing;
+
+pub use crate::catcher::CatcherEvent;
+pub use crate::config::RouterConfig;
+pub use crate::node::{CATCHER_STAGE, Error, Gnutella, ROUTER_STAGE, SERVER_STAGE};
+pub use crate::outq::{OutQueue, Pushed, Value};
+pub use crate::router::RouterEvent;
+pub use crate::stats::{GnutellaStats, PeerStats};

@@ -1,0 +1,454 @@
+//! Routing decisions and routing tables, independent of stages (the plain
+//! forwarding loop of the throughput benchmark uses them too).
+//!
+//! Rules (Gnutella 0.6; SEDA 5.2's router):
+//! - Ping and Query are broadcast to every other connection with TTL-1 and Hops+1;
+//!   TTL+Hops is first trimmed to `max_ttl`; a message whose TTL would reach 0 is
+//!   not forwarded. Each (GUID, type) is routed once: later copies are duplicates.
+//! - Pong and QueryHit go back along the reverse path: to the connection the Ping or
+//!   Query with the same GUID came from.
+//! - Push goes to the connection that delivered a QueryHit from the named servent.
+//! - A reply whose request we sent ourselves is [`Action::Local`]; a reply without
+//!   a routing entry is dropped as [`Dropped::NoRoute`].
+//!
+//! # Invariants
+//! - [`GuidTable`] holds at most `capacity` entries and forgets an entry between
+//!   `ttl / 2` and `ttl` after it was inserted (sooner only when the capacity forces
+//!   a rotation): two generations per shard, the older dropped whole at rotation.
+//! - Connection ids are never reused, so an entry pointing at a closed connection
+//!   can only miss (the caller finds no such peer), never misroute.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use seda_io::ConnId;
+
+use crate::proto::message::{Guid, Header, MsgType, push_servent, queryhit_servent};
+
+/// The origin of messages this router sends itself (connection ids start at 1).
+pub const LOCAL: ConnId = ConnId(0);
+
+const SHARDS: usize = 16;
+
+/// Settings of the routing tables and TTL rules.
+#[derive(Clone, Debug)]
+pub struct RoutingConfig {
+    /// Largest TTL + Hops of a forwarded broadcast (advertised as `X-Max-TTL`).
+    /// Default 4, 1..=255.
+    pub max_ttl: u8,
+    /// Most entries of each routing table (duplicates/reverse paths, push routes).
+    /// Default 262,144; at least 64.
+    pub table_entries: usize,
+    /// How long an entry is kept at most. Default 10 minutes.
+    pub table_ttl: Duration,
+}
+
+impl Default for RoutingConfig {
+    fn default() -> Self {
+        RoutingConfig {
+            max_ttl: 4,
+            table_entries: 262_144,
+            table_ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+impl RoutingConfig {
+    /// Checks each field's range.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_ttl == 0 {
+            return Err("max TTL must be 1..=255".into());
+        }
+        if self.table_entries < 64 {
+            return Err("routing table entries must be at least 64".into());
+        }
+        if self.table_ttl < Duration::from_millis(10) {
+            return Err("routing table TTL must be at least 10 ms".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct Generations<K, V> {
+    cur: HashMap<K, V, RandomState>,
+    old: HashMap<K, V, RandomState>,
+    since: Instant,
+}
+
+/// A bounded, time-limited map from a GUID key to a value, sharded for concurrent
+/// router threads. See the module invariants.
+#[derive(Debug)]
+pub struct GuidTable<K, V> {
+    shards: Box<[Mutex<Generations<K, V>>]>,
+    hasher: RandomState,
+    per_generation: usize,
+    half_ttl: Duration,
+}
+
+impl<K: std::hash::Hash + Eq + Copy, V: Copy> GuidTable<K, V> {
+    /// A table of at most `capacity` entries kept at most `ttl`.
+    pub fn new(capacity: usize, ttl: Duration) -> Self {
+        let now = Instant::now();
+        let hasher = RandomState::new();
+        GuidTable {
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Generations {
+                        cur: HashMap::with_hasher(hasher.clone()),
+                        old: HashMap::with_hasher(hasher.clone()),
+                        since: now,
+                    })
+                })
+                .collect(),
+            per_generation: (capacity / SHARDS / 2).max(1),
+            half_ttl: ttl / 2,
+            hasher,
+        }
+    }
+
+    fn shard(&self, k: &K) -> &Mutex<Generations<K, V>> {
+        &self.shards[(self.hasher.hash_one(k) as usize) % SHARDS]
+    }
+
+    /// Starts a new generation when the current one is full or `ttl / 2` old; an
+    /// idle shard whose current generation is itself past `ttl / 2` forgets both.
+    fn rotate(&self, g: &mut Generations<K, V>, now: Instant) {
+        let age = now.saturating_duration_since(g.since);
+        if age >= self.half_ttl * 2 {
+            g.cur.clear();
+            g.old.clear();
+            g.since = now;
+        } else if g.cur.len() >= self.per_generation || age >= self.half_ttl {
+            std::mem::swap(&mut g.cur, &mut g.old);
+            g.cur.clear();
+            g.since = now;
+        }
+    }
+
+    /// Inserts `k -> v` unless `k` is present; `Err(existing)` if it was.
+    pub fn insert_new(&self, k: K, v: V, now: Instant) -> Result<(), V> {
+        let mut g = self.shard(&k).lock();
+        self.rotate(&mut g, now);
+        if let Some(e) = g.cur.get(&k).or_else(|| g.old.get(&k)) {
+            return Err(*e);
+        }
+        g.cur.insert(k, v);
+        Ok(())
+    }
+
+    /// Inserts or replaces `k -> v`.
+    pub fn upsert(&self, k: K, v: V, now: Instant) {
+        let mut g = self.shard(&k).lock();
+        self.rotate(&mut g, now);
+        g.old.remove(&k);
+        g.cur.insert(k, v);
+    }
+
+    /// The value of `k`, if it is still kept (entries older than the ttl are gone
+    /// even if no insert rotated their shard since).
+    pub fn get(&self, k: &K, now: Instant) -> Option<V> {
+        let g = self.shard(k).lock();
+        let age = now.saturating_duration_since(g.since);
+        if age >= self.half_ttl * 2 {
+            return None;
+        }
+        match g.cur.get(k) {
+            Some(v) => Some(*v),
+            None if age < self.half_ttl => g.old.get(k).copied(),
+            None => None,
+        }
+    }
+
+    /// Entries held now (both generations).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let g = s.lock();
+                g.cur.len() + g.old.len()
+            })
+            .sum()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Why the router dropped a message. Counted in stats under [`Dropped::name`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dropped {
+    /// The (GUID, type) was routed before.
+    Duplicate,
+    /// Its TTL would reach 0 (or hops passed the max TTL).
+    TtlExpired,
+    /// A reply or push without a routing entry (or the entry's connection is gone).
+    NoRoute,
+    /// A reply routed back to the connection it came from.
+    Loop,
+    /// The destination's outgoing queue was over its threshold and this message had
+    /// the lowest value.
+    SlowPeer,
+    /// A type the router does not forward.
+    NotRouted,
+    /// The router stage's queue refused it (overload).
+    Overload,
+}
+
+impl Dropped {
+    /// Name in stats.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dropped::Duplicate => "duplicate",
+            Dropped::TtlExpired => "ttl_expired",
+            Dropped::NoRoute => "no_route",
+            Dropped::Loop => "loop",
+            Dropped::SlowPeer => "slow_peer",
+            Dropped::NotRouted => "not_routed",
+            Dropped::Overload => "router_overload",
+        }
+    }
+}
+
+/// What to do with a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send to every other connection with this header. `fresh` is always true
+    /// here; the router also answers a fresh ping with its own pong.
+    Broadcast(Header),
+    /// A fresh broadcast whose TTL is spent: answer it (pings) but send it nowhere.
+    Absorb,
+    /// Send to one connection with this header.
+    Forward(ConnId, Header),
+    /// A reply to a request this router sent itself.
+    Local,
+    /// Not sent anywhere.
+    Drop(Dropped),
+}
+
+/// The routing state of one router.
+#[derive(Debug)]
+pub struct Routes {
+    cfg: RoutingConfig,
+    /// (GUID, type) of broadcasts and pushes -> the connection it came from.
+    seen: GuidTable<(Guid, u8), ConnId>,
+    /// Servent id of a QueryHit -> the connection that delivered it.
+    push: GuidTable<Guid, ConnId>,
+}
+
+impl Routes {
+    /// Empty tables.
+    pub fn new(cfg: RoutingConfig) -> Routes {
+        Routes {
+            seen: GuidTable::new(cfg.table_entries, cfg.table_ttl),
+            push: GuidTable::new(cfg.table_entries, cfg.table_ttl),
+            cfg,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RoutingConfig {
+        &self.cfg
+    }
+
+    /// Entries of the duplicate/reverse-path table and of the push table.
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.seen.len(), self.push.len())
+    }
+
+    /// Records a request this router sends itself (its replies come back `Local`).
+    pub fn originate(&self, guid: Guid, kind: MsgType, now: Instant) {
+        self.seen.upsert((guid, kind.byte()), LOCAL, now);
+    }
+
+    /// Decides what to do with message `h` (payload `p`) that arrived from `from`,
+    /// updating the tables. The payload has passed [`crate::proto::message::check`].
+    pub fn route(&self, from: ConnId, h: &Header, p: &[u8], now: Instant) -> Action {
+        match h.kind {
+            MsgType::Ping | MsgType::Query => {
+                if self
+                    .seen
+                    .insert_new((h.guid, h.kind.byte()), from, now)
+                    .is_err()
+                {
+                    return Action::Drop(Dropped::Duplicate);
+                }
+                match self.next_hop(h, true) {
+                    Some(next) => Action::Broadcast(next),
+                    None => Action::Absorb,
+                }
+            }
+            MsgType::Pong | MsgType::QueryHit => {
+                let request = if h.kind == MsgType::Pong {
+                    MsgType::Ping
+                } else {
+                    MsgType::Query
+                };
+                if h.kind == MsgType::QueryHit
+                    && let Some(servent) = queryhit_servent(p)
+                {
+                    self.push.upsert(servent, from, now);
+                }
+                match self.seen.get(&(h.guid, request.byte()), now) {
+                    None => Action::Drop(Dropped::NoRoute),
+                    Some(LOCAL) => Action::Local,
+                    Some(back) if back == from => Action::Drop(Dropped::Loop),
+                    Some(back) => match self.next_hop(h, false) {
+                        Some(next) => Action::Forward(back, next),
+                        None => Action::Drop(Dropped::TtlExpired),
+                    },
+                }
+            }
+            MsgType::Push => {
+                if self
+                    .seen
+                    .insert_new((h.guid, h.kind.byte()), from, now)
+                    .is_err()
+                {
+                    return Action::Drop(Dropped::Duplicate);
+                }
+                let Some(servent) = push_servent(p) else {
+                    return Action::Drop(Dropped::NoRoute);
+                };
+                match self.push.get(&servent, now) {
+                    None => Action::Drop(Dropped::NoRoute),
+                    Some(LOCAL) => Action::Local,
+                    Some(to) if to == from => Action::Drop(Dropped::Loop),
+                    Some(to) => match self.next_hop(h, false) {
+                        Some(next) => Action::Forward(to, next),
+                        None => Action::Drop(Dropped::TtlExpired),
+                    },
+                }
+            }
+            _ => Action::Drop(Dropped::NotRouted),
+        }
+    }
+
+    /// The header to forward `h` with: TTL+Hops trimmed to the max TTL (broadcasts),
+    /// then TTL-1, Hops+1; `None` if the TTL would reach 0.
+    fn next_hop(&self, h: &Header, trim: bool) -> Option<Header> {
+        let max = self.cfg.max_ttl;
+        let mut ttl = h.ttl;
+        if trim && u16::from(ttl) + u16::from(h.hops) > u16::from(max) {
+            ttl = max.saturating_sub(h.hops);
+        }
+        if ttl <= 1 || h.hops == u8::MAX {
+            return None;
+        }
+        Some(Header {
+            ttl: ttl - 1,
+            hops: h.hops + 1,
+            ..*h
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(kind: MsgType, g: u8, ttl: u8, hops: u8) -> Header {
+        Header {
+            guid: Guid([g; 16]),
+            kind,
+            ttl,
+            hops,
+            len: 0,
+        }
+    }
+
+    #[test]
+    fn broadcasts_decrement_trim_and_suppress_duplicates() {
+        let r = Routes::new(RoutingConfig::default());
+        let now = Instant::now();
+        let a = ConnId(1);
+        match r.route(a, &h(MsgType::Query, 1, 3, 0), &[], now) {
+            Action::Broadcast(n) => assert_eq!((n.ttl, n.hops), (2, 1)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            r.route(ConnId(2), &h(MsgType::Query, 1, 3, 0), &[], now),
+            Action::Drop(Dropped::Duplicate)
+        );
+        // Same GUID, other type: not a duplicate.
+        assert!(matches!(
+            r.route(a, &h(MsgType::Ping, 1, 2, 0), &[], now),
+            Action::Broadcast(_)
+        ));
+        // TTL 7 + hops 2 > 4: trimmed to TTL 2, forwarded as TTL 1 hops 3.
+        match r.route(a, &h(MsgType::Query, 2, 7, 2), &[], now) {
+            Action::Broadcast(n) => assert_eq!((n.ttl, n.hops), (1, 3)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            r.route(a, &h(MsgType::Ping, 3, 1, 0), &[], now),
+            Action::Absorb
+        );
+        assert_eq!(
+            r.route(a, &h(MsgType::Query, 4, 9, 4), &[], now),
+            Action::Absorb
+        );
+    }
+
+    #[test]
+    fn replies_follow_the_reverse_path_and_pushes_the_servent() {
+        let r = Routes::new(RoutingConfig::default());
+        let now = Instant::now();
+        let (a, b) = (ConnId(1), ConnId(2));
+        r.route(a, &h(MsgType::Query, 9, 3, 0), &[], now);
+        let mut hit = vec![0u8; 11];
+        hit.extend_from_slice(&[0xab; 16]);
+        match r.route(b, &h(MsgType::QueryHit, 9, 2, 0), &hit, now) {
+            Action::Forward(to, n) => {
+                assert_eq!(to, a);
+                assert_eq!((n.ttl, n.hops), (1, 1));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            r.route(b, &h(MsgType::Pong, 9, 2, 0), &[], now),
+            Action::Drop(Dropped::NoRoute)
+        );
+        let mut push = vec![0xab; 16];
+        push.extend_from_slice(&[0; 10]);
+        match r.route(a, &h(MsgType::Push, 5, 3, 0), &push, now) {
+            Action::Forward(to, _) => assert_eq!(to, b),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            r.route(b, &h(MsgType::Push, 6, 3, 0), &push, now),
+            Action::Drop(Dropped::Loop)
+        );
+        r.originate(Guid([7; 16]), MsgType::Ping, now);
+        assert_eq!(
+            r.route(a, &h(MsgType::Pong, 7, 1, 0), &[], now),
+            Action::Local
+        );
+        assert_eq!(
+            r.route(a, &h(MsgType::Pong, 9, 1, 0), &[], now),
+            Action::Drop(Dropped::NoRoute)
+        );
+    }
+
+    #[test]
+    fn tables_are_bounded_and_forget_with_time() {
+        let t: GuidTable<u64, u8> = GuidTable::new(64 * SHARDS, Duration::from_secs(10));
+        let now = Instant::now();
+        for i in 0..100_000u64 {
+            let _ = t.insert_new(i, 1, now);
+        }
+        assert!(t.len() <= 64 * SHARDS, "{}", t.len());
+        let recent = 99_999u64;
+        assert_eq!(t.get(&recent, now), Some(1));
+        assert_eq!(t.insert_new(recent, 2, now), Err(1));
+        // Past the ttl every entry is gone, rotation or not.
+        assert_eq!(t.get(&recent, now + Duration::from_secs(11)), None);
+        let later = now + Duration::from_secs(6);
+        let _ = t.insert_new(1_000_000, 1, later);
+        assert!(t.insert_new(1_000_000, 3, later).is_err());
+    }
+}

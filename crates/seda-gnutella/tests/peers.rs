@@ -1,0 +1,149 @@
+//! Slow peers (SEDA 5.2.2), the catcher's outgoing connections and backoff, and a
+//! chain of two routers.
+
+mod support;
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use seda_gnutella::RouterConfig;
+use support::*;
+
+#[test]
+fn a_peer_that_stops_reading_costs_bounded_memory_and_is_closed() {
+    const OUT_QUEUE: usize = 128 * 1024;
+    const QUERIES: u64 = 1000;
+    let r = TestRouter::start(RouterConfig {
+        out_queue_bytes: OUT_QUEUE,
+        socket_budget: 16 * 1024,
+        send_buffer: Some(16 * 1024),
+        slow_grace: Duration::from_millis(800),
+        ..RouterConfig::default()
+    });
+    let mut v = peers(&r, 3);
+    let slow = v.pop().unwrap(); // never reads again
+    let mut fast = v.pop().unwrap();
+    let mut sender = v.pop().unwrap();
+    let got = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&got);
+    let reader = thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while counted.load(Ordering::Relaxed) < QUERIES && Instant::now() < deadline {
+            if let Some(m) = fast.recv_kind(QUERY, Duration::from_millis(200)) {
+                assert_eq!((m.ttl, m.hops), (2, 1));
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        fast
+    });
+    // 1,000 queries of 2 KB: 2 MB, far more than the slow peer's socket buffers,
+    // paced so that the reading peer keeps up.
+    let text = "x".repeat(2048);
+    let mut max_queued = 0;
+    for i in 0..QUERIES {
+        sender.send(&Msg::new(QUERY, 3, 0, query(&format!("{i} {text}"))));
+        if i % 20 == 0 {
+            thread::sleep(Duration::from_millis(5));
+            let s = r.router.stats();
+            for c in &s.connections {
+                max_queued = max_queued.max(c.queued_bytes);
+            }
+        }
+    }
+    let _fast = reader.join().unwrap();
+    r.wait("slow peer closed", |s| {
+        s.event("slow_peer_closed") == 1 && s.peers == 2
+    });
+    assert_eq!(
+        got.load(Ordering::Relaxed),
+        QUERIES,
+        "the reading peer lost queries because of the slow one"
+    );
+    assert!(max_queued <= OUT_QUEUE, "queue grew to {max_queued}");
+    let s = r.router.stats();
+    assert!(
+        s.slow_peer_drops.get("query").copied().unwrap_or(0) > 0,
+        "{:?}",
+        s.slow_peer_drops
+    );
+    // The slow peer's socket sees a close once it reads again.
+    let mut slow = slow;
+    let (closed, _) = slow.closed_within(Duration::from_secs(10));
+    assert!(closed);
+}
+
+#[test]
+fn two_routers_chain_and_route_both_ways() {
+    let r1 = TestRouter::start(RouterConfig::default());
+    let r2 = TestRouter::start(RouterConfig {
+        seeds: vec![r1.addr()],
+        min_outgoing: 1,
+        ..RouterConfig::default()
+    });
+    r2.wait("outgoing connection up", |s| {
+        s.peers == 1 && s.connections[0].outgoing && s.event("outgoing_connected") == 1
+    });
+    r1.wait("incoming from r2", |s| {
+        s.peers == 1 && s.connections[0].user_agent.starts_with("seda-gnutella/")
+    });
+    // Both routers offer deflate: the link is compressed both ways.
+    assert_eq!(r2.router.stats().connections[0].deflate, (true, true));
+    let mut a = peers(&r1, 1).pop().unwrap();
+    let mut b = peers(&r2, 1).pop().unwrap();
+    let q = Msg::new(QUERY, 4, 0, query("across two routers"));
+    a.send(&q);
+    let got = b.recv_kind(QUERY, T).expect("query crosses both routers");
+    assert_eq!((got.guid, got.ttl, got.hops), (q.guid, 2, 2));
+    let servent = guid();
+    b.send(&Msg {
+        guid: q.guid,
+        ..Msg::new(QUERYHIT, 3, 0, queryhit(servent))
+    });
+    let hit = a.recv_kind(QUERYHIT, T).expect("hit comes back");
+    assert_eq!((hit.ttl, hit.hops), (1, 2));
+    let p = Msg::new(PUSH, 4, 0, push(servent));
+    a.send(&p);
+    assert_eq!(b.recv_kind(PUSH, T).expect("push crosses").guid, p.guid);
+    // The routers' one-hop pings were answered, so each learned the other.
+    r2.wait("pong answered", |s| s.event("own_pong_sent") >= 1);
+}
+
+#[test]
+fn the_catcher_backs_off_between_failed_connects() {
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let r = TestRouter::start(RouterConfig {
+        seeds: vec![dead],
+        backoff: Duration::from_millis(500),
+        ..RouterConfig::default()
+    });
+    thread::sleep(Duration::from_millis(2600));
+    let n = r.router.stats().event("connect_failed");
+    // Tries at about 0, 0.5, 1.5 s (then 3.5 s): never more than one a tick.
+    assert!((2..=4).contains(&n), "{n} connect attempts in 2.6 s");
+}
+
+#[test]
+fn the_catcher_backs_off_after_a_refused_handshake() {
+    // A router that refuses everyone (max 1 peer, taken).
+    let full = TestRouter::start(RouterConfig {
+        max_peers: 1,
+        ..RouterConfig::default()
+    });
+    let _taken = peers(&full, 1);
+    let r = TestRouter::start(RouterConfig {
+        seeds: vec![full.addr()],
+        backoff: Duration::from_millis(400),
+        ..RouterConfig::default()
+    });
+    thread::sleep(Duration::from_millis(2000));
+    let refused = full.router.stats().event("refused_full");
+    assert!((2..=4).contains(&refused), "{refused} handshakes in 2 s");
+    assert_eq!(r.router.stats().peers, 0);
+    assert!(r.router.stats().event("refused_by_peer") >= 2);
+}
