@@ -9,7 +9,7 @@
 //!   drops.
 //! - The policy gets exactly one `on_complete` per admitted request, from the permit's
 //!   `Drop`, whether the response future finished, failed or was dropped.
-//! - Ticks are at least `tick_interval` apart, whoever drives them (the request path,
+//! - Ticks are at least `tick_interval` apart, whoever drives them (admissions,
 //!   [`AdmissionHandle::tick`](super::AdmissionHandle::tick), a
 //!   [`Ticker`](super::Ticker)): one compare-and-swap on `next_tick_ns` elects the one
 //!   caller that ticks.
@@ -202,6 +202,5 @@ impl Drop for Permit {
             in_flight: before.saturating_sub(1),
             now,
         });
-        gate.tick_if_due(now);
     }
 }

@@ -69,9 +69,10 @@ const TICK_INTERVAL: Duration = Duration::from_millis(50);
 /// Policies also need a clock: `ResponseTimePolicy` evaluates a window after `timeout`
 /// when few samples came, and counts an idle window as a zero sample so that a rate
 /// cut to the floor climbs back. The `seda` runtime ticks them from its controller
-/// thread; the layer needs no runtime and ticks *lazily*: an admission or a completion
-/// that finds [`tick_interval`](AdmissionBuilder::tick_interval) (default 50 ms) passed
-/// since the last tick ticks the policy, all others pay one atomic load. Under traffic
+/// thread; the layer needs no runtime and ticks *lazily*: a request that finds
+/// [`tick_interval`](AdmissionBuilder::tick_interval) (default 50 ms) passed since the
+/// last tick ticks the policy before its admission (refused requests too), all others
+/// pay one atomic load. Under traffic
 /// the policy is ticked as in the runtime. After an idle spell the first request ticks
 /// once, so the policy sees one idle window, not one per second of idleness. To keep
 /// the clock going while idle, call [`AdmissionHandle::tick`] from a timer of your
