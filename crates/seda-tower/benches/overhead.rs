@@ -80,7 +80,8 @@ macro_rules! each_config {
     }};
 }
 
-/// One request through `svc`, by hand.
+/// One request through `svc`, by hand. Never inlined, so that callgrind can count it.
+#[inline(never)]
 fn request<S: Service<u32, Response = u32, Error = BoxError>>(svc: &mut S, i: u32) -> u32 {
     let mut cx = Context::from_waker(Waker::noop());
     match svc.poll_ready(&mut cx) {
@@ -197,7 +198,27 @@ fn summary() {
     println!("(2-threads: wall time per request with two callers sharing one service)");
 }
 
+/// `OVERHEAD_ONLY=CONFIG`: runs 1,000,000 requests of one configuration on one thread
+/// and exits, for instruction counts that load on the machine does not move:
+/// `OVERHEAD_ONLY=admission-unbounded valgrind --tool=callgrind
+/// --toggle-collect='overhead::request*' target/release/deps/overhead-*`.
+fn only(config: &str) {
+    fn run<S: Service<u32, Response = u32, Error = BoxError>>(_: (), name: &str, mut svc: S) {
+        if name == std::env::var("OVERHEAD_ONLY").unwrap_or_default() {
+            for i in 0..1_000_000u32 {
+                black_box(request(&mut svc, i));
+            }
+            println!("{name}: 1000000 requests");
+        }
+    }
+    assert!(CONFIGS.contains(&config), "unknown config {config}; one of {CONFIGS:?}");
+    each_config!(run, ());
+}
+
 fn main() {
+    if let Ok(config) = std::env::var("OVERHEAD_ONLY") {
+        return only(&config);
+    }
     let mut c = Criterion::default().configure_from_args();
     benches(&mut c);
     c.final_summary();

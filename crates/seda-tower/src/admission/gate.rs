@@ -163,7 +163,7 @@ impl Gate {
             gate: Arc::clone(self),
             class,
             seen: now,
-            born: born.map_or(now, |b| b.min(now)),
+            queue_delay: born.map_or(Duration::ZERO, |b| now.saturating_duration_since(b)),
         })
     }
 }
@@ -175,8 +175,8 @@ pub(crate) struct Permit {
     class: Class,
     /// When the layer saw the request.
     seen: Instant,
-    /// When the request entered the service (`<= seen`).
-    born: Instant,
+    /// `seen - born`: how long the request existed before the layer saw it.
+    queue_delay: Duration,
 }
 
 impl fmt::Debug for Permit {
@@ -194,11 +194,12 @@ impl Drop for Permit {
         let now = gate.now();
         let before = gate.in_flight.fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0, "permit dropped with no request in flight");
+        let service_time = now.saturating_duration_since(self.seen);
         gate.policy().on_complete(&Completion {
             class: self.class,
-            response_time: now.saturating_duration_since(self.born),
-            queue_delay: self.seen.saturating_duration_since(self.born),
-            service_time: now.saturating_duration_since(self.seen),
+            response_time: self.queue_delay + service_time,
+            queue_delay: self.queue_delay,
+            service_time,
             in_flight: before.saturating_sub(1),
             now,
         });
