@@ -211,7 +211,10 @@ fn only(config: &str) {
             println!("{name}: 1000000 requests");
         }
     }
-    assert!(CONFIGS.contains(&config), "unknown config {config}; one of {CONFIGS:?}");
+    assert!(
+        CONFIGS.contains(&config),
+        "unknown config {config}; one of {CONFIGS:?}"
+    );
     each_config!(run, ());
 }
 
