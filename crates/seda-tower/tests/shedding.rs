@@ -10,7 +10,7 @@ use std::time::Duration;
 use seda::admission::{MulticlassPolicy, ResponseTimePolicy};
 use seda::control::{MulticlassConfig, ResponseTimeConfig};
 use seda_tower::{AdmissionLayer, AdmissionStats, RequestClass};
-use support::{Server, admitted, open_loop, rejected, tokio_clock};
+use support::{Server, counts, open_loop, tokio_clock};
 use tower::Layer;
 
 const RATE: u32 = 50; // offered requests per second
@@ -93,14 +93,11 @@ async fn the_low_class_is_cut_first() {
     let s1 = handle.stats();
     open_loop(&svc, RATE, 30, request).await;
     let s2 = handle.stats();
-    let low = (
-        admitted(&s2, 0) - admitted(&s1, 0),
-        rejected(&s2, 0) - rejected(&s1, 0),
-    );
-    let high = (
-        admitted(&s2, 1) - admitted(&s1, 1),
-        rejected(&s2, 1) - rejected(&s1, 1),
-    );
+    let delta = |class| {
+        let ((a1, r1), (a2, r2)) = (counts(&s1, class), counts(&s2, class));
+        (a2 - a1, r2 - r1)
+    };
+    let (low, high) = (delta(0), delta(1));
     println!(
         "low (admitted, rejected) {low:?}, high {high:?}, {:?}",
         s2.policy

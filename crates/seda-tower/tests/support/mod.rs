@@ -187,20 +187,11 @@ impl<Req> Service<Req> for Gated {
     }
 }
 
-/// Rejected count of `class` in a stats snapshot.
-pub fn rejected(stats: &seda_tower::AdmissionStats, class: Class) -> u64 {
+/// `(admitted, rejected)` of `class` in a stats snapshot.
+pub fn counts(stats: &seda_tower::AdmissionStats, class: Class) -> (u64, u64) {
     stats
         .classes
         .iter()
         .find(|c| c.class == class)
-        .map_or(0, |c| c.rejected)
-}
-
-/// Admitted count of `class` in a stats snapshot.
-pub fn admitted(stats: &seda_tower::AdmissionStats, class: Class) -> u64 {
-    stats
-        .classes
-        .iter()
-        .find(|c| c.class == class)
-        .map_or(0, |c| c.admitted)
+        .map_or((0, 0), |c| (c.admitted, c.rejected))
 }
