@@ -112,3 +112,30 @@ async fn the_low_class_is_cut_first() {
         "the high class gets more of the capacity: low {low:?} high {high:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn concurrency_limit_policies_see_the_layers_in_flight_count_and_latency() {
+    use seda::admission::{AimdLimit, AimdLimitConfig};
+    // AIMD: the limit on requests in flight shrinks while in-layer latency exceeds
+    // 50 ms and grows again when it is back under.
+    let policy = AimdLimit::new(AimdLimitConfig::with_timeout(Duration::from_millis(50))).unwrap();
+    let layer = AdmissionLayer::builder(policy).clock(tokio_clock).build();
+    let handle = layer.handle();
+    let server = Server::new(FAST);
+    let svc = layer.layer(server.service::<u32>());
+    open_loop(&svc, RATE, 5, |i| i).await;
+    let s1 = handle.stats();
+    assert_eq!(s1.rejected, 0, "{s1:?}");
+    let before = s1.policy.limit.expect("a limit");
+
+    server.set_service_time(SLOW);
+    open_loop(&svc, RATE, 20, |i| i).await;
+    let s2 = handle.stats();
+    let (_, refused) = diff(&s1, &s2);
+    let cut = s2.policy.limit.expect("a limit");
+    assert!(
+        refused > 0,
+        "the limit refuses once latency is over its bound: {s2:?}"
+    );
+    assert!(cut < before, "the limit was cut: {before} -> {cut}");
+}
