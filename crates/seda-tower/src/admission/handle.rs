@@ -65,12 +65,18 @@ impl AdmissionHandle {
     /// any source); returns whether it ticked. Call it from a timer of your runtime to
     /// keep the policy's clock going while no request arrives, e.g. with tokio:
     ///
-    /// ```ignore
+    /// ```no_run
+    /// # async fn run() {
+    /// # let layer = seda_tower::AdmissionLayer::new(seda::admission::Unbounded);
     /// let h = layer.handle();
     /// tokio::spawn(async move {
     ///     let mut every = tokio::time::interval(std::time::Duration::from_millis(50));
-    ///     loop { every.tick().await; h.tick(); }
+    ///     loop {
+    ///         every.tick().await;
+    ///         h.tick();
+    ///     }
     /// });
+    /// # }
     /// ```
     pub fn tick(&self) -> bool {
         self.gate.tick_if_due(self.gate.now())
