@@ -28,6 +28,11 @@
 //! # let _ = (layer, stats);
 //! ```
 //!
+//! With axum, `Router::layer` puts every route under one controller (one stage), a
+//! layer per route gives each its own. With hyper 1, build the tower service and adapt
+//! it with `hyper_util::service::TowerToHyperService`. `examples/axum.rs` runs a slow
+//! route with two classes under load.
+//!
 //! The contract (what is measured, when a request is refused, what happens on drop
 //! and in `poll_ready`, how the policy's clock is driven without a runtime) is in the
 //! docs of [`AdmissionLayer`].
