@@ -554,8 +554,10 @@ impl EventHandler<SocketEvent> for Server {
             match ev {
                 SocketEvent::Accepted { conn, peer } => self.accepted(conn, peer),
                 SocketEvent::Data { conn, bytes } => self.data(conn, bytes, meta),
-                SocketEvent::WriteBacklog { .. } => {}
                 SocketEvent::Closed { conn, reason } => self.closed(conn, reason),
+                // WriteBacklog (not asked for: on_backlog is Close), Resumed (reading
+                // is never paused here), and kinds added later.
+                _ => {}
             }
         }
     }

@@ -148,7 +148,7 @@ fn seda_server() -> io::Result<Box<dyn Server>> {
                         SocketEvent::Closed { .. } => {
                             shard.lock().remove(&conn);
                         }
-                        SocketEvent::WriteBacklog { .. } => {}
+                        _ => {}
                     }
                 }
             },

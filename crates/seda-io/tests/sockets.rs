@@ -167,6 +167,7 @@ fn a_full_application_stalls_reading_but_loses_nothing() {
 fn a_connection_that_never_reads_is_closed_at_its_threshold_while_others_work() {
     let cfg = SocketConfig {
         write_threshold: 256 * 1024,
+        on_backlog: BacklogAction::Close,
         send_buffer: Some(32 * 1024),
         ..test_config()
     };

@@ -9,12 +9,16 @@
 //!   Every flush runs under the `out` lock, so a writer and the loop never interleave
 //!   bytes.
 //! - Once `state` is `Closed` it never changes again and the queue stays empty.
+//! - `Out::stalled_since` is `None` exactly when the queue is empty; otherwise it is
+//!   when the peer last took a byte (or when the queue filled), the clock of
+//!   the send timeout.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, IoSlice, Write};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
 
 use bytes::{Buf, Bytes};
 use mio::net::TcpStream;
@@ -61,6 +65,8 @@ pub(crate) struct Out {
     /// A `WriteBacklog` notice was sent and the queue has not drained below the
     /// threshold since.
     pub(crate) notified: bool,
+    /// Since when the peer has taken nothing of a non-empty queue (see invariants).
+    pub(crate) stalled_since: Option<Instant>,
 }
 
 impl Out {
@@ -75,11 +81,26 @@ impl Out {
     pub(crate) fn clear(&mut self) {
         self.queue.clear();
         self.queued = 0;
+        self.stalled_since = None;
     }
 
     /// Writes as much of the queue as the socket takes. `Ok(true)` when the queue is
     /// empty, `Ok(false)` when the socket would block.
     pub(crate) fn flush(&mut self, stream: &TcpStream, written: &AtomicU64) -> io::Result<bool> {
+        let mut wrote = 0usize;
+        let res = self.write_out(stream, &mut wrote);
+        written.fetch_add(wrote as u64, Relaxed);
+        match res {
+            Ok(true) => self.stalled_since = None,
+            Ok(false) if wrote > 0 || self.stalled_since.is_none() => {
+                self.stalled_since = Some(Instant::now());
+            }
+            Ok(false) | Err(_) => {}
+        }
+        res
+    }
+
+    fn write_out(&mut self, stream: &TcpStream, wrote: &mut usize) -> io::Result<bool> {
         loop {
             let n = match self.queue.front_mut() {
                 None => return Ok(true),
@@ -136,7 +157,7 @@ impl Out {
                     }
                 }
             };
-            written.fetch_add(n as u64, Relaxed);
+            *wrote += n;
         }
     }
 
@@ -168,6 +189,18 @@ pub(crate) struct Conn {
     pub(crate) owner: usize,
     pub(crate) stream: TcpStream,
     pub(crate) out: Mutex<Out>,
+    /// The application asked the loop not to read ([`super::Writer::pause_reading`]).
+    pub(crate) read_paused: AtomicBool,
+    /// The outgoing queue passed the threshold under [`super::BacklogAction::Pause`]
+    /// and has not drained below half of it since: the loop does not read.
+    pub(crate) backed_up: AtomicBool,
+}
+
+impl Conn {
+    /// Whether the loop may read the connection now.
+    pub(crate) fn readable(&self) -> bool {
+        !self.read_paused.load(Relaxed) && !self.backed_up.load(Relaxed)
+    }
 }
 
 impl Conn {
@@ -181,7 +214,10 @@ impl Conn {
                 queued: 0,
                 state: WriteState::Open,
                 notified: false,
+                stalled_since: None,
             }),
+            read_paused: AtomicBool::new(false),
+            backed_up: AtomicBool::new(false),
         }
     }
 }

@@ -8,7 +8,9 @@
 //!   marks it `dead`; a dead connection is forgotten once `pending` is empty.
 //! - Registration is edge-triggered for reads and writes: a connection whose last
 //!   read filled the chunk (more may be waiting) is in `again`, one with refused
-//!   events is in `blocked`, one over its read rate is in `throttled`; no edge is lost.
+//!   events is in `blocked`, one over its read rate is in `throttled`, one not read
+//!   because reading is paused (by the application or a backed-up queue) is marked
+//!   `parked` and goes to `again` when reading resumes; no edge is lost.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -33,6 +35,8 @@ pub(crate) enum Cmd {
     Backlog(ConnId, usize),
     /// An already connected stream handed over by [`super::Writer::adopt`].
     Adopt(ConnId, mio::net::TcpStream, std::net::SocketAddr),
+    /// The application resumed reading: deliver `Resumed`, then read.
+    Resume(ConnId),
 }
 
 /// What a loop needs that is created before its thread runs.
@@ -51,6 +55,12 @@ const IDLE_WAIT: Duration = Duration::from_millis(500);
 /// How long a stopping loop keeps offering `Closed` events to a full application.
 const STOP_DELIVERY: Duration = Duration::from_secs(2);
 
+/// How often a loop looks for connections past the send timeout: a quarter of it,
+/// at most a second, so a stalled peer is cut within 1.25 timeouts.
+fn send_check_period(timeout: Duration) -> Duration {
+    (timeout / 4).min(Duration::from_secs(1))
+}
+
 /// Token bucket of the optional read-rate controller.
 #[derive(Debug)]
 struct Bucket {
@@ -67,6 +77,8 @@ struct LocalConn {
     /// Turn of the last read, so a connection is read at most once per turn.
     read_turn: u64,
     bucket: Option<Bucket>,
+    /// A read was skipped because reading is paused: read again once it resumes.
+    parked: bool,
 }
 
 /// Result of offering an event to the application.
@@ -86,6 +98,8 @@ struct EventLoop<'a> {
     blocked: Vec<u64>,
     throttled: Vec<(Instant, u64)>,
     accept_retry: Option<Instant>,
+    /// Next scan for connections past the send timeout.
+    next_send_check: Option<Instant>,
     turn: u64,
     buf: Vec<u8>,
 }
@@ -106,6 +120,10 @@ pub(crate) fn run(shared: &Shared, idx: usize) {
         blocked: Vec::new(),
         throttled: Vec::new(),
         accept_retry: None,
+        next_send_check: shared
+            .cfg
+            .send_timeout
+            .map(|t| Instant::now() + send_check_period(t)),
         turn: 0,
         buf: Vec::with_capacity(shared.cfg.read_chunk),
     };
@@ -159,6 +177,7 @@ impl EventLoop<'_> {
             }
             self.retry_blocked();
             self.release_throttled();
+            self.check_send_timeouts();
             ready.append(&mut self.again);
             fastrand::shuffle(&mut ready);
             for id in ready.drain(..) {
@@ -179,6 +198,9 @@ impl EventLoop<'_> {
         if let Some(at) = self.accept_retry {
             t = t.min(at.saturating_duration_since(now));
         }
+        if let Some(at) = self.next_send_check {
+            t = t.min(at.saturating_duration_since(now));
+        }
         if let Some(at) = self.throttled.iter().map(|(at, _)| *at).min() {
             t = t.min(at.saturating_duration_since(now));
         }
@@ -194,6 +216,12 @@ impl EventLoop<'_> {
             match cmd {
                 Cmd::Close(conn, reason) => self.close(conn.0, reason),
                 Cmd::Adopt(conn, stream, peer) => self.admit_as(conn, stream, peer),
+                Cmd::Resume(conn) => {
+                    if self.conns.get(&conn.0).is_some_and(|lc| !lc.dead) {
+                        self.deliver(conn.0, SocketEvent::Resumed { conn }, Instant::now());
+                        self.unpark(conn.0);
+                    }
+                }
                 Cmd::Backlog(conn, queued) => {
                     if self.conns.get(&conn.0).is_some_and(|lc| !lc.dead) {
                         self.deliver(
@@ -245,6 +273,11 @@ impl EventLoop<'_> {
         let cfg = &shared.cfg;
         if shared.open.load(Relaxed) >= cfg.max_connections {
             shared.counters.refused.fetch_add(1, Relaxed);
+            if let Some(bytes) = &cfg.refusal {
+                // Best effort: a fresh socket's buffer takes a short answer whole.
+                let _ = std::io::Write::write(&mut &stream, bytes);
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+            }
             return;
         }
         if cfg.nodelay {
@@ -280,6 +313,7 @@ impl EventLoop<'_> {
                 dead: false,
                 read_turn: 0,
                 bucket,
+                parked: false,
             },
         );
         self.deliver(
@@ -298,6 +332,10 @@ impl EventLoop<'_> {
             return;
         };
         if lc.dead || !lc.pending.is_empty() || lc.read_turn == turn {
+            return;
+        }
+        if !lc.conn.readable() {
+            lc.parked = true;
             return;
         }
         if let (Some(b), Some(rate)) = (lc.bucket.as_mut(), rate) {
@@ -352,7 +390,11 @@ impl EventLoop<'_> {
 
     fn offer(&self, id: u64, event: SocketEvent, born: Instant) -> Offer {
         let meta = Meta::born_at(born).with_color(Color(id));
-        match self.shared.app.try_enqueue_with(event, meta) {
+        let Some(app) = self.shared.app.get() else {
+            self.shared.counters.undelivered.fetch_add(1, Relaxed);
+            return Offer::Gone;
+        };
+        match app.try_enqueue_with(event, meta) {
             Ok(()) => Offer::Taken,
             Err(EnqueueError::Full(e) | EnqueueError::Rejected(e)) => Offer::Refused(e),
             Err(EnqueueError::Closed(_)) => {
@@ -443,6 +485,47 @@ impl EventLoop<'_> {
         }
     }
 
+    /// Reading of `id` may go on: if a read was skipped while it was paused, read
+    /// next turn (the edge that announced the data is spent).
+    fn unpark(&mut self, id: u64) {
+        if let Some(lc) = self.conns.get_mut(&id)
+            && std::mem::take(&mut lc.parked)
+            && !lc.dead
+        {
+            self.again.push(id);
+        }
+    }
+
+    /// Closes every connection whose peer took none of its queued output for the
+    /// send timeout.
+    fn check_send_timeouts(&mut self) {
+        let (Some(at), Some(limit)) = (self.next_send_check, self.shared.cfg.send_timeout) else {
+            return;
+        };
+        let now = Instant::now();
+        if now < at {
+            return;
+        }
+        self.next_send_check = Some(now + send_check_period(limit));
+        let stalled: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, lc)| !lc.dead)
+            .filter(|(_, lc)| {
+                lc.conn
+                    .out
+                    .lock()
+                    .stalled_since
+                    .is_some_and(|t| now.saturating_duration_since(t) > limit)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stalled {
+            self.shared.counters.send_timeouts.fetch_add(1, Relaxed);
+            self.close(id, CloseReason::Error(io::ErrorKind::TimedOut));
+        }
+    }
+
     fn release_throttled(&mut self) {
         if self.throttled.is_empty() {
             return;
@@ -478,10 +561,14 @@ impl EventLoop<'_> {
                 if o.queued <= threshold {
                     o.notified = false;
                 }
+                let unpaused = o.queued <= threshold / 2 && conn.backed_up.swap(false, Relaxed);
                 if done && o.state == WriteState::Closing {
                     o.state = WriteState::Closed;
                     drop(o);
                     self.close(id, CloseReason::Local);
+                } else if unpaused {
+                    drop(o);
+                    self.unpark(id);
                 }
             }
             Err(e) => {
@@ -589,6 +676,7 @@ mod tests {
             queued: 0,
             state: WriteState::Open,
             notified: false,
+            stalled_since: None,
         };
         out.push(seg);
         assert_eq!(out.queued, FILE_SEGMENT_COST);

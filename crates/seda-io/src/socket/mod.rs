@@ -24,12 +24,22 @@
 //! - Into the application: when the app's sink answers `Full` or `Rejected`, the
 //!   loop keeps the refused packet, stops reading that connection (TCP flow control
 //!   then slows the peer) and offers it again on the next turn. Nothing is dropped.
-//! - Out of the application: each connection's outgoing queue is bounded by
-//!   [`SocketConfig::write_threshold`]; past it the connection is closed
-//!   ([`BacklogAction::Close`], `Closed { reason: Backlog }`) or the app is told
-//!   ([`BacklogAction::Notify`], one `WriteBacklog` per crossing).
-//! - At most [`SocketConfig::max_connections`] open connections; more are accepted
-//!   and closed at once (counted as `refused`).
+//! - The application can stop reading a connection itself ([`Writer::pause_reading`],
+//!   e.g. while it has enough of that client's requests in flight) and start again
+//!   ([`Writer::resume_reading`], followed by one `Resumed` event).
+//! - Out of the application: each connection's outgoing queue has a threshold,
+//!   [`SocketConfig::write_threshold`]. Past it the loop stops reading the
+//!   connection until the queue drains below half the threshold
+//!   ([`BacklogAction::Pause`], the default: a client that pipelines more than it reads
+//!   is slowed, never cut), or closes it ([`BacklogAction::Close`], `Closed { reason:
+//!   Backlog }`), or tells the app ([`BacklogAction::Notify`], one `WriteBacklog` per
+//!   crossing).
+//! - [`SocketConfig::send_timeout`]: a connection with output queued whose peer takes
+//!   no byte of it for that long is closed (`Closed { reason: Error(TimedOut) }`);
+//!   a slow reader that makes progress is never cut.
+//! - At most [`SocketConfig::max_connections`] open connections; more are accepted,
+//!   sent [`SocketConfig::refusal`] (if set, best effort) and closed at once (counted
+//!   as `refused`).
 //!
 //! # Shutdown
 //! [`SocketHandle::stop`] (or dropping the handle, or the runtime starting to shut
@@ -45,8 +55,8 @@ use std::fmt;
 use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -54,7 +64,7 @@ use bytes::Bytes;
 use mio::{Interest, Poll, Token, Waker};
 use parking_lot::{Condvar, Mutex, RwLock};
 use seda::{Batch, Context, Runtime, Sink, ThreadModel};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use conn::{Conn, Segment, WriteState};
 use event_loop::{Cmd, LoopParts};
@@ -98,8 +108,9 @@ pub enum CloseReason {
 
 /// An event the socket stages deliver to the application's sink. Each carries
 /// `Color(conn.0)`; `born` is the time the event arose (bytes read, connection
-/// accepted).
+/// accepted). More kinds may be added: match with a wildcard arm.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum SocketEvent {
     /// A new connection. Always the first event of a connection.
     Accepted {
@@ -123,6 +134,13 @@ pub enum SocketEvent {
         /// Bytes queued when the threshold was passed.
         queued: usize,
     },
+    /// Reading resumed after [`Writer::pause_reading`]: input the application held
+    /// back meanwhile can be processed now. One per [`Writer::resume_reading`] that
+    /// found reading paused, in order with the connection's other events.
+    Resumed {
+        /// The connection.
+        conn: ConnId,
+    },
     /// The connection is closed. Exactly once per accepted connection, and last.
     Closed {
         /// The connection.
@@ -139,6 +157,7 @@ impl SocketEvent {
             SocketEvent::Accepted { conn, .. }
             | SocketEvent::Data { conn, .. }
             | SocketEvent::WriteBacklog { conn, .. }
+            | SocketEvent::Resumed { conn }
             | SocketEvent::Closed { conn, .. } => *conn,
         }
     }
@@ -147,9 +166,13 @@ impl SocketEvent {
 /// What to do when a connection's outgoing queue passes its threshold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BacklogAction {
+    /// Stop reading the connection until its queue drains below half the threshold:
+    /// the peer cannot send more work until it reads what it asked for, so its
+    /// output stays bounded by what its requests in flight produce.
+    #[default]
+    Pause,
     /// Close the connection (`Closed { reason: Backlog }`): a slow reader cannot
     /// grow memory.
-    #[default]
     Close,
     /// Keep queueing and send the application a `WriteBacklog` event.
     Notify,
@@ -168,10 +191,17 @@ pub struct SocketConfig {
     /// Outgoing bytes queued per connection beyond which [`Self::on_backlog`]
     /// applies. Default 1 MiB. At least 1.
     pub write_threshold: usize,
-    /// What to do past the write threshold. Default [`BacklogAction::Close`].
+    /// What to do past the write threshold. Default [`BacklogAction::Pause`].
     pub on_backlog: BacklogAction,
+    /// Close a connection whose peer takes none of its queued output for this long.
+    /// Default: none (never). At least 10 ms.
+    pub send_timeout: Option<Duration>,
     /// Most open connections; further ones are closed on accept. Default 100,000.
     pub max_connections: usize,
+    /// Bytes written (best effort, without blocking) to a connection refused because
+    /// `max_connections` are open, before it is closed: e.g. an HTTP `503`. Default:
+    /// none (closed silently).
+    pub refusal: Option<Bytes>,
     /// Optional read-rate controller: a token bucket per connection, bytes per
     /// second, depth `read_chunk`. A connection over its rate is not read until its
     /// bucket refills. Default: none.
@@ -196,8 +226,10 @@ impl Default for SocketConfig {
             event_loops: std::thread::available_parallelism().map_or(2, |n| n.get()),
             read_chunk: 16 * 1024,
             write_threshold: 1 << 20,
-            on_backlog: BacklogAction::Close,
+            on_backlog: BacklogAction::Pause,
+            send_timeout: None,
             max_connections: 100_000,
+            refusal: None,
             read_rate: None,
             listen_backlog: 1024,
             send_buffer: None,
@@ -236,6 +268,11 @@ impl SocketConfig {
         }
         if self.max_connections == 0 {
             return bad("max_connections must be at least 1".to_owned());
+        }
+        if let Some(t) = self.send_timeout
+            && t < Duration::from_millis(10)
+        {
+            return bad(format!("send_timeout must be at least 10 ms, got {t:?}"));
         }
         if let Some(r) = self.read_rate
             && !(r.is_finite() && r > 0.0)
@@ -328,7 +365,8 @@ impl fmt::Display for WriteError {
 impl std::error::Error for WriteError {}
 
 /// Counters of the socket stages since start.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct SocketStats {
     /// Event loops.
     pub event_loops: usize,
@@ -342,6 +380,11 @@ pub struct SocketStats {
     pub closed: u64,
     /// Connections closed because their outgoing queue passed the threshold.
     pub backlog_closes: u64,
+    /// Times reading a connection stopped because its outgoing queue passed the
+    /// threshold ([`BacklogAction::Pause`]).
+    pub backlog_pauses: u64,
+    /// Connections closed because their peer took no output for the send timeout.
+    pub send_timeouts: u64,
     /// `WriteBacklog` notices sent.
     pub backlog_notices: u64,
     /// `Data` events delivered.
@@ -366,6 +409,8 @@ struct Counters {
     refused: AtomicU64,
     closed: AtomicU64,
     backlog_closes: AtomicU64,
+    backlog_pauses: AtomicU64,
+    send_timeouts: AtomicU64,
     backlog_notices: AtomicU64,
     packets_read: AtomicU64,
     bytes_read: AtomicU64,
@@ -421,7 +466,9 @@ struct LoopSlot {
 #[derive(Debug)]
 pub(crate) struct Shared {
     cfg: SocketConfig,
-    app: Sink<SocketEvent>,
+    /// The application's sink, set once by [`BoundSockets::start`] before any loop
+    /// runs (loops deliver nothing before).
+    app: OnceLock<Sink<SocketEvent>>,
     conns: ConnTable,
     loops: Vec<LoopSlot>,
     stopping: AtomicBool,
@@ -471,8 +518,7 @@ pub struct Sockets;
 
 impl Sockets {
     /// Binds the listeners, registers the event-loop stage in `rt` and returns the
-    /// handle. The loops run once the runtime runs (at once if it already does).
-    /// Raises the open-files limit to the hard limit first.
+    /// handle: [`Sockets::bind`] then [`BoundSockets::start`].
     ///
     /// Errors: an invalid configuration (`InvalidInput`), a bind failure, or the
     /// runtime refusing the stage (e.g. a duplicate stage name).
@@ -481,16 +527,33 @@ impl Sockets {
         cfg: SocketConfig,
         app: Sink<SocketEvent>,
     ) -> io::Result<SocketHandle> {
+        Sockets::bind(cfg)?.start(rt, app)
+    }
+
+    /// Binds the listeners without starting anything, so that the application can
+    /// take a [`Writer`] (and the address) before it builds the stage the sockets
+    /// deliver to. Raises the open-files limit to the hard limit first.
+    ///
+    /// Errors: an invalid configuration (`InvalidInput`) or a bind failure; the
+    /// message of a bind failure names the address.
+    pub fn bind(cfg: SocketConfig) -> io::Result<BoundSockets> {
         cfg.validate()?;
         if let Err(e) = crate::sys::raise_fd_limit() {
             tracing::warn!("cannot raise the open-files limit: {e}");
         }
         let n = cfg.event_loops;
-        let first = crate::sys::listener(cfg.listen, n > 1, cfg.listen_backlog)?;
+        let named = |e: io::Error, addr: SocketAddr| {
+            io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
+        };
+        let first = crate::sys::listener(cfg.listen, n > 1, cfg.listen_backlog)
+            .map_err(|e| named(e, cfg.listen))?;
         let local_addr = first.local_addr()?;
         let mut listeners = vec![first];
         for _ in 1..n {
-            listeners.push(crate::sys::listener(local_addr, true, cfg.listen_backlog)?);
+            listeners.push(
+                crate::sys::listener(local_addr, true, cfg.listen_backlog)
+                    .map_err(|e| named(e, local_addr))?,
+            );
         }
         let mut loops = Vec::with_capacity(n);
         for l in listeners {
@@ -510,7 +573,7 @@ impl Sockets {
         }
         let shared = Arc::new(Shared {
             cfg,
-            app,
+            app: OnceLock::new(),
             conns: ConnTable::new(),
             loops,
             stopping: AtomicBool::new(false),
@@ -519,6 +582,38 @@ impl Sockets {
             idle: Condvar::new(),
             counters: Counters::default(),
         });
+        Ok(BoundSockets { shared, local_addr })
+    }
+}
+
+/// Listeners bound by [`Sockets::bind`], not yet served. Dropping it closes them.
+#[derive(Debug)]
+pub struct BoundSockets {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+}
+
+impl BoundSockets {
+    /// The address the listeners are bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// A writer for the connections these sockets will accept.
+    pub fn writer(&self) -> Writer {
+        Writer {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Registers the event-loop stage in `rt`, delivering to `app`. The loops run
+    /// once the runtime runs (at once if it already does).
+    ///
+    /// Errors: the runtime refusing the stage (e.g. a duplicate stage name).
+    pub fn start(self, rt: &Runtime, app: Sink<SocketEvent>) -> io::Result<SocketHandle> {
+        let BoundSockets { shared, local_addr } = self;
+        let _ = shared.app.set(app);
+        let n = shared.cfg.event_loops;
         let for_loops = Arc::clone(&shared);
         let stage = rt
             .stage(
@@ -611,6 +706,8 @@ impl SocketHandle {
             open: self.shared.open.load(Relaxed),
             closed: c.closed.load(Relaxed),
             backlog_closes: c.backlog_closes.load(Relaxed),
+            backlog_pauses: c.backlog_pauses.load(Relaxed),
+            send_timeouts: c.send_timeouts.load(Relaxed),
             backlog_notices: c.backlog_notices.load(Relaxed),
             packets_read: c.packets_read.load(Relaxed),
             bytes_read: c.bytes_read.load(Relaxed),
@@ -725,6 +822,11 @@ impl Writer {
         }
         if o.queued > self.shared.cfg.write_threshold {
             match self.shared.cfg.on_backlog {
+                BacklogAction::Pause => {
+                    if !c.backed_up.swap(true, Relaxed) {
+                        counters.backlog_pauses.fetch_add(1, Relaxed);
+                    }
+                }
                 BacklogAction::Close => {
                     o.state = WriteState::Closed;
                     o.clear();
@@ -763,6 +865,26 @@ impl Writer {
         let stream = mio::net::TcpStream::from_std(stream);
         self.shared.command(owner, Cmd::Adopt(id, stream, peer));
         Ok(id)
+    }
+
+    /// Stops reading `conn` until [`Writer::resume_reading`]: the peer's further
+    /// bytes wait in the kernel (TCP flow control slows it). Events already read are
+    /// still delivered. No-op for an unknown connection.
+    pub fn pause_reading(&self, conn: ConnId) {
+        if let Some(c) = self.shared.conns.get(conn) {
+            c.read_paused.store(true, Relaxed);
+        }
+    }
+
+    /// Starts reading `conn` again after [`Writer::pause_reading`]; the application
+    /// then gets one `Resumed` event (after the connection's earlier events). No-op
+    /// if reading was not paused or the connection is unknown.
+    pub fn resume_reading(&self, conn: ConnId) {
+        if let Some(c) = self.shared.conns.get(conn)
+            && c.read_paused.swap(false, Relaxed)
+        {
+            self.shared.command(c.owner, Cmd::Resume(conn));
+        }
     }
 
     /// Closes `conn` once its queued output is flushed (at once if none is). No-op

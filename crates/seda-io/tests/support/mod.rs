@@ -23,6 +23,7 @@ pub struct Seen {
     /// Events after `Closed` (must stay 0).
     pub after_close: usize,
     pub backlog_notices: usize,
+    pub resumed: usize,
     pub flood_result: Option<WriteError>,
 }
 
@@ -92,6 +93,8 @@ pub fn echo(cfg: SocketConfig, app_capacity: usize, per_event_delay: Duration) -
                         }
                         SocketEvent::WriteBacklog { .. } => seen.backlog_notices += 1,
                         SocketEvent::Closed { reason, .. } => seen.closed.push(reason),
+                        SocketEvent::Resumed { .. } => seen.resumed += 1,
+                        _ => {}
                     }
                 }
             },

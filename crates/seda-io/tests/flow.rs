@@ -1,0 +1,153 @@
+//! Flow control of the socket stages: reading paused by the application or by a
+//! backed-up outgoing queue, the send timeout, and the refusal at `max_connections`.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use seda_io::{BacklogAction, CloseReason, ConnId, SocketConfig};
+use support::*;
+
+fn only_conn(e: &Echo) -> ConnId {
+    assert!(wait_for(Duration::from_secs(5), || e.log.snapshot().len() == 1));
+    *e.log.snapshot().keys().next().unwrap()
+}
+
+fn bytes_seen(e: &Echo, conn: ConnId) -> usize {
+    e.log.snapshot().get(&conn).map_or(0, |s| s.bytes)
+}
+
+#[test]
+fn a_backed_up_connection_is_not_read_until_it_drains_and_is_never_cut() {
+    let cfg = SocketConfig {
+        write_threshold: 256 * 1024,
+        on_backlog: BacklogAction::Pause,
+        send_buffer: Some(32 * 1024),
+        ..test_config()
+    };
+    let e = echo(cfg, 4096, Duration::ZERO);
+    let mut c = connect(e.sockets.local_addr());
+    // 4 MiB of output for a client that reads nothing for now.
+    c.write_all(b"FLOOD 64").unwrap();
+    let conn = only_conn(&e);
+    assert!(wait_for(Duration::from_secs(5), || e
+        .sockets
+        .stats()
+        .backlog_pauses
+        >= 1));
+    let before = bytes_seen(&e, conn);
+    c.write_all(b"ping").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        bytes_seen(&e, conn),
+        before,
+        "a connection whose output is backed up must not be read"
+    );
+    // Read the flood; the connection is then read again and "ping" comes back.
+    let mut got = vec![0u8; 64 * 64 * 1024 + 4];
+    c.read_exact(&mut got).unwrap();
+    assert_eq!(&got[got.len() - 4..], b"ping");
+    let seen = e.log.snapshot()[&conn].clone();
+    assert_eq!(seen.flood_result, None, "no send failed");
+    assert!(seen.closed.is_empty(), "the connection was cut");
+    assert_eq!(e.sockets.stats().backlog_closes, 0);
+    e.sockets.stop();
+    e.rt.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn the_send_timeout_cuts_a_peer_that_takes_nothing_but_not_a_slow_reader() {
+    let cfg = SocketConfig {
+        write_threshold: 64 << 20,
+        send_timeout: Some(Duration::from_millis(800)),
+        send_buffer: Some(32 * 1024),
+        ..test_config()
+    };
+    let e = echo(cfg, 4096, Duration::ZERO);
+    let addr = e.sockets.local_addr();
+    let mut stuck = connect(addr);
+    stuck.write_all(b"FLOOD 32").unwrap();
+    let mut slow = connect(addr);
+    slow.write_all(b"FLOOD 96").unwrap();
+    // The slow reader takes 16 KiB every 20 ms (about 0.8 MB/s) for 3 s, less than
+    // the 6 MiB flood.
+    slow.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut total = 0;
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_secs(3) {
+            match slow.read(&mut buf) {
+                Ok(0) => return (total, false),
+                Ok(n) => total += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return (total, false),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (total, true)
+    });
+    assert!(
+        wait_for(Duration::from_secs(5), || e.log.snapshot().values().any(
+            |s| s.closed == vec![CloseReason::Error(std::io::ErrorKind::TimedOut)]
+        )),
+        "the stuck peer was not cut"
+    );
+    let (read, open) = reader.join().unwrap();
+    assert!(open, "the slow reader was cut after {read} bytes");
+    assert_eq!(e.sockets.stats().send_timeouts, 1);
+    e.sockets.stop();
+    e.rt.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn the_application_pauses_and_resumes_reading() {
+    let e = echo(test_config(), 4096, Duration::ZERO);
+    let mut c = connect(e.sockets.local_addr());
+    assert_eq!(roundtrip(&mut c, b"one"), b"one");
+    let conn = only_conn(&e);
+    let w = e.sockets.writer();
+    w.pause_reading(conn);
+    c.write_all(b"two").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(bytes_seen(&e, conn), 3, "read while paused");
+    w.resume_reading(conn);
+    let mut back = [0u8; 3];
+    c.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"two");
+    assert!(wait_for(Duration::from_secs(5), || e.log.snapshot()[&conn]
+        .resumed
+        == 1));
+    // Resuming what is not paused is a no-op: no second `Resumed`.
+    w.resume_reading(conn);
+    assert_eq!(roundtrip(&mut c, b"three"), b"three");
+    assert_eq!(e.log.snapshot()[&conn].resumed, 1);
+    e.sockets.stop();
+    e.rt.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn a_connection_over_the_limit_gets_the_refusal_then_eof() {
+    let cfg = SocketConfig {
+        max_connections: 1,
+        refusal: Some(bytes::Bytes::from_static(b"busy\n")),
+        ..test_config()
+    };
+    let e = echo(cfg, 4096, Duration::ZERO);
+    let addr = e.sockets.local_addr();
+    let mut first = connect(addr);
+    assert_eq!(roundtrip(&mut first, b"hi"), b"hi");
+    let mut second = TcpStream::connect(addr).unwrap();
+    second
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = second.read_to_end(&mut got);
+    assert_eq!(got, b"busy\n");
+    assert_eq!(e.sockets.stats().refused, 1);
+    e.sockets.stop();
+    e.rt.shutdown(Duration::from_secs(5));
+}
