@@ -85,6 +85,9 @@ pub struct ArashiConfig {
     pub stage_capacity: usize,
     /// Thread model of Haboob's CPU-bound stages.
     pub thread_model: ThreadModel,
+    /// The admin listener (`/_seda/stats`, `graph`, `metrics`), never on the service
+    /// port; `None` for none. Default: loopback, a free port.
+    pub admin_listen: Option<SocketAddr>,
 }
 
 impl Default for ArashiConfig {
@@ -98,6 +101,7 @@ impl Default for ArashiConfig {
             stage_threads: 4,
             stage_capacity: 1024,
             thread_model: ThreadModel::PerStage,
+            admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         }
     }
 }
@@ -177,6 +181,7 @@ impl Arashi {
             root: data.www(),
             thread_model: cfg.thread_model,
             handlers,
+            admin_listen: cfg.admin_listen,
             ..ServerConfig::default()
         })
         .map_err(|e| e.to_string())?;
@@ -200,6 +205,11 @@ impl Arashi {
     /// The store.
     pub fn store(&self) -> &Arc<SqliteStore> {
         &self.store
+    }
+
+    /// The admin listener's address, if it has one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.server.admin_addr()
     }
 
     /// The `/_seda/stats` document.

@@ -173,9 +173,12 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     .map_err(|e| format!("cannot install signal handler: {e}"))?;
     let service = Arashi::start(cfg, &mut |l| eprintln!("seda arashi: {l}"))?;
     println!("listening on http://{}", service.local_addr());
+    if let Some(admin) = service.admin_addr() {
+        println!("admin at http://{admin}/_seda/");
+    }
     let _ = std::io::stdout().flush();
     eprintln!(
-        "seda arashi: {} in {}; log in at http://{}/login as user1 / user1-pw; stats at /_seda/stats; Ctrl-C to stop",
+        "seda arashi: {} in {}; log in at http://{}/login as user1 / user1-pw; Ctrl-C to stop",
         service.description(),
         a.data.display(),
         service.local_addr()

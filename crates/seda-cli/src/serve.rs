@@ -4,8 +4,15 @@
 //! e.g. `cache-mb = 64`); flags on the command line override the file. Without
 //! `--root` the built-in demo site is served, with a dynamic handler at `/hello`.
 //! The first line on standard output is `listening on http://ADDR` (tests and scripts
-//! parse it; `--listen 127.0.0.1:0` picks a free port). SIGINT or SIGTERM shuts down
-//! gracefully: requests in flight are answered, then the process exits.
+//! parse it; `--listen 127.0.0.1:0` picks a free port), the second `admin at
+//! http://ADDR/_seda/` (the admin listener: stats, stage graph, metrics; loopback on a
+//! free port unless `--admin-listen ADDR`, absent with `--admin-listen none`).
+//! SIGINT or SIGTERM shuts down gracefully: requests in flight are answered, then the
+//! process exits.
+//!
+//! Values that cannot work are errors (a cache larger than the machine's memory,
+//! more connections than open files); settings that would have no effect are
+//! warned about on stderr (an admission target with no dynamic handler mounted).
 //!
 //! # Overload control (issue 5; `shared/contracts/overload.md`)
 //! `--bottleneck-ms N` mounts the calibrated bottleneck handler at `/bottleneck` and
@@ -41,6 +48,7 @@ use std::time::Duration;
 
 use seda::ThreadModel;
 use seda::admission::{AimdLimitConfig, GradientLimitConfig};
+use seda_http::proto::Dotfiles;
 use seda_http::{
     AddrPrefix, Admission, Bottleneck, DEFAULT_SAMPLE_PERIOD, DemoSite, HandlerTargets,
     OverloadAction, OverloadControl, Server, ServerConfig,
@@ -84,10 +92,25 @@ pub struct ServeArgs {
     /// Most threads of the HttpParse stage [default: 2].
     #[arg(long)]
     parse_threads: Option<usize>,
-    /// Put a queue between every pair of stages (the paper's layout) instead of direct
-    /// calls on the cache-hit path.
+    /// Address of the admin listener (stats, stage graph, metrics), or `none`
+    /// [default: 127.0.0.1 on a free port, printed at start].
+    #[arg(long, value_name = "ADDR|none")]
+    admin_listen: Option<AdminListen>,
+    /// Seconds a client may take none of its pending response before it is
+    /// disconnected [default: 60].
     #[arg(long)]
-    staged: bool,
+    send_timeout: Option<f64>,
+    /// Most requests of one connection in flight; past it the connection is not read
+    /// until half are answered [default: 16].
+    #[arg(long, value_name = "N")]
+    max_pipelined: Option<usize>,
+    /// Serve files and directories whose name starts with a dot: hide (404) or serve
+    /// [default: hide; `.well-known` is always served].
+    #[arg(long, value_name = "hide|serve")]
+    dotfiles: Option<DotfilesArg>,
+    /// Capacity of the pathname-translation cache in MiB [default: 16].
+    #[arg(long)]
+    path_cache_mb: Option<u64>,
     /// Seconds to let requests in flight finish on SIGINT/SIGTERM [default: 10].
     #[arg(long)]
     shutdown_grace: Option<f64>,
@@ -142,7 +165,11 @@ struct FileSettings {
     max_connections: Option<usize>,
     event_loops: Option<usize>,
     parse_threads: Option<usize>,
-    staged: Option<bool>,
+    admin_listen: Option<String>,
+    send_timeout: Option<f64>,
+    max_pipelined: Option<usize>,
+    dotfiles: Option<String>,
+    path_cache_mb: Option<u64>,
     shutdown_grace: Option<f64>,
     bottleneck_ms: Option<f64>,
     rt_target_ms: Option<f64>,
@@ -162,6 +189,53 @@ struct FileSettings {
     gradient: Option<FileGradient>,
     aimd: Option<FileAimd>,
 }
+
+/// Where the admin listener goes: an address, or nowhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminListen {
+    /// Listen here.
+    At(SocketAddr),
+    /// No admin listener.
+    None,
+}
+
+impl std::str::FromStr for AdminListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "none" {
+            return Ok(AdminListen::None);
+        }
+        s.parse().map(AdminListen::At).map_err(|_| {
+            format!("--admin-listen must be an address (e.g. 127.0.0.1:9090) or `none`, got `{s}`")
+        })
+    }
+}
+
+/// `--dotfiles`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DotfilesArg {
+    /// 404 for them.
+    Hide,
+    /// Serve them.
+    Serve,
+}
+
+impl std::str::FromStr for DotfilesArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "hide" => Ok(DotfilesArg::Hide),
+            "serve" => Ok(DotfilesArg::Serve),
+            _ => Err(format!("--dotfiles must be hide or serve, got `{s}`")),
+        }
+    }
+}
+
+/// The admin listener's default: loopback, a free port.
+const DEFAULT_ADMIN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
 
 /// `[response-time]` of the TOML file: the USITS'03 controller's parameters.
 #[derive(Debug, Default, Deserialize)]
@@ -480,7 +554,42 @@ fn resolve(args: ServeArgs) -> Result<Settings, String> {
     if let Some(n) = args.parse_threads.or(file.parse_threads) {
         cfg.parse_threads = n;
     }
-    cfg.direct = !(args.staged || file.staged.unwrap_or(false));
+    let admin = match (args.admin_listen, &file.admin_listen) {
+        (Some(a), _) => a,
+        (None, Some(s)) => s.parse()?,
+        (None, None) => AdminListen::At(DEFAULT_ADMIN),
+    };
+    cfg.admin_listen = match admin {
+        AdminListen::At(a) => Some(a),
+        AdminListen::None => None,
+    };
+    if let Some(s) = args.send_timeout.or(file.send_timeout) {
+        cfg.send_timeout = secs("send-timeout", s)?;
+    }
+    if let Some(n) = args.max_pipelined.or(file.max_pipelined) {
+        if n == 0 || n > 4096 {
+            return Err(format!("--max-pipelined must be in 1..=4096, got {n}"));
+        }
+        cfg.max_pipelined = n;
+    }
+    let dotfiles = match (args.dotfiles, &file.dotfiles) {
+        (Some(d), _) => Some(d),
+        (None, Some(s)) => Some(s.parse()?),
+        (None, None) => None,
+    };
+    cfg.dotfiles = match dotfiles {
+        Some(DotfilesArg::Serve) => Dotfiles::Serve,
+        Some(DotfilesArg::Hide) | None => Dotfiles::Hide,
+    };
+    if let Some(mb) = args.path_cache_mb.or(file.path_cache_mb) {
+        if mb == 0 {
+            return Err("--path-cache-mb must be at least 1".into());
+        }
+        cfg.path_cache_bytes = mb
+            .checked_mul(1 << 20)
+            .ok_or_else(|| format!("--path-cache-mb {mb} is too large"))?;
+    }
+    cfg.retry_after_secs = args.retry_after_secs.or(file.retry_after_secs).unwrap_or(1);
     let grace = secs(
         "shutdown-grace",
         args.shutdown_grace.or(file.shutdown_grace).unwrap_or(10.0),
@@ -516,6 +625,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             Some(site)
         }
     };
+    for w in warnings(&cfg, &overload, bottleneck) {
+        eprintln!("seda serve: warning: {w}");
+    }
     let calibrated = mount_overload(&mut cfg, &overload, bottleneck)?;
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
@@ -529,6 +641,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     };
     let server = Server::start(cfg).map_err(|e| e.to_string())?;
     println!("listening on http://{}", server.local_addr());
+    if let Some(admin) = server.admin_addr() {
+        println!("admin at http://{admin}/_seda/");
+    }
     if let (Some(ms), Some(passes)) = (bottleneck, calibrated) {
         println!(
             "bottleneck: {} ms calibrated to {passes} iterations",
@@ -536,10 +651,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         );
     }
     let _ = std::io::stdout().flush();
-    eprintln!(
-        "seda serve: serving {root_shown}; admin at http://{}/_seda/stats; Ctrl-C to stop",
-        server.local_addr()
-    );
+    eprintln!("seda serve: serving {root_shown}; Ctrl-C to stop");
     // Block until SIGINT or SIGTERM (no polling: shutdown starts as the signal lands).
     let _ = signals.forever().next();
     eprintln!(
@@ -555,6 +667,41 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     );
     drop(demo);
     Ok(())
+}
+
+/// Settings that would have no effect, said once at start.
+fn warnings(
+    cfg: &ServerConfig,
+    overload: &OverloadControl,
+    bottleneck: Option<Duration>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if cfg.handlers.is_empty() && bottleneck.is_none() {
+        let set: Vec<&str> = [
+            (overload.rt_target.is_some(), "--rt-target-ms"),
+            (overload.admission.is_some(), "--admission"),
+            (overload.classes.header.is_some(), "--class-header"),
+            (!overload.handlers.is_empty(), "[[handler]]"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        if !set.is_empty() {
+            out.push(format!(
+                "{} has no effect: no dynamic handler is mounted (static files have no \
+                 admission controller; add --bottleneck-ms or serve the demo site)",
+                set.join(", ")
+            ));
+        }
+    }
+    if let Some(a) = cfg.admin_listen
+        && !a.ip().is_loopback()
+    {
+        out.push(format!(
+            "the admin listener {a} is not on loopback: anyone who reaches it sees the server's statistics"
+        ));
+    }
+    out
 }
 
 /// Adds the bottleneck handler (if asked for) and applies the overload control to
@@ -614,7 +761,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("seda-serve-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("serve.toml");
-        std::fs::write(&file, "listen = \"127.0.0.1:9999\"\ncache-mb = 7\nthread-model = \"shared\"\nidle-timeout = 2.5\nstaged = true\n").unwrap();
+        std::fs::write(&file, "listen = \"127.0.0.1:9999\"\ncache-mb = 7\nthread-model = \"shared\"\nidle-timeout = 2.5\nadmin-listen = \"none\"\ndotfiles = \"serve\"\n").unwrap();
         let args = ServeArgs {
             config: Some(file.clone()),
             cache_mb: Some(3),
@@ -625,7 +772,8 @@ mod tests {
         assert_eq!(cfg.cache_bytes, 3 << 20, "the flag wins");
         assert_eq!(cfg.thread_model, ThreadModel::Shared);
         assert_eq!(cfg.idle_timeout, Duration::from_millis(2500));
-        assert!(!cfg.direct);
+        assert_eq!(cfg.admin_listen, None);
+        assert_eq!(cfg.dotfiles, Dotfiles::Serve);
         assert!(root.is_none());
         std::fs::write(&file, "cache-mbb = 7\n").unwrap();
         let err = resolve(ServeArgs {

@@ -17,6 +17,8 @@ const BOUND: Duration = Duration::from_secs(20);
 struct Proc {
     child: Child,
     stderr: Option<mpsc::Receiver<String>>,
+    /// The admin listener, from the `admin at http://ADDR/_seda/` line.
+    admin: Option<SocketAddr>,
 }
 
 impl Drop for Proc {
@@ -47,11 +49,13 @@ impl Proc {
         Proc {
             child,
             stderr: Some(rx),
+            admin: None,
         }
     }
 
     /// Starts `seda serve --listen 127.0.0.1:0 extra...` and waits for its
-    /// `listening on http://ADDR` line.
+    /// `listening on http://ADDR` line (and its `admin at` line, unless the admin
+    /// listener is off).
     fn serve(extra: &[&str]) -> (Proc, SocketAddr) {
         let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);
@@ -59,12 +63,11 @@ impl Proc {
         let out = p.child.stdout.take().expect("stdout piped");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let mut line = String::new();
-            let mut r = BufReader::new(out);
-            let _ = r.read_line(&mut line);
-            let _ = tx.send(line);
-            // Keep reading so the child never blocks on stdout.
-            let _ = std::io::copy(&mut r, &mut std::io::sink());
+            // Forward every line; keep reading so the child never blocks on stdout.
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
         });
         let line = rx
             .recv_timeout(BOUND)
@@ -75,6 +78,17 @@ impl Proc {
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .parse()
             .expect("an address");
+        if !extra.contains(&"none") {
+            let line = rx.recv_timeout(BOUND).expect("no `admin at` line in time");
+            let admin = line
+                .trim()
+                .strip_prefix("admin at http://")
+                .and_then(|l| l.strip_suffix("/_seda/"))
+                .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+                .parse()
+                .expect("an admin address");
+            p.admin = Some(admin);
+        }
         (p, addr)
     }
 
@@ -171,7 +185,15 @@ fn serves_the_demo_site_hello_and_stats() {
         String::from_utf8_lossy(&hello.body)
     );
 
-    let stats = get(addr, "/_seda/stats");
+    let admin = p.admin.expect("an admin listener by default");
+    assert!(admin.ip().is_loopback(), "{admin}");
+    assert_ne!(admin.port(), addr.port());
+    assert_eq!(
+        get(addr, "/_seda/stats").status,
+        404,
+        "not on the service port"
+    );
+    let stats = get(admin, "/_seda/stats");
     assert_eq!(stats.status, 200);
     let doc: serde_json::Value = serde_json::from_slice(&stats.body).expect("stats are JSON");
     let stages = doc["stages"].as_array().expect("a stages array");

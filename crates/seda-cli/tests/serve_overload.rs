@@ -169,6 +169,13 @@ fn bottleneck_answers_with_its_quality_and_stats_follow_the_contract() {
         .unwrap_or_else(|| panic!("{first}"))
         .parse()
         .unwrap();
+    let admin_line = rx.recv_timeout(BOUND).expect("admin line");
+    let admin: SocketAddr = admin_line
+        .strip_prefix("admin at http://")
+        .and_then(|l| l.strip_suffix("/_seda/"))
+        .unwrap_or_else(|| panic!("{admin_line}"))
+        .parse()
+        .unwrap();
     let second = rx.recv_timeout(BOUND).expect("calibration line");
     let iters = second
         .strip_prefix("bottleneck: 5 ms calibrated to ")
@@ -191,7 +198,7 @@ fn bottleneck_answers_with_its_quality_and_stats_follow_the_contract() {
     pause();
     assert_eq!(get(addr, "/bottleneck?q=1.5", "").0, 400);
 
-    let (status, _, body) = get(addr, "/_seda/stats", "");
+    let (status, _, body) = get(admin, "/_seda/stats", "");
     assert_eq!(status, 200);
     let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
     let stage = |name: &str| {

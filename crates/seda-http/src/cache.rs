@@ -10,15 +10,18 @@
 //!   as a shared immutable [`Bytes`], bounded in bytes with exact LRU replacement.
 //!   Because the key includes mtime and length, a changed file never hits a stale page.
 //!
+//! Both are bounded by bytes, not entries: a client that asks for 100,000 distinct
+//! long URLs evicts older translations instead of growing the path cache.
+//!
 //! # Invariants
 //! - `PageCache`: the sum of cached body lengths never exceeds the capacity; a body
-//!   larger than the capacity is never inserted. The LRU list holds exactly the map's
-//!   entries (checked with `debug_assert!`).
-//! - `PathCache`: holds at most `max_entries` entries.
+//!   larger than the capacity is never inserted.
+//! - `PathCache`: the sum of entry costs (URL + target bytes + a fixed overhead)
+//!   never exceeds the capacity.
 
-use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -26,12 +29,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::proto::{Status, Validators};
 
 /// FNV-1a: a fast hash for short keys that no client chooses the bucket of on its own
-/// (keys are URLs of existing files or file identities; the maps are bounded).
+/// (file identities, connection ids; the maps are bounded).
 #[derive(Default, Clone, Copy)]
 pub(crate) struct Fnv(u64);
 
@@ -131,132 +134,143 @@ pub enum Target {
 struct PathEntry {
     target: Target,
     checked: Instant,
+    /// What the entry counts toward the byte bound.
+    cost: u64,
+}
+
+/// Bytes an entry is charged beyond its key and target's own bytes: the map's and
+/// list's bookkeeping, and the `FileInfo` struct.
+const ENTRY_OVERHEAD: u64 = 192;
+
+impl Target {
+    /// Heap bytes the target holds (path, cached head, location).
+    fn bytes(&self) -> u64 {
+        match self {
+            Target::File(info) => {
+                (info.path.as_os_str().len()
+                    + info.head_200.len()
+                    + info.last_modified.len()
+                    + info.validators.etag.len()) as u64
+            }
+            Target::Redirect(loc) => loc.len() as u64,
+            Target::Error(_) => 0,
+        }
+    }
+}
+
+/// A byte-bounded LRU map: the bookkeeping both caches share.
+struct Lru<K: std::hash::Hash + Eq, V, S: BuildHasher> {
+    map: lru::LruCache<K, V, S>,
+    bytes: u64,
+}
+
+impl<K: std::hash::Hash + Eq, V, S: BuildHasher> Lru<K, V, S> {
+    fn new(hasher: S) -> Self {
+        Lru {
+            map: lru::LruCache::unbounded_with_hasher(hasher),
+            bytes: 0,
+        }
+    }
+
+    /// Inserts `v` costing `cost`, evicting least recently used entries until the
+    /// total fits `capacity`; returns how many were evicted. `cost(v)` must give
+    /// each entry's cost back on removal.
+    fn insert(&mut self, k: K, v: V, cost: u64, capacity: u64, cost_of: impl Fn(&V) -> u64) -> u64 {
+        if let Some(old) = self.map.pop(&k) {
+            self.bytes -= cost_of(&old);
+        }
+        let mut evicted = 0;
+        while self.bytes + cost > capacity {
+            let Some((_, old)) = self.map.pop_lru() else {
+                break;
+            };
+            self.bytes -= cost_of(&old);
+            evicted += 1;
+        }
+        self.map.put(k, v);
+        self.bytes += cost;
+        evicted
+    }
 }
 
 /// The pathname-translation cache (Flash 5.2). See the module docs.
 pub struct PathCache {
-    map: Mutex<HashMap<Box<[u8]>, PathEntry, FnvBuild>>,
-    max_entries: usize,
+    /// Keys are chosen by clients (URLs that are not there are cached too), so the
+    /// map uses std's keyed SipHash, not FNV.
+    lru: Mutex<Lru<Box<[u8]>, PathEntry, RandomState>>,
+    capacity: u64,
     revalidate: Duration,
 }
 
 impl fmt::Debug for PathCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PathCache")
-            .field("entries", &self.map.lock().len())
+            .field("entries", &self.len())
+            .field("bytes", &self.bytes())
             .finish()
     }
 }
 
 impl PathCache {
-    /// A cache of at most `max_entries` (at least 1) translations, each trusted for
-    /// `revalidate`.
-    pub fn new(max_entries: usize, revalidate: Duration) -> Self {
+    /// A cache holding translations worth at most `capacity_bytes` (URL, target and
+    /// bookkeeping counted), each trusted for `revalidate`.
+    pub fn new(capacity_bytes: u64, revalidate: Duration) -> Self {
         PathCache {
-            map: Mutex::new(HashMap::default()),
-            max_entries: max_entries.max(1),
+            lru: Mutex::new(Lru::new(RandomState::new())),
+            capacity: capacity_bytes,
             revalidate,
         }
     }
 
     /// The translation of `url`, if cached and still fresh at `now`.
     pub fn get(&self, url: &[u8], now: Instant) -> Option<Target> {
-        let map = self.map.lock();
-        let e = map.get(url)?;
+        let mut lru = self.lru.lock();
+        let e = lru.map.get(url)?;
         (now.saturating_duration_since(e.checked) < self.revalidate).then(|| e.target.clone())
     }
 
-    /// Caches a translation checked at `now`. When full, an arbitrary eighth of the
-    /// entries is dropped first (translations are cheap to redo; the bound matters
-    /// more than the choice).
+    /// Caches a translation checked at `now`, evicting the least recently used
+    /// translations to stay within the byte bound. A translation larger than the
+    /// whole cache is not cached.
     pub fn insert(&self, url: &[u8], target: Target, now: Instant) {
-        let mut map = self.map.lock();
-        if map.len() >= self.max_entries && !map.contains_key(url) {
-            let drop_n = (self.max_entries / 8).max(1);
-            let victims: Vec<Box<[u8]>> = map.keys().take(drop_n).cloned().collect();
-            for v in victims {
-                map.remove(&v);
-            }
+        let cost = url.len() as u64 + target.bytes() + ENTRY_OVERHEAD;
+        if cost > self.capacity {
+            return;
         }
-        map.insert(
-            url.into(),
-            PathEntry {
-                target,
-                checked: now,
-            },
-        );
-        debug_assert!(map.len() <= self.max_entries);
+        let mut lru = self.lru.lock();
+        let entry = PathEntry {
+            target,
+            checked: now,
+            cost,
+        };
+        lru.insert(url.into(), entry, cost, self.capacity, |e| e.cost);
+        debug_assert!(lru.bytes <= self.capacity);
     }
 
     /// Entries held.
     pub fn len(&self) -> usize {
-        self.map.lock().len()
+        self.lru.lock().map.len()
     }
 
     /// Whether no entry is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
 
-const NIL: usize = usize::MAX;
-
-struct Node {
-    key: FileKey,
-    body: Bytes,
-    prev: usize,
-    next: usize,
-}
-
-/// Exact LRU over a slab: `head` is the most recently used.
-struct Lru {
-    map: HashMap<FileKey, usize, FnvBuild>,
-    nodes: Vec<Node>,
-    free: Vec<usize>,
-    head: usize,
-    tail: usize,
-    bytes: u64,
-}
-
-impl Lru {
-    fn unlink(&mut self, i: usize) {
-        let (p, n) = (self.nodes[i].prev, self.nodes[i].next);
-        if p == NIL {
-            self.head = n
-        } else {
-            self.nodes[p].next = n
-        }
-        if n == NIL {
-            self.tail = p
-        } else {
-            self.nodes[n].prev = p
-        }
+    /// Bytes the entries are charged (at most the capacity).
+    pub fn bytes(&self) -> u64 {
+        self.lru.lock().bytes
     }
 
-    fn push_front(&mut self, i: usize) {
-        self.nodes[i].prev = NIL;
-        self.nodes[i].next = self.head;
-        if self.head != NIL {
-            self.nodes[self.head].prev = i;
-        }
-        self.head = i;
-        if self.tail == NIL {
-            self.tail = i;
-        }
-    }
-
-    fn remove(&mut self, i: usize) {
-        self.unlink(i);
-        let key = self.nodes[i].key;
-        self.map.remove(&key);
-        self.bytes -= self.nodes[i].body.len() as u64;
-        self.nodes[i].body = Bytes::new();
-        self.free.push(i);
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
     }
 }
 
 /// Counters of the page cache.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct PageCacheStats {
     /// Capacity in bytes.
     pub capacity_bytes: u64,
@@ -274,7 +288,7 @@ pub struct PageCacheStats {
 
 /// The page cache: file bytes bounded in total size, exact LRU. See the module docs.
 pub struct PageCache {
-    lru: Mutex<Lru>,
+    lru: Mutex<Lru<FileKey, Bytes, FnvBuild>>,
     capacity: u64,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -293,14 +307,7 @@ impl PageCache {
     /// A cache holding at most `capacity_bytes` of file bodies.
     pub fn new(capacity_bytes: u64) -> Self {
         PageCache {
-            lru: Mutex::new(Lru {
-                map: HashMap::default(),
-                nodes: Vec::new(),
-                free: Vec::new(),
-                head: NIL,
-                tail: NIL,
-                bytes: 0,
-            }),
+            lru: Mutex::new(Lru::new(FnvBuild::default())),
             capacity: capacity_bytes,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -320,20 +327,12 @@ impl PageCache {
 
     /// The page of `key`, marking it most recently used.
     pub fn get(&self, key: &FileKey) -> Option<Bytes> {
-        let mut lru = self.lru.lock();
-        let Some(&i) = lru.map.get(key) else {
-            drop(lru);
-            self.misses.fetch_add(1, Relaxed);
-            return None;
+        let found = self.lru.lock().map.get(key).cloned();
+        match &found {
+            Some(_) => self.hits.fetch_add(1, Relaxed),
+            None => self.misses.fetch_add(1, Relaxed),
         };
-        if lru.head != i {
-            lru.unlink(i);
-            lru.push_front(i);
-        }
-        let body = lru.nodes[i].body.clone();
-        drop(lru);
-        self.hits.fetch_add(1, Relaxed);
-        Some(body)
+        found
     }
 
     /// Inserts a page, evicting least recently used pages until it fits. Returns false
@@ -344,36 +343,8 @@ impl PageCache {
             return false;
         }
         let mut lru = self.lru.lock();
-        if let Some(&i) = lru.map.get(&key) {
-            lru.remove(i);
-        }
-        let mut evicted = 0;
-        while lru.bytes + len > self.capacity && lru.tail != NIL {
-            let t = lru.tail;
-            lru.remove(t);
-            evicted += 1;
-        }
-        let node = Node {
-            key,
-            body,
-            prev: NIL,
-            next: NIL,
-        };
-        let i = match lru.free.pop() {
-            Some(i) => {
-                lru.nodes[i] = node;
-                i
-            }
-            None => {
-                lru.nodes.push(node);
-                lru.nodes.len() - 1
-            }
-        };
-        lru.map.insert(key, i);
-        lru.push_front(i);
-        lru.bytes += len;
+        let evicted = lru.insert(key, body, len, self.capacity, |b| b.len() as u64);
         debug_assert!(lru.bytes <= self.capacity);
-        debug_assert_eq!(lru.map.len() + lru.free.len(), lru.nodes.len());
         drop(lru);
         self.evictions.fetch_add(evicted, Relaxed);
         true
@@ -442,19 +413,26 @@ mod tests {
     }
 
     #[test]
-    fn path_cache_expires_and_stays_bounded() {
-        let c = PathCache::new(16, Duration::from_secs(1));
+    fn path_cache_expires_and_stays_bounded_in_bytes() {
+        let c = PathCache::new(64 * 1024, Duration::from_secs(1));
         let t0 = Instant::now();
         c.insert(b"/a", Target::Error(Status::NOT_FOUND), t0);
         assert!(c.get(b"/a", t0).is_some());
         assert!(c.get(b"/a", t0 + Duration::from_secs(2)).is_none());
-        for i in 0..100 {
-            c.insert(
-                format!("/{i}").as_bytes(),
-                Target::Error(Status::NOT_FOUND),
-                t0,
-            );
-            assert!(c.len() <= 16);
+        // 1,000 distinct 8 KB URLs: the cache keeps the newest that fit.
+        for i in 0..1000 {
+            let url = format!("/{i}/{}", "x".repeat(8000));
+            c.insert(url.as_bytes(), Target::Error(Status::NOT_FOUND), t0);
+            assert!(c.bytes() <= 64 * 1024);
         }
+        assert!(c.len() <= 8 && c.len() >= 6, "{} entries", c.len());
+        let newest = format!("/999/{}", "x".repeat(8000));
+        assert!(c.get(newest.as_bytes(), t0).is_some());
+        let huge = vec![b'y'; 100 * 1024];
+        c.insert(&huge, Target::Error(Status::NOT_FOUND), t0);
+        assert!(
+            c.get(&huge, t0).is_none(),
+            "larger than the cache: not cached"
+        );
     }
 }

@@ -14,12 +14,15 @@ const INDEX: &str = r#"<!doctype html>
 <h1>Haboob</h1>
 <p>The staged HTTP/1.1 server of SEDA (Welsh, Culler and Brewer, SOSP 2001), in Rust.
 Requests flow through stages joined by bounded queues:
-HttpParse, HttpRecv, PageCache, CacheMiss, HttpSend, and one stage per dynamic handler.</p>
+HttpParse, HttpRecv, PageCache, CacheMiss, the file helper, HttpSend, and one stage per
+dynamic handler.</p>
 <h2>Look inside</h2>
+<p>The admin listener, on a loopback address of its own (<code>seda serve</code> prints it
+as <code>admin at http://ADDR/_seda/</code>), shows:</p>
 <ul>
-<li><a href="/_seda/stats">/_seda/stats</a>: every stage's queue, threads, counts and response times (JSON)</li>
-<li><a href="/_seda/graph">/_seda/graph</a>: the stage graph as observed at run time (Graphviz DOT)</li>
-<li><a href="/_seda/metrics">/_seda/metrics</a>: the same statistics for Prometheus</li>
+<li><code>/_seda/stats</code>: every stage's queue, threads, counts and response times (JSON)</li>
+<li><code>/_seda/graph</code>: the stage graph as observed at run time (Graphviz DOT; <code>graph.json</code> as JSON)</li>
+<li><code>/_seda/metrics</code>: the same statistics for Prometheus</li>
 </ul>
 <h2>Try</h2>
 <ul>

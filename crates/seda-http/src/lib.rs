@@ -2,13 +2,17 @@
 //!
 //! Haboob answers HTTP/1.0 and 1.1 (GET and HEAD for files; any method for dynamic
 //! handlers) with keep-alive and pipelining. Its stages follow SEDA Fig. 5: the
-//! socket stages of `seda-io`, HttpParse, HttpRecv, PageCache, CacheMiss, HttpSend, and
-//! one stage per dynamic handler. Beside the page cache sit Flash's pathname-translation
-//! and response-header caches (Flash 5.2-5.3). Admin endpoints under `/_seda/` show
-//! the runtime's statistics and stage graph.
+//! socket stages of `seda-io`, HttpParse, HttpRecv, PageCache, CacheMiss, the file
+//! helper, HttpSend, and one stage per dynamic handler; every request passes through
+//! the stages that count it. Beside the page cache sit Flash's pathname-translation
+//! and response-header caches (Flash 5.2-5.3), both bounded in bytes.
 //!
-//! - [`proto`]: the protocol, pure (parsing with limits, paths, validators, ranges).
+//! - [`proto`]: the protocol, pure (parsing with limits, chunked bodies, paths,
+//!   validators, ranges).
 //! - [`Server`] / [`ServerConfig`]: start, register handlers, graceful shutdown.
+//! - [`AdminServer`] / [`StatsDoc`]: the admin listener (`/_seda/stats`, `graph`,
+//!   `metrics`) on an address of its own, reused by the other services, and the stats
+//!   document's type, shared by the server and the experiments that read it.
 //! - [`Handler`] / [`HandlerRegistration`]: the dynamic handler API (HDAPI).
 //! - [`PageCache`] / [`PathCache`]: the caches.
 //! - [`DemoSite`]: the built-in demo site.
@@ -36,6 +40,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod admin;
 mod bottleneck;
 mod cache;
 mod demo;
@@ -44,6 +49,10 @@ mod overload;
 pub mod proto;
 mod server;
 
+pub use admin::{
+    AdminBuilder, AdminServer, AdmissionView, ClassCount, ClassTarget, Latency, StageStats,
+    StatsDoc,
+};
 pub use bottleneck::{Bottleneck, DEFAULT_SAMPLE_PERIOD};
 pub use cache::{FileInfo, FileKey, PageCache, PageCacheStats, PathCache, Target};
 pub use demo::DemoSite;
@@ -51,4 +60,6 @@ pub use handler::{
     Classifier, Handler, HandlerContext, HandlerRegistration, OverloadAction, Request, Response,
 };
 pub use overload::{AddrPrefix, Admission, ClassRules, HandlerTargets, OverloadControl};
-pub use server::{Server, ServerConfig, ServerError, ServerShutdown, stages};
+pub use server::{
+    HaboobStats, PathCacheStats, Server, ServerConfig, ServerError, ServerShutdown, stages,
+};

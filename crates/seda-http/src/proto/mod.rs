@@ -1,21 +1,27 @@
 //! The HTTP/1.x protocol layer, pure and free of the runtime: request parsing with
-//! limits, path translation, MIME types, the cached `Date` header, validators
-//! (ETag, Last-Modified), conditional GET, byte ranges, and response heads.
+//! limits, chunked body decoding, path translation, MIME types, the cached `Date`
+//! header, validators (ETag, Last-Modified), conditional GET, byte ranges, and
+//! response heads.
 //!
-//! Everything here is a function of its inputs (and the clock, for `Date`), so the
-//! stages of the server are thin and the protocol is unit-tested on its own.
+//! Everything here is a function of its inputs (and the clock, for `Date`; the file
+//! system, for [`translate`]), so the stages of the server are thin and the protocol
+//! is unit-tested, property-tested and fuzzed on its own.
 
+mod chunked;
 mod date;
 mod mime;
 mod path;
 mod request;
 mod response;
 
+pub use chunked::{ChunkLimits, ChunkedDecoder, ChunkedError, Fed};
 pub use date::{DateCache, http_date};
 pub use mime::content_type;
-pub use path::{PathError, Translation, percent_decode, translate, url_to_relative};
+pub use path::{
+    Dotfiles, PathError, Translation, percent_decode, slash_location, translate, url_to_relative,
+};
 pub use request::{
-    HeaderScratch, Limits, MAX_HEADERS, Method, ParseError, RequestHead, Version, parse_head,
+    BodyFraming, Limits, MAX_HEADERS, Method, ParseError, RequestHead, Version, parse_head,
     skip_leading_crlf,
 };
 pub use response::{

@@ -7,6 +7,11 @@
 //! - A [`Translation::File`] path is canonical (no symlinks, no `.`/`..`) and lies
 //!   inside the canonical root: `..` segments, encoded `%2e%2e`, NUL bytes and symlinks
 //!   that lead out of the root are all refused before any file is opened.
+//! - With [`Dotfiles::Hide`], no file is served whose path under the root, as asked
+//!   or after resolving symlinks, has a segment starting with `.` (other than
+//!   `.well-known`, RFC 8615): such paths are `NotFound`, as if absent.
+//! - A redirect location is an absolute path starting with exactly one `/`, never
+//!   `//host` (which a browser would read as another host).
 
 use std::ffi::OsStr;
 use std::fs::Metadata;
@@ -67,10 +72,25 @@ impl PathError {
     }
 }
 
+/// Whether files and directories whose name starts with `.` are served.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dotfiles {
+    /// Answer 404 for them (`.git/`, `.env`, ...), except `.well-known` (the default).
+    #[default]
+    Hide,
+    /// Serve them like any file.
+    Serve,
+}
+
+fn hidden(segment: &[u8]) -> bool {
+    segment.first() == Some(&b'.') && segment != b".well-known"
+}
+
 /// Decodes and normalises a raw URL path into the segments of a relative file path.
 /// Empty and `.` segments are dropped; `..` anywhere is refused (even where it would
-/// stay inside the root: a client has no business sending it).
-pub fn url_to_relative(raw_path: &[u8]) -> Result<PathBuf, PathError> {
+/// stay inside the root: a client has no business sending it); a hidden segment is
+/// `NotFound` under [`Dotfiles::Hide`].
+pub fn url_to_relative(raw_path: &[u8], dotfiles: Dotfiles) -> Result<PathBuf, PathError> {
     if raw_path.first() != Some(&b'/') {
         return Err(PathError::Malformed);
     }
@@ -83,6 +103,7 @@ pub fn url_to_relative(raw_path: &[u8]) -> Result<PathBuf, PathError> {
         match seg {
             b"" | b"." => {}
             b".." => return Err(PathError::Forbidden),
+            s if dotfiles == Dotfiles::Hide && hidden(s) => return Err(PathError::NotFound),
             s => rel.push(OsStr::from_bytes(s)),
         }
     }
@@ -95,25 +116,43 @@ pub enum Translation {
     /// A regular file inside the root: canonical path and its metadata.
     File(PathBuf, Metadata),
     /// A directory named without its trailing slash: redirect (301) to this
-    /// still-encoded path with `/` appended.
+    /// still-encoded path with `/` appended (see [`slash_location`]).
     AddSlash(Vec<u8>),
 }
 
+/// The location that adds the trailing slash to a directory's raw path: the path
+/// with its leading run of `/` and `\\` reduced to one `/` (so `//host/dir` cannot
+/// become a redirect to another host), plus `/`.
+pub fn slash_location(raw_path: &[u8]) -> Vec<u8> {
+    let start = raw_path
+        .iter()
+        .position(|&c| c != b'/' && c != b'\\')
+        .unwrap_or(raw_path.len());
+    let mut loc = Vec::with_capacity(raw_path.len() - start + 2);
+    loc.push(b'/');
+    loc.extend_from_slice(&raw_path[start..]);
+    loc.push(b'/');
+    loc
+}
+
 /// Translates a raw (encoded) URL path to a file under `root`, which must be
-/// canonical. A directory gives its `index.html`, or a redirect to the slash form when
+/// canonical. A directory gives its `index`, or a redirect to the slash form when
 /// the URL lacks the trailing slash. Blocking: call it on a helper stage.
-pub fn translate(root: &Path, raw_path: &[u8], index: &str) -> Result<Translation, PathError> {
-    let rel = url_to_relative(raw_path)?;
+pub fn translate(
+    root: &Path,
+    raw_path: &[u8],
+    index: &str,
+    dotfiles: Dotfiles,
+) -> Result<Translation, PathError> {
+    let rel = url_to_relative(raw_path, dotfiles)?;
     let joined = root.join(&rel);
-    let canonical = canonical_under(root, &joined)?;
+    let canonical = canonical_under(root, &joined, dotfiles)?;
     let meta = std::fs::metadata(&canonical).map_err(io_to_path_error)?;
     if meta.is_dir() {
         if raw_path.last() != Some(&b'/') {
-            let mut loc = raw_path.to_vec();
-            loc.push(b'/');
-            return Ok(Translation::AddSlash(loc));
+            return Ok(Translation::AddSlash(slash_location(raw_path)));
         }
-        let index_path = canonical_under(root, &canonical.join(index))?;
+        let index_path = canonical_under(root, &canonical.join(index), dotfiles)?;
         let meta = std::fs::metadata(&index_path).map_err(io_to_path_error)?;
         return if meta.is_file() {
             Ok(Translation::File(index_path, meta))
@@ -128,14 +167,17 @@ pub fn translate(root: &Path, raw_path: &[u8], index: &str) -> Result<Translatio
     }
 }
 
-/// Resolves every symlink of `path` and checks the result is inside `root`.
-fn canonical_under(root: &Path, path: &Path) -> Result<PathBuf, PathError> {
+/// Resolves every symlink of `path` and checks the result is inside `root` (and not
+/// hidden, under [`Dotfiles::Hide`]).
+fn canonical_under(root: &Path, path: &Path, dotfiles: Dotfiles) -> Result<PathBuf, PathError> {
     let canonical = std::fs::canonicalize(path).map_err(io_to_path_error)?;
-    if canonical.starts_with(root) {
-        Ok(canonical)
-    } else {
-        Err(PathError::Forbidden)
+    let Ok(inside) = canonical.strip_prefix(root) else {
+        return Err(PathError::Forbidden);
+    };
+    if dotfiles == Dotfiles::Hide && inside.iter().any(|s| hidden(s.as_bytes())) {
+        return Err(PathError::NotFound);
     }
+    Ok(canonical)
 }
 
 fn io_to_path_error(e: io::Error) -> PathError {
@@ -168,22 +210,20 @@ mod tests {
             b"/..",
         ] {
             assert_eq!(
-                url_to_relative(p).unwrap_err(),
+                url_to_relative(p, Dotfiles::Serve).unwrap_err(),
                 PathError::Forbidden,
                 "{}",
                 String::from_utf8_lossy(p)
             );
         }
         assert_eq!(
-            url_to_relative(b"/a%00b").unwrap_err(),
+            url_to_relative(b"/a%00b", Dotfiles::Serve).unwrap_err(),
             PathError::Forbidden
         );
-        assert_eq!(url_to_relative(b"*").unwrap_err(), PathError::Malformed);
-        assert_eq!(url_to_relative(b"/./a//b/").unwrap(), PathBuf::from("a/b"));
-        assert_eq!(
-            url_to_relative(b"/..a/b..").unwrap(),
-            PathBuf::from("..a/b..")
-        );
+        let rel = |p: &[u8]| url_to_relative(p, Dotfiles::Serve);
+        assert_eq!(rel(b"*").unwrap_err(), PathError::Malformed);
+        assert_eq!(rel(b"/./a//b/").unwrap(), PathBuf::from("a/b"));
+        assert_eq!(rel(b"/..a/b..").unwrap(), PathBuf::from("..a/b.."));
     }
 
     #[test]
@@ -198,34 +238,77 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("secret"), root.join("out")).unwrap();
         std::os::unix::fs::symlink(root.join("a.txt"), root.join("in")).unwrap();
         let root = std::fs::canonicalize(&root).unwrap();
+        let tr = |root: &Path, p: &[u8], index: &str| translate(root, p, index, Dotfiles::Serve);
 
         assert!(
-            matches!(translate(&root, b"/a.txt", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("a.txt"))
+            matches!(tr(&root, b"/a.txt", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("a.txt"))
         );
         assert!(
-            matches!(translate(&root, b"/in", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("a.txt"))
+            matches!(tr(&root, b"/in", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("a.txt"))
         );
         assert!(
-            matches!(translate(&root, b"/sub/", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("sub/index.html"))
+            matches!(tr(&root, b"/sub/", "index.html"), Ok(Translation::File(p, _)) if p.ends_with("sub/index.html"))
         );
         assert!(
-            matches!(translate(&root, b"/sub", "index.html"), Ok(Translation::AddSlash(l)) if l == b"/sub/")
+            matches!(tr(&root, b"/sub", "index.html"), Ok(Translation::AddSlash(l)) if l == b"/sub/")
         );
         assert_eq!(
-            translate(&root, b"/empty/", "index.html").unwrap_err(),
+            tr(&root, b"/empty/", "index.html").unwrap_err(),
             PathError::NotFound
         );
         assert_eq!(
-            translate(&root, b"/out", "index.html").unwrap_err(),
+            tr(&root, b"/out", "index.html").unwrap_err(),
             PathError::Forbidden
         );
         assert_eq!(
-            translate(&root, b"/nope", "index.html").unwrap_err(),
+            tr(&root, b"/nope", "index.html").unwrap_err(),
             PathError::NotFound
         );
         assert_eq!(
-            translate(&root, b"/a.txt/x", "index.html").unwrap_err(),
+            tr(&root, b"/a.txt/x", "index.html").unwrap_err(),
             PathError::NotFound
         );
+    }
+
+    #[test]
+    fn dotfiles_are_hidden_by_default_except_well_known() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(root.join(".well-known")).unwrap();
+        std::fs::write(root.join(".git/config"), b"c").unwrap();
+        std::fs::write(root.join(".env"), b"e").unwrap();
+        std::fs::write(root.join(".well-known/security.txt"), b"s").unwrap();
+        std::os::unix::fs::symlink(root.join(".env"), root.join("env-link")).unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+        let hide = |p: &[u8]| translate(&root, p, "index.html", Dotfiles::Hide);
+        for p in [
+            &b"/.git/config"[..],
+            b"/.env",
+            b"/%2eenv",
+            b"/env-link",
+            b"/.git/",
+        ] {
+            assert_eq!(
+                hide(p).unwrap_err(),
+                PathError::NotFound,
+                "{}",
+                String::from_utf8_lossy(p)
+            );
+        }
+        assert!(matches!(
+            hide(b"/.well-known/security.txt"),
+            Ok(Translation::File(..))
+        ));
+        let serve = translate(&root, b"/.env", "index.html", Dotfiles::Serve);
+        assert!(matches!(serve, Ok(Translation::File(..))));
+    }
+
+    #[test]
+    fn slash_redirects_stay_on_this_host() {
+        assert_eq!(slash_location(b"/dir"), b"/dir/");
+        assert_eq!(slash_location(b"//dir"), b"/dir/");
+        assert_eq!(slash_location(b"/\\\\evil.example/x"), b"/evil.example/x/");
+        assert_eq!(slash_location(b"///a//b"), b"/a//b/");
     }
 }

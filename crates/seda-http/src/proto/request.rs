@@ -1,19 +1,39 @@
-//! Incremental HTTP/1.x request-head parser over `httparse`, with limits.
+//! Incremental HTTP/1.x request-head parser over `httparse`, with limits and the
+//! framing rules of RFC 9112.
 //!
 //! The HttpParse stage (SEDA 5.1) keeps one buffer per connection and calls
 //! [`parse_head`] each time bytes arrive. A call either finds a complete request head
 //! at the front of the buffer, says more bytes are needed, or fails with the status the
-//! client must get. Several pipelined requests in one buffer are parsed by calling it
-//! again on the bytes after the previous request's head and body.
+//! client must get. The head it returns holds no borrow: every piece is a byte range
+//! of the buffer it was parsed from, so the server can keep the bytes in a shared
+//! buffer and the parser stays a pure function of its input (fuzzed as such).
+//!
+//! # Framing rules (RFC 9112 2.2, 3, 6; RFC 9110 7.2, 10.1.1)
+//! - Header lines end with CRLF only: a bare LF anywhere in the head is a 400, so a
+//!   field hidden behind one cannot mean one thing here and another to a CRLF-only
+//!   parser in front of us.
+//! - `Transfer-Encoding: chunked` (as the final and only coding) frames the body;
+//!   another coding is a 501; `Transfer-Encoding` together with `Content-Length`,
+//!   or in an HTTP/1.0 request, is a 400 (a smuggling vector), as are conflicting
+//!   `Content-Length` values.
+//! - `HTTP/1.x` with `x > 1` is handled as HTTP/1.1 (RFC 9110 2.5); other versions
+//!   are a 505.
+//! - An HTTP/1.1 request needs exactly one valid `Host` (a `uri-host [":" port]`);
+//!   missing, repeated or invalid is a 400.
+//! - `Expect: 100-continue` is reported to the caller (an HTTP/1.0 request's is
+//!   ignored); any other expectation is a 417.
 //!
 //! # Invariants
-//! - Never panics, whatever the bytes (a proptest checks this).
+//! - Never panics, whatever the bytes (proptests and the fuzz target check this).
 //! - A head that is still incomplete is bounded: once the request line passes
 //!   `max_request_line` bytes without its end the answer is 414, once the head passes
 //!   `max_head_bytes` it is 431, so a connection cannot grow its buffer without bound.
-//! - `head_len` of a parsed head is at most `max_head_bytes`.
+//! - Every range of a parsed head lies inside `..head_len`, and `head_len` is at most
+//!   `max_head_bytes`.
 
 use std::fmt;
+use std::mem::MaybeUninit;
+use std::ops::Range;
 
 use super::Status;
 
@@ -26,7 +46,8 @@ pub struct Limits {
     pub max_head_bytes: usize,
     /// Most header fields; more is 431. Default 64, at most [`MAX_HEADERS`].
     pub max_headers: usize,
-    /// Largest request body accepted (`Content-Length`); larger is 413. Default 1 MiB.
+    /// Largest request body accepted (`Content-Length`, or the decoded chunked
+    /// body); larger is 413. Default 1 MiB.
     pub max_body: u64,
 }
 
@@ -49,7 +70,7 @@ pub const MAX_HEADERS: usize = 128;
 pub enum Version {
     /// HTTP/1.0
     Http10,
-    /// HTTP/1.1
+    /// HTTP/1.1 (and later 1.x minor versions, handled as 1.1)
     Http11,
 }
 
@@ -63,7 +84,8 @@ impl Version {
     }
 }
 
-/// Request method; the static server answers `Get` and `Head`, others get 405.
+/// Request method. The registered methods of RFC 9110 9.3 (and PATCH) are known;
+/// any other token is `Other`, which the static server answers with 501.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
     /// GET
@@ -72,24 +94,54 @@ pub enum Method {
     Head,
     /// POST
     Post,
-    /// Any other token (PUT, DELETE, OPTIONS, ...).
+    /// PUT
+    Put,
+    /// DELETE
+    Delete,
+    /// OPTIONS
+    Options,
+    /// TRACE
+    Trace,
+    /// CONNECT
+    Connect,
+    /// PATCH (RFC 5789)
+    Patch,
+    /// Any other token.
     Other,
 }
 
 impl Method {
-    fn from_token(m: &str) -> Method {
+    /// The method of a token (case-sensitive, RFC 9110 9.1).
+    pub fn from_token(m: &[u8]) -> Method {
         match m {
-            "GET" => Method::Get,
-            "HEAD" => Method::Head,
-            "POST" => Method::Post,
+            b"GET" => Method::Get,
+            b"HEAD" => Method::Head,
+            b"POST" => Method::Post,
+            b"PUT" => Method::Put,
+            b"DELETE" => Method::Delete,
+            b"OPTIONS" => Method::Options,
+            b"TRACE" => Method::Trace,
+            b"CONNECT" => Method::Connect,
+            b"PATCH" => Method::Patch,
             _ => Method::Other,
         }
     }
 }
 
-/// Why a request head could not be parsed; each maps to the status the client gets.
-/// After any of these the connection is closed, since the stream can no longer be
-/// framed.
+/// How a request's body is delimited (RFC 9112 6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body.
+    None,
+    /// `Content-Length` bytes (more than zero).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`; decode with [`super::ChunkedDecoder`].
+    Chunked,
+}
+
+/// Why a request head could not be parsed; each maps to the status the client must
+/// get. After any of these the connection is closed, since the stream can no longer
+/// be framed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParseError {
     /// Malformed request: 400.
@@ -98,12 +150,14 @@ pub enum ParseError {
     UriTooLong,
     /// Head too large or too many header fields: 431.
     HeadersTooLarge,
-    /// HTTP/2 or another version than 1.0/1.1: 505.
+    /// HTTP/2 or another major version than 1: 505.
     VersionNotSupported,
     /// Body larger than [`Limits::max_body`]: 413.
     BodyTooLarge,
-    /// `Transfer-Encoding` in a request (chunked request bodies are not supported): 501.
+    /// A transfer coding other than `chunked`: 501.
     TransferEncoding,
+    /// An expectation other than `100-continue`: 417.
+    Expectation,
 }
 
 impl ParseError {
@@ -116,6 +170,7 @@ impl ParseError {
             ParseError::VersionNotSupported => Status::VERSION_NOT_SUPPORTED,
             ParseError::BodyTooLarge => Status::PAYLOAD_TOO_LARGE,
             ParseError::TransferEncoding => Status::NOT_IMPLEMENTED,
+            ParseError::Expectation => Status::EXPECTATION_FAILED,
         }
     }
 }
@@ -129,73 +184,69 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-/// Stack scratch for the header fields of one parse; reuse it across calls.
-pub struct HeaderScratch<'b> {
-    fields: [std::mem::MaybeUninit<httparse::Header<'b>>; MAX_HEADERS],
-}
-
-impl fmt::Debug for HeaderScratch<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("HeaderScratch")
-    }
-}
-
-impl Default for HeaderScratch<'_> {
-    fn default() -> Self {
-        // Left uninitialised: httparse initialises the fields it fills, so a parse
-        // costs nothing for the slots a request does not use.
-        HeaderScratch {
-            fields: [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS],
-        }
-    }
-}
-
-/// A parsed request head borrowing the connection's buffer.
-#[derive(Debug)]
-pub struct RequestHead<'h, 'b> {
-    /// Method token.
-    pub method_str: &'b str,
+/// A parsed request head: every piece is a range of the buffer given to
+/// [`parse_head`] (read them with [`RequestHead::get`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestHead {
     /// Classified method.
     pub method: Method,
-    /// Path part of the target, still percent-encoded, always starting with `/`
-    /// (absolute-form targets are reduced to their path), or `*`.
-    pub path: &'b [u8],
+    /// The method token.
+    pub method_token: Range<usize>,
+    /// Path part of the target, still percent-encoded: starts with `/`, or is `*`
+    /// for `OPTIONS *`, or is empty for an absolute-form target without a path
+    /// (which means `/`; [`RequestHead::path`] says so).
+    pub path: Range<usize>,
     /// Query string after `?`, still encoded (empty if none).
-    pub query: &'b [u8],
+    pub query: Range<usize>,
     /// Protocol version.
     pub version: Version,
     /// Whether the connection stays open after the response (HTTP/1.1 default yes,
     /// HTTP/1.0 default no; the `Connection` header overrides).
     pub keep_alive: bool,
-    /// Body length from `Content-Length` (0 if absent).
-    pub content_length: u64,
+    /// How the body is delimited.
+    pub body: BodyFraming,
+    /// The client sent `Expect: 100-continue` (HTTP/1.1 only) and waits for an
+    /// interim `100 Continue` before it sends the body.
+    pub expect_continue: bool,
     /// Bytes of the head, including the blank line; the body starts here.
     pub head_len: usize,
+    /// `Host` value.
+    pub host: Option<Range<usize>>,
     /// `If-None-Match` value.
-    pub if_none_match: Option<&'b [u8]>,
+    pub if_none_match: Option<Range<usize>>,
     /// `If-Modified-Since` value.
-    pub if_modified_since: Option<&'b [u8]>,
+    pub if_modified_since: Option<Range<usize>>,
     /// `Range` value.
-    pub range: Option<&'b [u8]>,
+    pub range: Option<Range<usize>>,
     /// `If-Range` value.
-    pub if_range: Option<&'b [u8]>,
-    fields: &'h [httparse::Header<'b>],
+    pub if_range: Option<Range<usize>>,
 }
 
-impl<'h, 'b> RequestHead<'h, 'b> {
-    pub(crate) fn fields(&self) -> &'h [httparse::Header<'b>] {
-        self.fields
+impl RequestHead {
+    /// The bytes of `r` in `buf`, the buffer this head was parsed from (empty if
+    /// `buf` is shorter, never a panic).
+    pub fn get<'b>(&self, buf: &'b [u8], r: &Range<usize>) -> &'b [u8] {
+        buf.get(r.clone()).unwrap_or_default()
     }
 
-    /// Every header field in order, as (name, value).
-    pub fn headers(&self) -> impl Iterator<Item = (&'b str, &'b [u8])> + '_ {
-        self.fields.iter().map(|h| (h.name, h.value))
+    /// The path of the head in `buf` (`/` for an absolute-form target without one).
+    pub fn path<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        match self.get(buf, &self.path) {
+            b"" => b"/",
+            p => p,
+        }
     }
 
-    /// Total bytes this request occupies in the buffer: head plus body.
-    pub fn total_len(&self) -> usize {
-        self.head_len
-            .saturating_add(usize::try_from(self.content_length).unwrap_or(usize::MAX))
+    /// Every header field of the head in `buf`, in order, as (name, value) with the
+    /// value's surrounding whitespace trimmed.
+    pub fn fields<'b>(&self, buf: &'b [u8]) -> impl Iterator<Item = (&'b [u8], &'b [u8])> {
+        let head = buf.get(..self.head_len).unwrap_or_default();
+        // The head was validated: lines end with CRLF, fields are `name: value`.
+        head.split(|&c| c == b'\n').skip(1).filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&c| c == b':')?;
+            Some((&line[..colon], trim(&line[colon + 1..])))
+        })
     }
 }
 
@@ -204,31 +255,36 @@ impl<'h, 'b> RequestHead<'h, 'b> {
 /// Returns `Ok(None)` while the head is incomplete and within limits. Empty lines
 /// before a request line (allowed by RFC 9112 2.2) must be stripped by the caller with
 /// [`skip_leading_crlf`].
-pub fn parse_head<'h, 'b>(
-    buf: &'b [u8],
-    scratch: &'h mut HeaderScratch<'b>,
-    limits: &Limits,
-) -> Result<Option<RequestHead<'h, 'b>>, ParseError> {
-    let max_headers = limits.max_headers.clamp(1, MAX_HEADERS);
+pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, ParseError> {
     // The request line limit is checked before httparse sees the bytes, so a huge
     // target is a 414 however it ends.
-    let line_end = memchr(
-        b'\n',
-        &buf[..buf.len().min(limits.max_request_line.saturating_add(1))],
-    );
-    match line_end {
-        None if buf.len() > limits.max_request_line => return Err(ParseError::UriTooLong),
-        None => {
-            return if looks_like_request_start(buf) {
-                Ok(None)
-            } else {
-                Err(ParseError::Malformed)
-            };
+    let window = &buf[..buf.len().min(limits.max_request_line.saturating_add(1))];
+    let Some(line_end) = memchr(b'\n', window) else {
+        return if buf.len() > limits.max_request_line {
+            Err(ParseError::UriTooLong)
+        } else if looks_like_request_start(buf) {
+            Ok(None)
+        } else {
+            Err(ParseError::Malformed)
+        };
+    };
+    match later_minor_version(&buf[..line_end]) {
+        // `HTTP/1.2` and later: parse a copy that says 1.1 (same length, so every
+        // range found in the copy is valid in `buf`). Rare, so the copy is fine.
+        Some(at) => {
+            let mut copy = buf[..buf.len().min(limits.max_head_bytes.saturating_add(1))].to_vec();
+            copy[at] = b'1';
+            parse_validated(&copy, limits)
         }
-        Some(_) => {}
+        None => parse_validated(buf, limits),
     }
+}
+
+fn parse_validated(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, ParseError> {
+    let max_headers = limits.max_headers.clamp(1, MAX_HEADERS);
+    let mut scratch = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
-    let status = match req.parse_with_uninit_headers(buf, &mut scratch.fields[..max_headers]) {
+    let status = match req.parse_with_uninit_headers(buf, &mut scratch[..max_headers]) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadersTooLarge),
         Err(httparse::Error::Version) => return Err(version_error(buf)),
@@ -247,80 +303,117 @@ pub fn parse_head<'h, 'b>(
     if head_len > limits.max_head_bytes {
         return Err(ParseError::HeadersTooLarge);
     }
+    if has_bare_lf(&buf[..head_len]) {
+        return Err(ParseError::Malformed);
+    }
     let (Some(method_str), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(ParseError::Malformed);
+    };
+    let at = |s: &[u8]| -> Range<usize> {
+        let start = (s.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+        start..start + s.len()
     };
     let version = if minor == 0 {
         Version::Http10
     } else {
         Version::Http11
     };
+    let method = Method::from_token(method_str.as_bytes());
     let (path, query) = split_target(target.as_bytes())?;
-    let method = Method::from_token(method_str);
-    let fields: &'h [httparse::Header<'b>] = req.headers;
-
+    if path == b"*" && method != Method::Options {
+        return Err(ParseError::Malformed);
+    }
     let mut head = RequestHead {
-        method_str,
         method,
-        path,
-        query,
+        method_token: at(method_str.as_bytes()),
+        path: at(path),
+        query: at(query),
         version,
         keep_alive: version == Version::Http11,
-        content_length: 0,
+        body: BodyFraming::None,
+        expect_continue: false,
         head_len,
+        host: None,
         if_none_match: None,
         if_modified_since: None,
         range: None,
         if_range: None,
-        fields,
     };
-    let mut seen_length: Option<u64> = None;
-    let mut host = false;
-    for h in fields {
+    let mut length: Option<u64> = None;
+    let mut chunked: Option<bool> = None;
+    let mut other_coding = false;
+    for h in req.headers.iter() {
         let name = h.name.as_bytes();
+        let value = trim(h.value);
         if name.eq_ignore_ascii_case(b"connection") {
-            for token in h.value.split(|&c| c == b',') {
-                let t = trim(token);
-                if t.eq_ignore_ascii_case(b"close") {
+            for token in value.split(|&c| c == b',').map(trim) {
+                if token.eq_ignore_ascii_case(b"close") {
                     head.keep_alive = false;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") && version == Version::Http10 {
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && version == Version::Http10 {
                     head.keep_alive = true;
                 }
             }
         } else if name.eq_ignore_ascii_case(b"content-length") {
-            let n = parse_decimal(trim(h.value)).ok_or(ParseError::Malformed)?;
-            if seen_length.is_some_and(|m| m != n) {
+            let n = parse_decimal(value).ok_or(ParseError::Malformed)?;
+            if length.is_some_and(|m| m != n) {
                 return Err(ParseError::Malformed);
             }
-            seen_length = Some(n);
+            length = Some(n);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            return Err(if version == Version::Http11 {
-                ParseError::TransferEncoding
-            } else {
-                ParseError::Malformed
-            });
-        } else if name.eq_ignore_ascii_case(b"host") {
-            if host {
+            if version == Version::Http10 {
                 return Err(ParseError::Malformed);
             }
-            host = true;
+            // Codings listed over several fields concatenate (RFC 9110 5.3): the
+            // body is chunked if and only if chunked is the last one, and once.
+            for coding in value.split(|&c| c == b',').map(trim) {
+                if chunked == Some(true) || coding.is_empty() {
+                    // Anything after chunked: the message cannot be framed.
+                    return Err(ParseError::Malformed);
+                }
+                if coding.eq_ignore_ascii_case(b"chunked") {
+                    chunked = Some(true);
+                } else {
+                    other_coding = true;
+                    chunked = Some(false);
+                }
+            }
+        } else if name.eq_ignore_ascii_case(b"host") {
+            if head.host.is_some() || !valid_host(value) {
+                return Err(ParseError::Malformed);
+            }
+            head.host = Some(at(value));
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            if version == Version::Http11 {
+                if value.eq_ignore_ascii_case(b"100-continue") {
+                    head.expect_continue = true;
+                } else {
+                    return Err(ParseError::Expectation);
+                }
+            }
         } else if name.eq_ignore_ascii_case(b"if-none-match") {
-            head.if_none_match = Some(h.value);
+            head.if_none_match = Some(at(value));
         } else if name.eq_ignore_ascii_case(b"if-modified-since") {
-            head.if_modified_since = Some(h.value);
+            head.if_modified_since = Some(at(value));
         } else if name.eq_ignore_ascii_case(b"range") {
-            head.range = Some(h.value);
+            head.range = Some(at(value));
         } else if name.eq_ignore_ascii_case(b"if-range") {
-            head.if_range = Some(h.value);
+            head.if_range = Some(at(value));
         }
     }
-    // RFC 9112 3.2: a 1.1 request without Host is a 400.
-    if version == Version::Http11 && !host {
+    // RFC 9112 3.2: an HTTP/1.1 request without Host is a 400.
+    if version == Version::Http11 && head.host.is_none() {
         return Err(ParseError::Malformed);
     }
-    head.content_length = seen_length.unwrap_or(0);
-    if head.content_length > limits.max_body {
-        return Err(ParseError::BodyTooLarge);
+    head.body = match (chunked, length) {
+        (Some(_), Some(_)) => return Err(ParseError::Malformed),
+        (Some(true), None) if !other_coding => BodyFraming::Chunked,
+        (Some(_), None) => return Err(ParseError::TransferEncoding),
+        (None, Some(n)) if n > limits.max_body => return Err(ParseError::BodyTooLarge),
+        (None, Some(0) | None) => BodyFraming::None,
+        (None, Some(n)) => BodyFraming::Length(n),
+    };
+    if head.body == BodyFraming::None {
+        head.expect_continue = false;
     }
     Ok(Some(head))
 }
@@ -331,6 +424,76 @@ pub fn skip_leading_crlf(buf: &[u8]) -> usize {
     buf.iter()
         .take_while(|&&c| c == b'\r' || c == b'\n')
         .count()
+}
+
+/// Whether `head` has a LF not preceded by CR.
+fn has_bare_lf(head: &[u8]) -> bool {
+    head.iter()
+        .enumerate()
+        .any(|(i, &c)| c == b'\n' && (i == 0 || head[i - 1] != b'\r'))
+}
+
+/// A `Host` value: `uri-host [":" port]` (RFC 9110 7.2, RFC 3986 3.2.2), or empty.
+fn valid_host(v: &[u8]) -> bool {
+    let (host, port) = if v.first() == Some(&b'[') {
+        // IP-literal: "[" IPv6 or IPvFuture "]".
+        let Some(close) = v.iter().position(|&c| c == b']') else {
+            return false;
+        };
+        let inner = &v[1..close];
+        if inner.is_empty()
+            || !inner
+                .iter()
+                .all(|&c| c.is_ascii_hexdigit() || matches!(c, b':' | b'.' | b'v' | b'V'))
+        {
+            return false;
+        }
+        match &v[close + 1..] {
+            [] => return true,
+            [b':', port @ ..] => (&v[..0], port),
+            _ => return false,
+        }
+    } else {
+        match v.iter().rposition(|&c| c == b':') {
+            Some(i) => (&v[..i], &v[i + 1..]),
+            None => (v, &v[..0]),
+        }
+    };
+    let reg_name = |c: u8| {
+        c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            )
+    };
+    host.iter().all(|&c| reg_name(c)) && port.len() <= 5 && port.iter().all(u8::is_ascii_digit)
+}
+
+/// Where the minor digit of an `HTTP/1.x` version with `x` in 2..=9 is in a request
+/// line, if it has one.
+fn later_minor_version(line: &[u8]) -> Option<usize> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let v = line.len().checked_sub(8)?;
+    let version = &line[v..];
+    (v > 0
+        && line[v - 1] == b' '
+        && version.starts_with(b"HTTP/1.")
+        && matches!(version[7], b'2'..=b'9'))
+    .then_some(v + 7)
 }
 
 /// Whether an incomplete first line could still become a request line: a method token
@@ -345,37 +508,37 @@ fn version_error(buf: &[u8]) -> ParseError {
     let line_end = memchr(b'\n', buf).unwrap_or(buf.len());
     let line = trim(&buf[..line_end]);
     let last = line.rsplit(|&c| c == b' ').next().unwrap_or(b"");
-    if let Some(v) = last.strip_prefix(b"HTTP/") {
-        let ok = !v.is_empty() && v.iter().all(|&c| c.is_ascii_digit() || c == b'.');
-        if ok && v != b"1.0" && v != b"1.1" {
-            return ParseError::VersionNotSupported;
+    match last.strip_prefix(b"HTTP/") {
+        Some([major, b'.', minor]) if major.is_ascii_digit() && minor.is_ascii_digit() => {
+            ParseError::VersionNotSupported
         }
+        _ => ParseError::Malformed,
     }
-    ParseError::Malformed
 }
 
 /// Splits a request target into (path, query). Origin form `/p?q`, absolute form
-/// `http://host/p?q` (reduced to its path) and `*` are accepted.
+/// `http://host/p?q` (reduced to its path; empty when the target has none, which
+/// means `/`) and `*` are accepted. A fragment is dropped.
 fn split_target(target: &[u8]) -> Result<(&[u8], &[u8]), ParseError> {
+    let target = &target[..memchr(b'#', target).unwrap_or(target.len())];
     let rest = if target.first() == Some(&b'/') || target == b"*" {
         target
     } else {
-        let lower_scheme =
+        let scheme =
             |s: &[u8]| target.len() >= s.len() && target[..s.len()].eq_ignore_ascii_case(s);
-        let after = if lower_scheme(b"http://") {
+        let after = if scheme(b"http://") {
             &target[7..]
-        } else if lower_scheme(b"https://") {
+        } else if scheme(b"https://") {
             &target[8..]
         } else {
             return Err(ParseError::Malformed);
         };
-        match after.iter().position(|&c| c == b'/' || c == b'?') {
-            Some(i) if after[i] == b'/' => &after[i..],
-            _ => b"/",
-        }
+        let path_at = after
+            .iter()
+            .position(|&c| c == b'/' || c == b'?')
+            .unwrap_or(after.len());
+        &after[path_at..]
     };
-    // A fragment never belongs in a request; drop it if a client sends one.
-    let rest = &rest[..memchr(b'#', rest).unwrap_or(rest.len())];
     Ok(match memchr(b'?', rest) {
         Some(i) => (&rest[..i], &rest[i + 1..]),
         None => (rest, &rest[rest.len()..]),
@@ -412,186 +575,4 @@ pub(crate) fn parse_decimal(s: &[u8]) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// (method, path, query, version, keep-alive, head length, content length)
-    type Summary = (Method, Vec<u8>, Vec<u8>, Version, bool, usize, u64);
-
-    fn parse(buf: &[u8]) -> Result<Option<Summary>, ParseError> {
-        let mut scratch = HeaderScratch::default();
-        let r = parse_head(buf, &mut scratch, &Limits::default())?;
-        Ok(r.map(|h| {
-            (
-                h.method,
-                h.path.to_vec(),
-                h.query.to_vec(),
-                h.version,
-                h.keep_alive,
-                h.head_len,
-                h.content_length,
-            )
-        }))
-    }
-
-    #[test]
-    fn simple_get() {
-        let (m, p, q, v, ka, n, cl) = parse(b"GET /a/b?x=1 HTTP/1.1\r\nHost: h\r\n\r\n")
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            (m, p.as_slice(), q.as_slice(), v, ka, n, cl),
-            (
-                Method::Get,
-                &b"/a/b"[..],
-                &b"x=1"[..],
-                Version::Http11,
-                true,
-                34,
-                0
-            )
-        );
-    }
-
-    #[test]
-    fn incomplete_needs_more() {
-        assert_eq!(parse(b"GET /a HTTP/1.1\r\nHost: h\r\n").unwrap(), None);
-        assert_eq!(parse(b"GE").unwrap(), None);
-        assert_eq!(parse(b"").unwrap(), None);
-    }
-
-    #[test]
-    fn keep_alive_rules() {
-        let ka = |b: &[u8]| parse(b).unwrap().unwrap().4;
-        assert!(ka(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"));
-        assert!(!ka(
-            b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
-        ));
-        assert!(!ka(
-            b"GET / HTTP/1.1\r\nHost: h\r\nConnection: foo, Close\r\n\r\n"
-        ));
-        assert!(!ka(b"GET / HTTP/1.0\r\n\r\n"));
-        assert!(ka(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
-    }
-
-    #[test]
-    fn pipelined_requests_parse_in_turn() {
-        let buf = b"GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\nGET /3 HTTP/1.1\r\nHost: h\r\n\r\n";
-        let mut at = 0;
-        let mut paths = Vec::new();
-        while at < buf.len() {
-            let mut scratch = HeaderScratch::default();
-            let h = parse_head(&buf[at..], &mut scratch, &Limits::default())
-                .unwrap()
-                .unwrap();
-            paths.push(h.path.to_vec());
-            at += h.total_len();
-        }
-        assert_eq!(paths, vec![b"/1".to_vec(), b"/2".to_vec(), b"/3".to_vec()]);
-    }
-
-    #[test]
-    fn error_statuses() {
-        let code = |b: &[u8]| parse(b).unwrap_err().status().code();
-        assert_eq!(code(b"GET / HTTP/2.0\r\nHost: h\r\n\r\n"), 505);
-        assert_eq!(code(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 505);
-        assert_eq!(code(b"GET / HTTP/1.1\r\n\r\n"), 400, "missing Host");
-        assert_eq!(code(b"GET / FOO/1.1\r\nHost: h\r\n\r\n"), 400);
-        assert_eq!(code(b"\x00\x01\x02 garbage\r\n\r\n"), 400);
-        assert_eq!(
-            code(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: x\r\n\r\n"),
-            400
-        );
-        assert_eq!(
-            code(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
-            400
-        );
-        assert_eq!(
-            code(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            501
-        );
-        assert_eq!(code(b"GET foo HTTP/1.1\r\nHost: h\r\n\r\n"), 400);
-        let long = format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(9000));
-        assert_eq!(code(long.as_bytes()), 414);
-        let long_partial = format!("GET /{}", "a".repeat(9000));
-        assert_eq!(code(long_partial.as_bytes()), 414);
-        let big = format!(
-            "GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n",
-            "v".repeat(17000)
-        );
-        assert_eq!(code(big.as_bytes()), 431);
-        let big_partial = format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}", "v".repeat(17000));
-        assert_eq!(code(big_partial.as_bytes()), 431);
-        let many: String = (0..70).map(|i| format!("X-{i}: v\r\n")).collect();
-        assert_eq!(
-            code(format!("GET / HTTP/1.1\r\nHost: h\r\n{many}\r\n").as_bytes()),
-            431
-        );
-        let body = b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999\r\n\r\n";
-        assert_eq!(code(body), 413);
-    }
-
-    #[test]
-    fn absolute_form_and_fragment() {
-        let (_, p, q, ..) = parse(b"GET http://example.com/x/y?z HTTP/1.1\r\nHost: h\r\n\r\n")
-            .unwrap()
-            .unwrap();
-        assert_eq!((p.as_slice(), q.as_slice()), (&b"/x/y"[..], &b"z"[..]));
-        let (_, p, ..) = parse(b"GET http://example.com HTTP/1.1\r\nHost: h\r\n\r\n")
-            .unwrap()
-            .unwrap();
-        assert_eq!(p, b"/");
-    }
-
-    #[test]
-    fn content_length_body_counts_in_total() {
-        let mut scratch = HeaderScratch::default();
-        let buf = b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhelloGET";
-        let h = parse_head(buf, &mut scratch, &Limits::default())
-            .unwrap()
-            .unwrap();
-        assert_eq!(&buf[h.head_len..h.total_len()], b"hello");
-        assert_eq!(h.method, Method::Post);
-    }
-
-    #[test]
-    fn conditional_headers_are_found() {
-        let mut scratch = HeaderScratch::default();
-        let buf = b"GET / HTTP/1.1\r\nhost: h\r\nIf-None-Match: \"a\"\r\nif-modified-since: x\r\nRange: bytes=0-1\r\n\r\n";
-        let h = parse_head(buf, &mut scratch, &Limits::default())
-            .unwrap()
-            .unwrap();
-        assert_eq!(h.if_none_match, Some(&b"\"a\""[..]));
-        assert_eq!(h.if_modified_since, Some(&b"x"[..]));
-        assert_eq!(h.range, Some(&b"bytes=0-1"[..]));
-        assert_eq!(h.headers().count(), 4);
-    }
-
-    #[test]
-    fn leading_empty_lines_are_skipped() {
-        assert_eq!(skip_leading_crlf(b"\r\n\r\nGET"), 4);
-        assert_eq!(skip_leading_crlf(b"GET"), 0);
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn parser_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2048)) {
-            let mut scratch = HeaderScratch::default();
-            let limits = Limits { max_request_line: 64, max_head_bytes: 512, max_headers: 4, max_body: 10 };
-            if let Ok(Some(h)) = parse_head(&bytes, &mut scratch, &limits) {
-                proptest::prop_assert!(h.head_len <= bytes.len());
-                proptest::prop_assert!(h.head_len <= 512);
-            }
-        }
-
-        #[test]
-        fn parser_never_panics_on_request_like_bytes(
-            line in "(GET|HEAD|POST|X) [ -~]{0,40} HTTP/[0-9]\\.[0-9]",
-            headers in proptest::collection::vec("[ -~]{0,30}", 0..6),
-        ) {
-            let text = format!("{line}\r\n{}\r\n", headers.join("\r\n"));
-            let mut scratch = HeaderScratch::default();
-            let _ = parse_head(text.as_bytes(), &mut scratch, &Limits::default());
-        }
-    }
-}
+mod tests;

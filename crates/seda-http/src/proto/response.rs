@@ -22,6 +22,8 @@ impl fmt::Debug for Status {
 }
 
 impl Status {
+    /// 100
+    pub const CONTINUE: Status = Status(100);
     /// 200
     pub const OK: Status = Status(200);
     /// 206
@@ -48,6 +50,8 @@ impl Status {
     pub const URI_TOO_LONG: Status = Status(414);
     /// 416
     pub const RANGE_NOT_SATISFIABLE: Status = Status(416);
+    /// 417
+    pub const EXPECTATION_FAILED: Status = Status(417);
     /// 431
     pub const HEADERS_TOO_LARGE: Status = Status(431);
     /// 500
@@ -95,6 +99,7 @@ impl Status {
             413 => "Content Too Large",
             414 => "URI Too Long",
             416 => "Range Not Satisfiable",
+            417 => "Expectation Failed",
             429 => "Too Many Requests",
             431 => "Request Header Fields Too Large",
             500 => "Internal Server Error",

@@ -1,33 +1,48 @@
-//! Per-connection state: the parse buffer, request sequence numbers and the reorder
-//! buffer that keeps responses in request order (HTTP/1.1 pipelining).
+//! Per-connection state, and the response slot every parsed request owns.
+//!
+//! A connection has two halves, each behind its own lock so that parsing and
+//! sending do not contend: [`RecvState`] (the parse buffer and where the parser is,
+//! used by HttpParse and the timeout sweeper) and the send half (the reorder buffer
+//! that keeps responses in request order, used by HttpSend).
 //!
 //! # Invariants
 //! - Requests of a connection are numbered `0, 1, 2, ...` in arrival order
-//!   (`next_seq`); responses leave in the same order (`send_seq` counts those sent),
+//!   (`parsed`); responses leave in the same order (`sent` counts those finished),
 //!   whichever stage produced them and in whatever order they finished. A response
 //!   finished early waits in `pending`.
-//! - Output is handed to the writer while `ConnState` is locked, so two stages
+//! - Each number belongs to exactly one [`Exchange`], which must be consumed by
+//!   HttpSend (a response) or cancelled (the connection is gone); an `Exchange`
+//!   dropped otherwise (a panic, an event lost at shutdown) answers `500` and closes
+//!   the connection itself, so a pipelined successor never waits forever.
+//! - Output is handed to the writer while the send half is locked, so two stages
 //!   finishing consecutive responses cannot interleave them on the socket.
-//! - Once `dead`, nothing more is written and no further request is parsed.
+//! - Once `gone`, nothing more is written, no further request is parsed, and work
+//!   still queued for the connection is cancelled where it is found.
+//! - No lock of a connection is held while enqueueing to a stage (an enqueue may
+//!   run the next stage inline, which may take the same lock).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::hash::BuildHasherDefault;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use seda_io::{ConnId, Outgoing, Writer};
 
+use super::parse::BodyInProgress;
 use crate::cache::Fnv;
 
 /// `Connection` lines and the blank line that ends a head.
 pub(crate) static KEEP_ALIVE: Bytes = Bytes::from_static(b"Connection: keep-alive\r\n\r\n");
 pub(crate) static CLOSE: Bytes = Bytes::from_static(b"Connection: close\r\n\r\n");
+/// The interim response to `Expect: 100-continue`.
+static CONTINUE: Bytes = Bytes::from_static(b"HTTP/1.1 100 Continue\r\n\r\n");
 
-/// One response, ready to go out.
+/// One response, framed and ready to go out.
 #[derive(Debug)]
 pub(crate) struct Reply {
     /// The head: either complete, or (for cached `200` heads) without its `Date`
@@ -51,102 +66,194 @@ pub(crate) enum Body {
     },
 }
 
-impl Reply {
-    /// Bytes the response puts on the wire (for shortest-first ordering).
-    pub(crate) fn wire_len(&self) -> u64 {
-        let body = match &self.body {
-            Body::None => 0,
-            Body::Bytes(b) => b.len() as u64,
-            Body::File { len, .. } => *len,
-        };
-        self.head.len() as u64 + body
-    }
-}
-
-#[derive(Debug)]
-pub(crate) struct ConnState {
-    /// Bytes received and not yet consumed by a complete request.
-    pub(crate) buf: Vec<u8>,
-    /// When the first byte of the incomplete request in `buf` arrived.
+/// The parse half of a connection (HttpParse and the sweeper).
+#[derive(Debug, Default)]
+pub(crate) struct RecvState {
+    /// Bytes received and not yet consumed.
+    pub(crate) buf: BytesMut,
+    /// When the first byte of the incomplete request (head or body) arrived.
     pub(crate) head_started: Option<Instant>,
-    /// Last time bytes arrived or a response left.
-    pub(crate) last_active: Instant,
-    /// Sequence number of the next request parsed.
-    pub(crate) next_seq: u64,
-    /// Sequence number of the next response to send.
-    pub(crate) send_seq: u64,
-    /// Responses finished before their turn.
-    pub(crate) pending: BTreeMap<u64, Reply>,
-    /// A request asked to close (or was unparseable): parse nothing more.
+    /// Parse nothing more (a request asked to close, or the stream is broken).
     pub(crate) closing: bool,
-    /// The connection is closed or closing on the socket: write nothing more.
-    pub(crate) dead: bool,
+    /// The body of the request being read, if its head is parsed.
+    pub(crate) body: Option<BodyInProgress>,
 }
 
-impl ConnState {
-    /// Requests parsed whose responses have not been sent.
-    pub(crate) fn outstanding(&self) -> u64 {
-        self.next_seq - self.send_seq
+impl RecvState {
+    /// Parse nothing more on this connection (drops a request waiting for its body).
+    pub(crate) fn stop(&mut self) {
+        self.closing = true;
+        self.buf = BytesMut::new();
+        self.body = None;
+        self.head_started = None;
+    }
+
+    /// Nothing is buffered or half read.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buf.is_empty() && self.body.is_none()
     }
 }
 
+/// The send half of a connection (HttpSend).
+#[derive(Debug, Default)]
+struct SendState {
+    /// Sequence number of the next response to send.
+    next: u64,
+    /// Responses finished before their turn.
+    pending: BTreeMap<u64, Reply>,
+    /// Request waiting for an interim `100 Continue` once its turn comes.
+    continue_at: Option<u64>,
+    /// Nothing more is written.
+    dead: bool,
+}
+
+/// An open connection.
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub(crate) id: ConnId,
     pub(crate) peer: SocketAddr,
-    pub(crate) st: Mutex<ConnState>,
+    writer: Writer,
+    /// The client is gone, or the connection closes after a response already sent.
+    gone: AtomicBool,
+    /// Requests numbered so far.
+    parsed: AtomicU64,
+    /// Responses finished (sent, or dropped with the connection).
+    sent: AtomicU64,
+    /// HttpParse stopped reading: too many requests of this connection in flight.
+    pipeline_paused: AtomicBool,
+    /// Milliseconds since the server's epoch of the last request byte or response.
+    last_active_ms: AtomicU64,
+    pub(crate) rx: Mutex<RecvState>,
+    tx: Mutex<SendState>,
 }
 
 impl Conn {
-    pub(crate) fn new(id: ConnId, peer: SocketAddr, now: Instant) -> Self {
+    pub(crate) fn new(id: ConnId, peer: SocketAddr, writer: Writer, now_ms: u64) -> Self {
         Conn {
             id,
             peer,
-            st: Mutex::new(ConnState {
-                buf: Vec::new(),
-                head_started: None,
-                last_active: now,
-                next_seq: 0,
-                send_seq: 0,
-                pending: BTreeMap::new(),
-                closing: false,
-                dead: false,
-            }),
+            writer,
+            gone: AtomicBool::new(false),
+            parsed: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            pipeline_paused: AtomicBool::new(false),
+            last_active_ms: AtomicU64::new(now_ms),
+            rx: Mutex::new(RecvState::default()),
+            tx: Mutex::new(SendState::default()),
         }
     }
 
-    /// Hands `reply` for request `seq` to the connection with its state locked:
-    /// sends it (and any responses it unblocks) into `out` if it is its turn, else
-    /// parks it. Call [`Conn::flush`] after the last delivery of a batch.
-    pub(crate) fn deliver(
-        &self,
-        st: &mut ConnState,
-        seq: u64,
-        reply: Reply,
-        out: &mut Vec<Bytes>,
-        writer: &Writer,
-    ) {
-        if st.dead {
+    /// Whether work for this connection is wasted (see the invariants).
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(Relaxed)
+    }
+
+    /// The client is gone: stop writing, cancel what is queued for it.
+    pub(crate) fn mark_gone(&self) {
+        self.gone.store(true, Relaxed);
+        let mut tx = self.tx.lock();
+        tx.dead = true;
+        tx.pending.clear();
+    }
+
+    /// Numbers the next request. Call with the receive half locked.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.parsed.fetch_add(1, SeqCst)
+    }
+
+    /// Requests parsed whose responses are not finished.
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.parsed
+            .load(SeqCst)
+            .saturating_sub(self.sent.load(SeqCst))
+    }
+
+    pub(crate) fn touch(&self, now_ms: u64) {
+        self.last_active_ms.store(now_ms, Relaxed);
+    }
+
+    pub(crate) fn last_active_ms(&self) -> u64 {
+        self.last_active_ms.load(Relaxed)
+    }
+
+    /// HttpParse: too many requests in flight; stop reading until HttpSend has
+    /// finished half of them. Returns false if they finished meanwhile (go on).
+    pub(crate) fn pause_pipeline(&self, limit: u64) -> bool {
+        self.pipeline_paused.store(true, SeqCst);
+        self.writer.pause_reading(self.id);
+        if self.in_flight() >= limit {
+            return true;
+        }
+        // HttpSend may have looked at the flag before it was set: undo it here.
+        if self.pipeline_paused.swap(false, SeqCst) {
+            self.writer.resume_reading(self.id);
+        }
+        false
+    }
+
+    /// HttpSend, after finishing responses: resume a paused pipeline once at most
+    /// `limit / 2` requests are in flight. Reading resumes with a `Resumed` event, on
+    /// which HttpParse parses what it held back.
+    fn resume_pipeline(&self, limit: u64) {
+        if self.pipeline_paused.load(SeqCst)
+            && self.in_flight() <= limit / 2
+            && self.pipeline_paused.swap(false, SeqCst)
+        {
+            self.writer.resume_reading(self.id);
+        }
+    }
+
+    /// Request `seq` waits for `100 Continue`: send it now if every earlier response
+    /// is out, else when its turn comes.
+    pub(crate) fn send_continue(&self, seq: u64) {
+        let mut tx = self.tx.lock();
+        if tx.dead {
             return;
         }
-        if seq != st.send_seq {
-            debug_assert!(seq > st.send_seq);
-            st.pending.insert(seq, reply);
-            return;
+        if tx.next == seq {
+            self.write(&mut tx, Outgoing::Bytes(CONTINUE.clone()));
+        } else {
+            tx.continue_at = Some(seq);
         }
+    }
+
+    /// Hands `reply` for request `seq` to the connection: sends it (and any responses
+    /// it unblocks) if it is its turn, else parks it. Returns whether the connection
+    /// is still open for writing.
+    pub(crate) fn deliver(&self, seq: u64, reply: Reply, pipeline_limit: u64) -> bool {
+        let mut tx = self.tx.lock();
+        if tx.dead {
+            return false;
+        }
+        if seq != tx.next {
+            debug_assert!(seq > tx.next, "response {seq} after {} was sent", tx.next);
+            tx.pending.insert(seq, reply);
+            return true;
+        }
+        let mut out = Vec::with_capacity(4);
         let mut next = Some(reply);
         while let Some(r) = next.take() {
-            st.send_seq += 1;
-            self.emit(st, r, out, writer);
-            if st.dead {
-                st.pending.clear();
-                return;
+            tx.next += 1;
+            self.sent.fetch_add(1, SeqCst);
+            self.emit(&mut tx, r, &mut out);
+            if tx.dead {
+                tx.pending.clear();
+                return false;
             }
-            next = st.pending.remove(&st.send_seq);
+            if tx.continue_at == Some(tx.next) {
+                tx.continue_at = None;
+                out.push(CONTINUE.clone());
+            }
+            let at = tx.next;
+            next = tx.pending.remove(&at);
         }
+        self.flush(&mut tx, &mut out);
+        drop(tx);
+        self.resume_pipeline(pipeline_limit);
+        true
     }
 
-    fn emit(&self, st: &mut ConnState, r: Reply, out: &mut Vec<Bytes>, writer: &Writer) {
+    fn emit(&self, tx: &mut SendState, r: Reply, out: &mut Vec<Bytes>) {
         out.push(r.head);
         if let Some(date) = r.date {
             out.push(date);
@@ -160,42 +267,121 @@ impl Conn {
             Body::None => {}
             Body::Bytes(b) => out.push(b),
             Body::File { file, offset, len } => {
-                self.flush(st, out, writer);
-                if !st.dead
-                    && writer
-                        .send(self.id, Outgoing::File { file, offset, len })
-                        .is_err()
-                {
-                    st.dead = true;
-                }
+                self.flush(tx, out);
+                self.write(tx, Outgoing::File { file, offset, len });
             }
         }
         if r.close {
-            self.flush(st, out, writer);
-            writer.close(self.id);
-            st.dead = true;
-            st.closing = true;
+            self.flush(tx, out);
+            self.writer.close(self.id);
+            tx.dead = true;
+            self.gone.store(true, Relaxed);
         }
     }
 
-    /// Writes what `out` holds.
-    pub(crate) fn flush(&self, st: &mut ConnState, out: &mut Vec<Bytes>, writer: &Writer) {
-        if out.is_empty() {
-            return;
+    fn flush(&self, tx: &mut SendState, out: &mut Vec<Bytes>) {
+        match out.len() {
+            0 => {}
+            1 => {
+                let b = out.pop().unwrap_or_default();
+                self.write(tx, Outgoing::Bytes(b));
+            }
+            _ => self.write(tx, Outgoing::Vectored(std::mem::take(out))),
         }
-        if st.dead {
-            out.clear();
-            return;
+    }
+
+    fn write(&self, tx: &mut SendState, o: Outgoing) {
+        if !tx.dead && self.writer.send(self.id, o).is_err() {
+            tx.dead = true;
+            self.gone.store(true, Relaxed);
         }
-        let o = if out.len() == 1 {
-            Outgoing::Bytes(out.pop().unwrap_or_default())
-        } else {
-            Outgoing::Vectored(std::mem::take(out))
+    }
+}
+
+/// The slot of one request's one response. See the module invariants.
+#[derive(Debug)]
+pub(crate) struct Exchange {
+    slot: Option<Slot>,
+}
+
+/// What the response to a request needs to know of it.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) seq: u64,
+    /// The request was a HEAD: a response never has a body.
+    pub(crate) head_only: bool,
+    /// The client keeps the connection (HTTP/1.1 default, `Connection` header).
+    pub(crate) keep_alive: bool,
+}
+
+impl Exchange {
+    pub(crate) fn new(conn: Arc<Conn>, seq: u64, head_only: bool, keep_alive: bool) -> Self {
+        Exchange {
+            slot: Some(Slot {
+                conn,
+                seq,
+                head_only,
+                keep_alive,
+            }),
+        }
+    }
+
+    fn slot(&self) -> &Slot {
+        self.slot
+            .as_ref()
+            .expect("an Exchange holds its slot until consumed")
+    }
+
+    /// The request's sequence number on its connection.
+    pub(crate) fn seq(&self) -> u64 {
+        self.slot().seq
+    }
+
+    /// The connection is gone: the response would be wasted.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.slot().conn.is_gone()
+    }
+
+    /// Close the connection after this response.
+    pub(crate) fn close_after(&mut self) {
+        if let Some(s) = self.slot.as_mut() {
+            s.keep_alive = false;
+        }
+    }
+
+    /// Consumes the slot to answer it (HttpSend).
+    pub(crate) fn take(mut self) -> Slot {
+        self.slot
+            .take()
+            .expect("an Exchange holds its slot until consumed")
+    }
+
+    /// Consumes the slot of a request whose connection is gone, without a response.
+    pub(crate) fn cancel(mut self) {
+        self.slot = None;
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        let Some(slot) = self.slot.take() else {
+            return;
         };
-        if writer.send(self.id, o).is_err() {
-            st.dead = true;
+        if slot.conn.is_gone() {
+            return;
         }
-        out.clear();
+        tracing::warn!(conn = %slot.conn.id, seq = slot.seq, "a request lost its response; answering 500 and closing");
+        let reply = Reply {
+            head: Bytes::from(format!(
+                "HTTP/1.1 500 Internal Server Error\r\nServer: seda\r\nContent-Length: 0\r\nDate: {}\r\nConnection: close\r\n\r\n",
+                crate::proto::http_date(std::time::SystemTime::now())
+            )),
+            date: None,
+            body: Body::None,
+            close: true,
+        };
+        slot.conn.deliver(slot.seq, reply, u64::MAX);
     }
 }
 

@@ -1,5 +1,21 @@
-//! The server: configuration, start-up of the stages, the timeout sweeper and
-//! graceful shutdown. The stages' logic is in `core.rs`.
+//! The server: start-up of the stages, the timeout sweeper and graceful shutdown.
+//! One file per stage of SEDA Fig. 5:
+//!
+//! ```text
+//!  sock-io ─> HttpParse ─> HttpRecv ─> PageCache ──hit──────────────────> HttpSend ─> socket
+//!  (accept,     (parse,      (route)    │   ▲  (lookups, fills)              ▲
+//!   read)        bodies)      │         │   └──── file-helper <─┐            │
+//!                             │         └─miss─> CacheMiss ─────┘ (read)     │
+//!                             │                  (translate, open)           │
+//!                             └──> handler:<name> (one stage per handler) ───┘
+//! ```
+//!
+//! Every arrow is a stage boundary the runtime counts: after any mix of requests,
+//! HttpSend's `processed` is the number of responses, PageCache's the number of
+//! static lookups and fills, and the graph in the admin stats has these edges. Files:
+//! `parse.rs`, `recv.rs`, `page_cache.rs`, `cache_miss.rs`, `send.rs`, `dynamic.rs`;
+//! `conn.rs` holds the per-connection state and the response slot, `request.rs` the
+//! owned request, `answer.rs` the one place that frames responses.
 //!
 //! # Lifecycle
 //! [`Server::start`] builds the runtime and every stage, binds the listeners and
@@ -8,142 +24,58 @@
 //! to its grace period for requests in flight to be answered and flushed, then stops
 //! the sockets and the runtime.
 
-mod admin;
+mod answer;
+mod cache_miss;
+mod config;
 mod conn;
-mod core;
+mod dynamic;
+mod page_cache;
+mod parse;
+mod recv;
+mod request;
+mod send;
+mod state;
+mod timeouts;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use bytes::Bytes;
 use seda::control::ThreadPoolConfig;
-use seda::{Batch, Context, EventHandler, InitError, Runtime, ShutdownReport, ThreadModel};
-use seda_io::{FileConfig, FileHelper, SocketConfig, SocketHandle, SocketStats, Sockets};
+use seda::{Runtime, ShutdownReport, ThreadModel};
+use seda_io::{
+    BacklogAction, FileConfig, FileHelper, SocketConfig, SocketHandle, SocketStats, Sockets,
+};
 
-use self::core::{Counters, Haboob, Job, PageEvent, Route, SendEvent, Settings, Sinks};
+pub use config::{ServerConfig, ServerError};
+pub use state::{HaboobStats, PathCacheStats};
+
+use self::answer::Framer;
+use self::state::{Haboob, Responder, Route, Routes, Settings};
+use crate::admin::{AdminBuilder, AdminServer, StatsDoc};
 use crate::cache::{PageCache, PathCache};
-use crate::handler::{HandlerContext, HandlerRegistration};
-use crate::proto::{DateCache, Limits};
+use crate::handler::HandlerRegistration;
 
 /// Stage names of Haboob (SEDA Fig. 5).
 pub mod stages {
-    /// Parses requests of each connection (colored by connection).
+    /// Accepts connections and parses requests (colored by connection).
     pub const HTTP_PARSE: &str = "HttpParse";
-    /// Routes requests: static, admin, dynamic.
+    /// Routes requests: static, dynamic, or an error.
     pub const HTTP_RECV: &str = "HttpRecv";
     /// Page-cache lookups and fills.
     pub const PAGE_CACHE: &str = "PageCache";
-    /// Translation, open and read of missed files (blocking, own pool).
+    /// Translation and open of missed files (blocking, own pool).
     pub const CACHE_MISS: &str = "CacheMiss";
-    /// Writes responses in order.
+    /// The file helper that reads missed files (seda-io, blocking, own pool).
+    pub const FILE_HELPER: &str = "file-helper";
+    /// Frames and writes every response, in order.
     pub const HTTP_SEND: &str = "HttpSend";
-}
-
-/// Configuration of a [`Server`]. `Default` gives the documented defaults.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// Address to listen on; port 0 picks a free port. Default `127.0.0.1:8080`.
-    pub listen: SocketAddr,
-    /// Directory to serve; must exist and be readable.
-    pub root: PathBuf,
-    /// Page-cache capacity, bytes. Default 200 MiB.
-    pub cache_bytes: u64,
-    /// Files larger than this bypass the page cache and stream with `sendfile`.
-    /// Default 1 MiB.
-    pub max_cached_file: u64,
-    /// Thread model of Haboob's CPU-bound stages (HttpParse, HttpRecv, PageCache,
-    /// HttpSend), and the runtime's default for stages added through
-    /// [`Server::runtime`]. Blocking stages (socket loops, file helper, CacheMiss,
-    /// dynamic handlers) always have pools of their own.
-    pub thread_model: ThreadModel,
-    /// Socket event loops. Default: one per core.
-    pub event_loops: usize,
-    /// Most threads of HttpParse's pool (per-stage model). Default 2.
-    pub parse_threads: usize,
-    /// Time a client has to send a complete request head (and body) once it started.
-    /// Default 10 s.
-    pub header_timeout: Duration,
-    /// Time an idle keep-alive connection is kept. Default 30 s.
-    pub idle_timeout: Duration,
-    /// Most open connections. Default 10,000.
-    pub max_connections: usize,
-    /// Request limits (414, 431, 413).
-    pub limits: Limits,
-    /// How long a cached translation is trusted before a `stat`. Default 2 s.
-    pub revalidate: Duration,
-    /// Index file of directories. Default `index.html`.
-    pub index: String,
-    /// Direct calls on the hit path (true, default) or a queue between every stage
-    /// (false, the paper's layout).
-    pub direct: bool,
-    /// Let misses whose bytes are already in the OS page cache skip the file helper
-    /// (Flash's residency check, `preadv2(RWF_NOWAIT)`). Default true.
-    pub residency_check: bool,
-    /// Outgoing bytes queued per connection before it is closed. Default 4 MiB.
-    pub write_threshold: usize,
-    /// Dynamic handlers to mount at start.
-    pub handlers: Vec<HandlerRegistration>,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            root: PathBuf::from("."),
-            cache_bytes: 200 << 20,
-            max_cached_file: 1 << 20,
-            thread_model: ThreadModel::PerStage,
-            event_loops: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            parse_threads: 2,
-            header_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(30),
-            max_connections: 10_000,
-            limits: Limits::default(),
-            revalidate: Duration::from_secs(2),
-            index: "index.html".to_owned(),
-            direct: true,
-            residency_check: true,
-            write_threshold: 4 << 20,
-            handlers: Vec::new(),
-        }
-    }
-}
-
-/// Why the server could not start or take a handler.
-#[derive(Debug)]
-pub enum ServerError {
-    /// The root directory is missing or unreadable.
-    Root(String),
-    /// A configuration value is out of range.
-    Config(String),
-    /// Binding or another socket operation failed.
-    Io(std::io::Error),
-    /// The runtime refused a stage.
-    Runtime(seda::RuntimeError),
-}
-
-impl fmt::Display for ServerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServerError::Root(s) => write!(f, "root directory {s}"),
-            ServerError::Config(s) => write!(f, "invalid configuration: {s}"),
-            ServerError::Io(e) => write!(f, "{e}"),
-            ServerError::Runtime(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for ServerError {}
-
-impl From<seda::RuntimeError> for ServerError {
-    fn from(e: seda::RuntimeError) -> Self {
-        ServerError::Runtime(e)
-    }
+    /// The socket event loops (seda-io).
+    pub const SOCKETS: &str = seda_io::DEFAULT_STAGE;
 }
 
 /// What a shutdown finished.
@@ -159,9 +91,11 @@ pub struct ServerShutdown {
 
 /// A running Haboob server.
 pub struct Server {
-    hb: Arc<Haboob>,
+    out: Responder,
+    rt: Runtime,
     sockets: Arc<SocketHandle>,
     local_addr: SocketAddr,
+    admin: Option<AdminServer>,
     sweeper_stop: Arc<AtomicBool>,
     sweeper: Option<JoinHandle<()>>,
 }
@@ -170,57 +104,42 @@ impl fmt::Debug for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Server")
             .field("local_addr", &self.local_addr)
-            .field("root", &self.hb.set.root)
+            .field("root", &self.out.hb.set.root)
             .finish()
     }
 }
 
-fn validate(cfg: &ServerConfig) -> Result<PathBuf, ServerError> {
-    let root = std::fs::canonicalize(&cfg.root)
-        .map_err(|e| ServerError::Root(format!("{}: {e}", cfg.root.display())))?;
-    if !root.is_dir() {
-        return Err(ServerError::Root(format!(
-            "{}: not a directory",
-            cfg.root.display()
-        )));
-    }
-    std::fs::read_dir(&root)
-        .map_err(|e| ServerError::Root(format!("{}: {e}", cfg.root.display())))?;
-    let bad = |s: &str| Err(ServerError::Config(s.to_owned()));
-    if cfg.event_loops == 0 {
-        return bad("event_loops must be at least 1");
-    }
-    if cfg.parse_threads == 0 {
-        return bad("parse_threads must be at least 1");
-    }
-    if cfg.max_connections == 0 {
-        return bad("max_connections must be at least 1");
-    }
-    if cfg.header_timeout.is_zero() || cfg.idle_timeout.is_zero() {
-        return bad("timeouts must be positive");
-    }
-    if cfg.index.is_empty() || cfg.index.contains('/') {
-        return bad("index must be a plain file name");
-    }
-    if cfg.limits.max_headers == 0 || cfg.limits.max_headers > crate::proto::MAX_HEADERS {
-        return bad("max_headers must be in 1..=128");
-    }
-    Ok(root)
+/// The answer to a connection over `max_connections`.
+fn refusal(retry_after_secs: u32) -> Bytes {
+    let body = "503 Service Unavailable: too many connections, retry later\n";
+    Bytes::from(format!(
+        "HTTP/1.1 503 Service Unavailable\r\nServer: seda\r\nRetry-After: {retry_after_secs}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ))
 }
 
 impl Server {
     /// Builds the stages, binds the listeners and starts serving.
     pub fn start(cfg: ServerConfig) -> Result<Server, ServerError> {
-        let root = validate(&cfg)?;
+        let root = config::validate(&cfg)?;
         // The chosen model is the runtime's default (stats report it) and each CPU-bound
-        // stage names it too. Blocking stages pin the per-stage model themselves:
-        // seda-io's socket loops and file helper always do, CacheMiss and the handler
-        // stages below say so explicitly.
+        // stage names it too. Blocking stages pin the per-stage model themselves.
         let rt = Runtime::builder()
             .name("haboob")
             .thread_model(cfg.thread_model)
             .build();
         let model = cfg.thread_model;
+        let bound = Sockets::bind(SocketConfig {
+            listen: cfg.listen,
+            event_loops: cfg.event_loops,
+            max_connections: cfg.max_connections,
+            write_threshold: cfg.write_threshold,
+            on_backlog: BacklogAction::Pause,
+            send_timeout: Some(cfg.send_timeout),
+            refusal: Some(refusal(cfg.retry_after_secs)),
+            ..SocketConfig::default()
+        })
+        .map_err(ServerError::Io)?;
         let files = FileHelper::start(&rt, FileConfig::default())?;
         let hb = Arc::new(Haboob {
             set: Settings {
@@ -230,61 +149,44 @@ impl Server {
                 max_cached_file: cfg.max_cached_file,
                 header_timeout: cfg.header_timeout,
                 idle_timeout: cfg.idle_timeout,
-                direct: cfg.direct,
                 residency_check: cfg.residency_check,
+                dotfiles: cfg.dotfiles,
+                max_pipelined: cfg.max_pipelined as u64,
             },
-            rt: rt.clone(),
             conns: conn::ConnTable::new(),
-            paths: PathCache::new(100_000, cfg.revalidate),
+            paths: PathCache::new(cfg.path_cache_bytes, cfg.revalidate),
             pages: PageCache::new(cfg.cache_bytes),
-            date: DateCache::new(),
-            files,
-            routes: RwLock::new(Vec::new()),
-            writer: OnceLock::new(),
-            sockets: OnceLock::new(),
-            sinks: OnceLock::new(),
-            counters: Counters::default(),
-            draining: AtomicBool::new(false),
+            framer: Framer::new(cfg.retry_after_secs),
+            writer: bound.writer(),
+            routes: Routes::default(),
+            counters: state::Counters::default(),
+            epoch: Instant::now(),
         });
 
-        let h = Arc::clone(&hb);
+        // Downstream first, so each stage is built with the sinks it feeds (CacheMiss
+        // looks PageCache up at start: they feed each other).
         let send = rt
             .stage(
                 stages::HTTP_SEND,
-                move |batch: Batch<'_, SendEvent>, _cx: &Context<'_>| {
-                    for ev in batch {
-                        h.respond(&ev.conn, ev.seq, ev.reply);
-                    }
+                send::HttpSend {
+                    hb: Arc::clone(&hb),
                 },
             )
             .thread_model(model)
-            .capacity(16_384)
+            .capacity(65_536)
             .threads(1, 2)
             .build()?;
-        let h = Arc::clone(&hb);
-        let page = rt
-            .stage(
-                stages::PAGE_CACHE,
-                move |mut batch: Batch<'_, PageEvent>, _cx: &Context<'_>| {
-                    let mut events = Vec::with_capacity(batch.len());
-                    while let Some(e) = batch.next_with_meta() {
-                        events.push(e);
-                    }
-                    h.on_page_batch(events, Instant::now());
-                },
-            )
-            .thread_model(model)
-            .capacity(16_384)
-            .threads(1, 2)
-            .build()?;
-        let h = Arc::clone(&hb);
+        let out = Responder {
+            hb: Arc::clone(&hb),
+            send,
+        };
         let miss = rt
             .stage(
                 stages::CACHE_MISS,
-                move |mut batch: Batch<'_, Job<core::StaticReq>>, _cx: &Context<'_>| {
-                    while let Some((job, meta)) = batch.next_with_meta() {
-                        h.on_miss(job, meta, Instant::now());
-                    }
+                cache_miss::CacheMiss {
+                    files,
+                    out: out.clone(),
+                    page: OnceLock::new(),
                 },
             )
             .capacity(4096)
@@ -297,36 +199,37 @@ impl Server {
             })
             .batch(4)
             .build()?;
-        let h = Arc::clone(&hb);
-        let recv = rt
+        let page = rt
             .stage(
-                stages::HTTP_RECV,
-                move |mut batch: Batch<'_, Job<core::OwnedReq>>, _cx: &Context<'_>| {
-                    let now = Instant::now();
-                    while let Some((job, meta)) = batch.next_with_meta() {
-                        h.on_recv(job, meta, now);
-                    }
+                stages::PAGE_CACHE,
+                page_cache::PageCache {
+                    miss,
+                    out: out.clone(),
                 },
             )
             .thread_model(model)
             .capacity(16_384)
             .threads(1, 2)
             .build()?;
-        let _ = hb.sinks.set(Sinks {
-            recv,
-            page,
-            miss,
-            send,
-        });
-        let h = Arc::clone(&hb);
+        let recv = rt
+            .stage(
+                stages::HTTP_RECV,
+                recv::HttpRecv {
+                    page,
+                    out: out.clone(),
+                },
+            )
+            .thread_model(model)
+            .capacity(16_384)
+            .threads(1, 2)
+            .build()?;
         let parse = rt
             .stage(
                 stages::HTTP_PARSE,
-                move |mut batch: Batch<'_, seda_io::SocketEvent>, _cx: &Context<'_>| {
-                    let now = Instant::now();
-                    while let Some((ev, meta)) = batch.next_with_meta() {
-                        h.on_socket_event(ev, meta, now);
-                    }
+                parse::HttpParse {
+                    hb: Arc::clone(&hb),
+                    recv,
+                    out: out.clone(),
                 },
             )
             .thread_model(model)
@@ -340,47 +243,47 @@ impl Server {
             .batch(64)
             .build()?;
         for reg in cfg.handlers.iter().cloned() {
-            register(&hb, reg)?;
+            register(&rt, &out, reg)?;
         }
-        let sock_cfg = SocketConfig {
-            listen: cfg.listen,
-            event_loops: cfg.event_loops,
-            max_connections: cfg.max_connections,
-            write_threshold: cfg.write_threshold,
-            ..SocketConfig::default()
-        };
-        let sockets = Arc::new(Sockets::start(&rt, sock_cfg, parse).map_err(ServerError::Io)?);
-        let _ = hb.writer.set(sockets.writer());
-        let _ = hb.sockets.set(Arc::clone(&sockets));
+        let sockets = Arc::new(bound.start(&rt, parse).map_err(ServerError::Io)?);
         rt.start()?;
         let local_addr = sockets.local_addr();
-
-        let sweeper_stop = Arc::new(AtomicBool::new(false));
-        let stop = Arc::clone(&sweeper_stop);
-        let h = Arc::clone(&hb);
-        let period = (cfg.header_timeout.min(cfg.idle_timeout) / 4)
-            .clamp(Duration::from_millis(20), Duration::from_millis(500));
-        let sweeper = std::thread::Builder::new()
-            .name("haboob-timeouts".into())
-            .spawn(move || {
-                // Parked rather than asleep, so that shutdown wakes it at once instead
-                // of waiting out the period (up to 500 ms).
-                while !stop.load(Ordering::Acquire) {
-                    std::thread::park_timeout(period);
-                    if stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    h.sweep(Instant::now());
-                }
-            })
-            .map_err(ServerError::Io)?;
-        Ok(Server {
-            hb,
+        let mut server = Server {
+            out,
+            rt,
             sockets,
             local_addr,
-            sweeper_stop,
-            sweeper: Some(sweeper),
-        })
+            admin: None,
+            sweeper_stop: Arc::new(AtomicBool::new(false)),
+            sweeper: None,
+        };
+        if let Some(addr) = cfg.admin_listen {
+            server.admin = Some(
+                server
+                    .admin_builder()
+                    .start(addr)
+                    .map_err(ServerError::Io)?,
+            );
+        }
+        let (stop, out) = (Arc::clone(&server.sweeper_stop), server.out.clone());
+        let period = (cfg.header_timeout.min(cfg.idle_timeout) / 4)
+            .clamp(Duration::from_millis(20), Duration::from_millis(500));
+        server.sweeper = Some(
+            std::thread::Builder::new()
+                .name("haboob-timeouts".into())
+                .spawn(move || {
+                    // Parked rather than asleep, so that shutdown wakes it at once.
+                    while !stop.load(Ordering::Acquire) {
+                        std::thread::park_timeout(period);
+                        if stop.load(Ordering::Acquire) {
+                            break;
+                        }
+                        timeouts::sweep(&out, Instant::now());
+                    }
+                })
+                .map_err(ServerError::Io)?,
+        );
+        Ok(server)
     }
 
     /// The address the server listens on.
@@ -388,14 +291,42 @@ impl Server {
         self.local_addr
     }
 
-    /// The runtime the stages run in (for statistics or extra stages).
-    pub fn runtime(&self) -> &Runtime {
-        &self.hb.rt
+    /// The address of the admin listener, if [`ServerConfig::admin_listen`] set one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(AdminServer::local_addr)
     }
 
-    /// The `/_seda/stats` document.
+    /// The runtime the stages run in (for statistics or extra stages).
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
+    /// An admin listener's pages for this server (its runtime, Haboob's counters and
+    /// socket statistics, handler qualities), to add sections or endpoints to and
+    /// start on an address of the caller's choice.
+    pub fn admin_builder(&self) -> AdminBuilder {
+        let (hb, sockets) = (Arc::clone(&self.out.hb), Arc::clone(&self.sockets));
+        let (q, m) = (Arc::clone(&hb), Arc::clone(&hb));
+        AdminServer::builder(&self.rt)
+            .section("haboob", move || hb.stats())
+            .section("sockets", move || sockets.stats())
+            .qualities(move || q.routes.qualities())
+            .metrics(move |out| metrics(&m.stats(), out))
+    }
+
+    /// The stats document (what the admin listener's `/_seda/stats` serves).
+    pub fn stats(&self) -> StatsDoc {
+        self.admin_builder().stats()
+    }
+
+    /// The stats document as JSON.
     pub fn stats_json(&self) -> String {
-        admin::stats_json(&self.hb)
+        serde_json::to_string(&self.stats()).unwrap_or_default()
+    }
+
+    /// Haboob's own counters.
+    pub fn haboob_stats(&self) -> HaboobStats {
+        self.out.hb.stats()
     }
 
     /// Counters of the socket layer.
@@ -405,45 +336,44 @@ impl Server {
 
     /// Mounts a dynamic handler on the running server; its stage starts at once.
     pub fn register(&self, reg: HandlerRegistration) -> Result<(), ServerError> {
-        register(&self.hb, reg)
+        register(&self.rt, &self.out, reg)
     }
 
     /// Graceful shutdown; see the module docs. Waits at most `grace` for requests in
     /// flight, then stops everything.
     pub fn shutdown(mut self, grace: Duration) -> ServerShutdown {
+        let hb = Arc::clone(&self.out.hb);
         let deadline = Instant::now() + grace;
-        self.hb.draining.store(true, Ordering::Relaxed);
+        hb.framer.draining.store(true, Ordering::Relaxed);
         // Idle connections close now; busy ones after their last response.
-        self.hb.sweep(Instant::now());
+        timeouts::sweep(&self.out, Instant::now());
         let mut requests_drained = false;
         while Instant::now() < deadline {
-            if self.hb.quiescent() {
+            if timeouts::quiescent(&self.out) {
                 requests_drained = true;
                 break;
             }
             std::thread::sleep(Duration::from_millis(5));
-            self.hb.sweep(Instant::now());
+            timeouts::sweep(&self.out, Instant::now());
         }
         // Give the last responses a moment to leave the socket buffers.
-        let writer = self.sockets.writer();
         while Instant::now() < deadline
-            && self
-                .hb
+            && hb
                 .conns
                 .all()
                 .iter()
-                .any(|c| writer.queued(c.id).unwrap_or(0) > 0)
+                .any(|c| hb.writer.queued(c.id).unwrap_or(0) > 0)
         {
             std::thread::sleep(Duration::from_millis(5));
         }
         let connections_cut = self.sockets.open_connections();
-        self.stop_sweeper();
+        self.stop_background();
         self.sockets.stop();
         let remaining = deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(200));
-        let runtime = self.hb.rt.shutdown(remaining);
-        self.hb.routes.write().clear();
+        let runtime = self.rt.shutdown(remaining);
+        self.release();
         ServerShutdown {
             requests_drained,
             connections_cut,
@@ -451,11 +381,25 @@ impl Server {
         }
     }
 
-    fn stop_sweeper(&mut self) {
+    fn stop_background(&mut self) {
+        if let Some(a) = self.admin.take() {
+            a.stop();
+        }
         self.sweeper_stop.store(true, Ordering::Release);
         if let Some(h) = self.sweeper.take() {
             h.thread().unpark();
             let _ = h.join();
+        }
+    }
+
+    /// Breaks the reference cycles (routes hold stages' sinks; a request waiting for
+    /// its body holds its connection) once nothing runs.
+    fn release(&self) {
+        let hb = &self.out.hb;
+        hb.routes.clear();
+        for c in hb.conns.all() {
+            c.mark_gone();
+            c.rx.lock().stop();
         }
     }
 }
@@ -463,52 +407,27 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         if self.sweeper.is_some() {
-            self.stop_sweeper();
+            self.stop_background();
             self.sockets.stop();
-            self.hb.rt.shutdown(Duration::from_millis(500));
-            self.hb.routes.write().clear();
-        }
-    }
-}
-
-/// The event handler of a dynamic handler's stage.
-struct DynamicStage {
-    hb: Arc<Haboob>,
-    reg: HandlerRegistration,
-}
-
-impl EventHandler<core::DynEvent> for DynamicStage {
-    fn init(&self, cx: &Context<'_>) -> Result<(), InitError> {
-        self.reg.handler.init(&HandlerContext { cx });
-        Ok(())
-    }
-
-    fn handle_events(&self, batch: Batch<'_, core::DynEvent>, cx: &Context<'_>) {
-        for ev in batch {
-            self.hb.on_dynamic(&self.reg, ev, cx);
+            self.rt.shutdown(Duration::from_millis(500));
+            self.release();
         }
     }
 }
 
 /// Builds a dynamic handler's stage and adds its route (longest prefix first).
-fn register(hb: &Arc<Haboob>, reg: HandlerRegistration) -> Result<(), ServerError> {
-    if hb
-        .routes
-        .read()
-        .iter()
-        .any(|r| r.reg.prefix() == reg.prefix())
-    {
+fn register(rt: &Runtime, out: &Responder, reg: HandlerRegistration) -> Result<(), ServerError> {
+    if out.hb.routes.has_prefix(reg.prefix()) {
         return Err(ServerError::Config(format!(
             "a handler is already mounted at {}",
             reg.prefix()
         )));
     }
-    let stage = DynamicStage {
-        hb: Arc::clone(hb),
+    let stage = dynamic::DynamicStage {
         reg: reg.clone(),
+        out: out.clone(),
     };
-    let mut builder = hb
-        .rt
+    let mut builder = rt
         .stage(&reg.stage_name(), stage)
         .capacity(reg.capacity)
         .thread_model(ThreadModel::PerStage)
@@ -518,8 +437,82 @@ fn register(hb: &Arc<Haboob>, reg: HandlerRegistration) -> Result<(), ServerErro
         builder = builder.admission_shared(Arc::clone(policy));
     }
     let sink = builder.build()?;
-    let mut routes = hb.routes.write();
-    routes.push(Route { reg, sink });
-    routes.sort_by_key(|r| std::cmp::Reverse(r.reg.prefix().len()));
+    out.hb.routes.add(Route { reg, sink });
     Ok(())
+}
+
+/// Haboob's counters in Prometheus text.
+fn metrics(s: &HaboobStats, out: &mut String) {
+    let lines: [(&str, &str, f64); 12] = [
+        (
+            "haboob_requests_total",
+            "Requests parsed.",
+            s.requests as f64,
+        ),
+        (
+            "haboob_responses_total",
+            "Responses sent.",
+            s.responses as f64,
+        ),
+        (
+            "haboob_cache_misses_total",
+            "Requests sent to CacheMiss.",
+            s.cache_misses as f64,
+        ),
+        (
+            "haboob_dynamic_requests_total",
+            "Requests routed to dynamic handlers.",
+            s.dynamic_requests as f64,
+        ),
+        (
+            "haboob_overload_responses_total",
+            "Requests answered with an overload action.",
+            s.overload_responses as f64,
+        ),
+        (
+            "haboob_bad_requests_total",
+            "Requests that failed to parse.",
+            s.bad_requests as f64,
+        ),
+        (
+            "haboob_header_timeouts_total",
+            "Connections cut off by the header timeout.",
+            s.header_timeouts as f64,
+        ),
+        (
+            "haboob_cancelled_total",
+            "Requests dropped because their client was gone.",
+            s.cancelled as f64,
+        ),
+        (
+            "haboob_pipeline_pauses_total",
+            "Times a connection stopped being read at max_pipelined.",
+            s.pipeline_pauses as f64,
+        ),
+        (
+            "haboob_connections_open",
+            "Open connections.",
+            s.connections_open as f64,
+        ),
+        (
+            "haboob_page_cache_bytes",
+            "Bytes in the page cache.",
+            s.page_cache.bytes as f64,
+        ),
+        (
+            "haboob_path_cache_bytes",
+            "Bytes charged to the path cache.",
+            s.path_cache.bytes as f64,
+        ),
+    ];
+    for (name, help, v) in lines {
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"
+        ));
+    }
 }

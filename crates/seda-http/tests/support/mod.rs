@@ -14,6 +14,8 @@ use seda_http::{Server, ServerConfig};
 pub struct TestServer {
     pub server: Option<Server>,
     pub addr: SocketAddr,
+    /// The admin listener (on a loopback port of its own).
+    pub admin: SocketAddr,
     pub dir: tempfile::TempDir,
 }
 
@@ -28,6 +30,18 @@ impl TestServer {
 
     pub fn server(&self) -> &Server {
         self.server.as_ref().expect("server running")
+    }
+
+    /// A client of the admin listener.
+    pub fn admin(&self) -> Client {
+        Client::connect(self.admin)
+    }
+
+    /// The admin stats document.
+    pub fn stats(&self) -> seda_http::StatsDoc {
+        let r = self.admin().get("/_seda/stats");
+        assert_eq!(r.status, 200);
+        serde_json::from_slice(&r.body).expect("stats are a StatsDoc")
     }
 }
 
@@ -73,14 +87,17 @@ pub fn start(tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
         root: dir.path().join("root"),
         max_cached_file: 1 << 20,
         event_loops: 1,
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         ..ServerConfig::default()
     };
     tweak(&mut cfg);
     let server = Server::start(cfg).expect("server starts");
     let addr = server.local_addr();
+    let admin = server.admin_addr().expect("an admin listener");
     TestServer {
         server: Some(server),
         addr,
+        admin,
         dir,
     }
 }

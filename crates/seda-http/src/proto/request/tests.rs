@@ -1,0 +1,314 @@
+use super::*;
+
+/// (method, path, query, version, keep-alive, head length, body framing)
+type Summary = (Method, Vec<u8>, Vec<u8>, Version, bool, usize, BodyFraming);
+
+fn parse(buf: &[u8]) -> Result<Option<Summary>, ParseError> {
+    let r = parse_head(buf, &Limits::default())?;
+    Ok(r.map(|h| {
+        (
+            h.method,
+            h.path(buf).to_vec(),
+            h.get(buf, &h.query).to_vec(),
+            h.version,
+            h.keep_alive,
+            h.head_len,
+            h.body,
+        )
+    }))
+}
+
+fn code(buf: &[u8]) -> u16 {
+    parse(buf).unwrap_err().status().code()
+}
+
+#[test]
+fn simple_get() {
+    let (m, p, q, v, ka, n, body) = parse(b"GET /a/b?x=1 HTTP/1.1\r\nHost: h\r\n\r\n")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (m, p.as_slice(), q.as_slice(), v, ka, n, body),
+        (
+            Method::Get,
+            &b"/a/b"[..],
+            &b"x=1"[..],
+            Version::Http11,
+            true,
+            34,
+            BodyFraming::None
+        )
+    );
+}
+
+#[test]
+fn incomplete_needs_more() {
+    assert_eq!(parse(b"GET /a HTTP/1.1\r\nHost: h\r\n").unwrap(), None);
+    assert_eq!(parse(b"GE").unwrap(), None);
+    assert_eq!(parse(b"").unwrap(), None);
+}
+
+#[test]
+fn keep_alive_rules() {
+    let ka = |b: &[u8]| parse(b).unwrap().unwrap().4;
+    assert!(ka(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"));
+    assert!(!ka(
+        b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(!ka(
+        b"GET / HTTP/1.1\r\nHost: h\r\nConnection: foo, Close\r\n\r\n"
+    ));
+    assert!(!ka(b"GET / HTTP/1.0\r\n\r\n"));
+    assert!(ka(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
+}
+
+#[test]
+fn pipelined_requests_parse_in_turn() {
+    let buf = b"GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\nGET /3 HTTP/1.1\r\nHost: h\r\n\r\n";
+    let mut at = 0;
+    let mut paths = Vec::new();
+    while at < buf.len() {
+        let h = parse_head(&buf[at..], &Limits::default()).unwrap().unwrap();
+        paths.push(h.path(&buf[at..]).to_vec());
+        at += h.head_len;
+    }
+    assert_eq!(paths, vec![b"/1".to_vec(), b"/2".to_vec(), b"/3".to_vec()]);
+}
+
+#[test]
+fn error_statuses() {
+    assert_eq!(code(b"GET / HTTP/2.0\r\nHost: h\r\n\r\n"), 505);
+    assert_eq!(code(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 505);
+    assert_eq!(code(b"GET / HTTP/1.1\r\n\r\n"), 400, "missing Host");
+    assert_eq!(code(b"GET / FOO/1.1\r\nHost: h\r\n\r\n"), 400);
+    assert_eq!(code(b"\x00\x01\x02 garbage\r\n\r\n"), 400);
+    assert_eq!(
+        code(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: x\r\n\r\n"),
+        400
+    );
+    assert_eq!(
+        code(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+        400
+    );
+    assert_eq!(code(b"GET foo HTTP/1.1\r\nHost: h\r\n\r\n"), 400);
+    assert_eq!(code(b"GET * HTTP/1.1\r\nHost: h\r\n\r\n"), 400);
+    let long = format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(9000));
+    assert_eq!(code(long.as_bytes()), 414);
+    let long_partial = format!("GET /{}", "a".repeat(9000));
+    assert_eq!(code(long_partial.as_bytes()), 414);
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n",
+        "v".repeat(17000)
+    );
+    assert_eq!(code(big.as_bytes()), 431);
+    let big_partial = format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}", "v".repeat(17000));
+    assert_eq!(code(big_partial.as_bytes()), 431);
+    let many: String = (0..70).map(|i| format!("X-{i}: v\r\n")).collect();
+    assert_eq!(
+        code(format!("GET / HTTP/1.1\r\nHost: h\r\n{many}\r\n").as_bytes()),
+        431
+    );
+    let body = b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999\r\n\r\n";
+    assert_eq!(code(body), 413);
+}
+
+#[test]
+fn transfer_encoding_rules() {
+    let framing = |b: &[u8]| parse(b).unwrap().unwrap().6;
+    assert_eq!(
+        framing(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        BodyFraming::Chunked
+    );
+    assert_eq!(
+        framing(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n"),
+        BodyFraming::Chunked
+    );
+    assert_eq!(
+        code(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n"),
+        501
+    );
+    assert_eq!(
+        code(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+        501,
+        "a coding we cannot decode"
+    );
+    assert_eq!(
+        code(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),
+        400,
+        "chunked not last"
+    );
+    assert_eq!(
+        code(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        400,
+        "chunked twice"
+    );
+    assert_eq!(
+        code(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"),
+        400,
+        "both framings: a smuggling attempt"
+    );
+    assert_eq!(
+        code(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        400
+    );
+    assert_eq!(
+        framing(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"),
+        BodyFraming::None
+    );
+    assert_eq!(
+        framing(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n"),
+        BodyFraming::Length(5)
+    );
+}
+
+#[test]
+fn host_must_be_a_valid_authority() {
+    let ok = |host: &str| {
+        parse(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+            .is_ok_and(|h| h.is_some())
+    };
+    for good in [
+        "example.com",
+        "example.com:8080",
+        "127.0.0.1",
+        "[::1]",
+        "[::1]:80",
+        "xn--bcher-kva.example",
+        "",
+    ] {
+        assert!(ok(good), "{good:?} refused");
+    }
+    for bad in [
+        "a b", "a/b@c", "a@b", "h:port", "h:123456", "[::1", "[zz]", "a\\b",
+    ] {
+        assert!(!ok(bad), "{bad:?} accepted");
+    }
+    assert_eq!(
+        code(b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"),
+        400,
+        "two Host fields"
+    );
+}
+
+#[test]
+fn later_minor_versions_are_http11_and_other_majors_505() {
+    let (.., v, ka, _, _) = parse(b"GET / HTTP/1.2\r\nHost: h\r\n\r\n")
+        .unwrap()
+        .unwrap();
+    assert_eq!((v, ka), (Version::Http11, true));
+    let (.., v, _, _, _) = parse(b"GET / HTTP/1.9\r\nHost: h\r\n\r\n")
+        .unwrap()
+        .unwrap();
+    assert_eq!(v, Version::Http11);
+    assert_eq!(code(b"GET / HTTP/3.0\r\nHost: h\r\n\r\n"), 505);
+    assert_eq!(code(b"GET / HTTP/1.10\r\nHost: h\r\n\r\n"), 400);
+}
+
+#[test]
+fn bare_lf_in_the_head_is_rejected() {
+    assert_eq!(code(b"GET / HTTP/1.1\nHost: h\r\n\r\n"), 400);
+    assert_eq!(
+        code(b"GET / HTTP/1.1\r\nHost: h\nX-Hidden: 1\r\n\r\n"),
+        400,
+        "a field hidden after a bare LF"
+    );
+    assert_eq!(code(b"GET / HTTP/1.1\r\nHost: h\r\n\n"), 400);
+}
+
+#[test]
+fn expectations() {
+    let h = parse_head(
+        b"POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
+        &Limits::default(),
+    )
+    .unwrap()
+    .unwrap();
+    assert!(h.expect_continue);
+    let h = parse_head(
+        b"GET / HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\n\r\n",
+        &Limits::default(),
+    )
+    .unwrap()
+    .unwrap();
+    assert!(!h.expect_continue, "nothing to continue without a body");
+    let h = parse_head(
+        b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
+        &Limits::default(),
+    )
+    .unwrap()
+    .unwrap();
+    assert!(!h.expect_continue, "HTTP/1.0 expectations are ignored");
+    assert_eq!(
+        code(b"POST / HTTP/1.1\r\nHost: h\r\nExpect: teapot\r\n\r\n"),
+        417
+    );
+}
+
+#[test]
+fn methods() {
+    let m = |b: &[u8]| parse(b).unwrap().unwrap().0;
+    assert_eq!(m(b"DELETE / HTTP/1.1\r\nHost: h\r\n\r\n"), Method::Delete);
+    assert_eq!(m(b"FROB / HTTP/1.1\r\nHost: h\r\n\r\n"), Method::Other);
+    assert_eq!(m(b"get / HTTP/1.1\r\nHost: h\r\n\r\n"), Method::Other);
+    assert_eq!(m(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n"), Method::Options);
+}
+
+#[test]
+fn absolute_form_and_fragment() {
+    let (_, p, q, ..) = parse(b"GET http://example.com/x/y?z HTTP/1.1\r\nHost: h\r\n\r\n")
+        .unwrap()
+        .unwrap();
+    assert_eq!((p.as_slice(), q.as_slice()), (&b"/x/y"[..], &b"z"[..]));
+    let (_, p, q, ..) = parse(b"GET http://example.com HTTP/1.1\r\nHost: h\r\n\r\n")
+        .unwrap()
+        .unwrap();
+    assert_eq!((p.as_slice(), q.as_slice()), (&b"/"[..], &b""[..]));
+    let (_, p, q, ..) = parse(b"GET http://example.com?a#f HTTP/1.1\r\nHost: h\r\n\r\n")
+        .unwrap()
+        .unwrap();
+    assert_eq!((p.as_slice(), q.as_slice()), (&b"/"[..], &b"a"[..]));
+    let (_, p, q, ..) = parse(b"GET /p?q#frag HTTP/1.1\r\nHost: h\r\n\r\n")
+        .unwrap()
+        .unwrap();
+    assert_eq!((p.as_slice(), q.as_slice()), (&b"/p"[..], &b"q"[..]));
+}
+
+#[test]
+fn header_fields_and_conditionals() {
+    let buf = b"GET / HTTP/1.1\r\nhost: h\r\nIf-None-Match: \"a\"\r\nif-modified-since: x\r\nRange:  bytes=0-1 \r\n\r\n";
+    let h = parse_head(buf, &Limits::default()).unwrap().unwrap();
+    assert_eq!(h.get(buf, h.if_none_match.as_ref().unwrap()), b"\"a\"");
+    assert_eq!(h.get(buf, h.if_modified_since.as_ref().unwrap()), b"x");
+    assert_eq!(h.get(buf, h.range.as_ref().unwrap()), b"bytes=0-1");
+    let fields: Vec<_> = h.fields(buf).collect();
+    assert_eq!(fields.len(), 4);
+    assert_eq!(fields[3], (&b"Range"[..], &b"bytes=0-1"[..]));
+}
+
+#[test]
+fn leading_empty_lines_are_skipped() {
+    assert_eq!(skip_leading_crlf(b"\r\n\r\nGET"), 4);
+    assert_eq!(skip_leading_crlf(b"GET"), 0);
+}
+
+proptest::proptest! {
+    #[test]
+    fn parser_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2048)) {
+        let limits = Limits { max_request_line: 64, max_head_bytes: 512, max_headers: 4, max_body: 10 };
+        if let Ok(Some(h)) = parse_head(&bytes, &limits) {
+            proptest::prop_assert!(h.head_len <= bytes.len());
+            proptest::prop_assert!(h.head_len <= 512);
+            proptest::prop_assert!(h.path.end <= h.head_len && h.query.end <= h.head_len);
+            let _ = h.fields(&bytes).count();
+        }
+    }
+
+    #[test]
+    fn parser_never_panics_on_request_like_bytes(
+        line in "(GET|HEAD|POST|X) [ -~]{0,40} HTTP/[0-9]\\.[0-9]",
+        headers in proptest::collection::vec("[ -~]{0,30}", 0..6),
+    ) {
+        let text = format!("{line}\r\n{}\r\n", headers.join("\r\n"));
+        let _ = parse_head(text.as_bytes(), &Limits::default());
+    }
+}

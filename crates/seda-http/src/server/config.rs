@@ -1,0 +1,211 @@
+//! The server's configuration, its checks, and its errors.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use seda::ThreadModel;
+
+use crate::handler::HandlerRegistration;
+use crate::proto::{Dotfiles, Limits};
+
+/// Configuration of a [`Server`](super::Server). `Default` gives the documented
+/// defaults.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Address to listen on; port 0 picks a free port. Default `127.0.0.1:8080`.
+    pub listen: SocketAddr,
+    /// Directory to serve; must exist and be readable.
+    pub root: PathBuf,
+    /// Page-cache capacity, bytes. Default 200 MiB.
+    pub cache_bytes: u64,
+    /// Capacity of the pathname-translation cache, bytes (URLs, file metadata and
+    /// cached headers counted). Default 16 MiB.
+    pub path_cache_bytes: u64,
+    /// Files larger than this bypass the page cache and stream with `sendfile`.
+    /// Default 1 MiB.
+    pub max_cached_file: u64,
+    /// Thread model of Haboob's CPU-bound stages (HttpParse, HttpRecv, PageCache,
+    /// HttpSend), and the runtime's default for stages added through
+    /// [`Server::runtime`](super::Server::runtime). Blocking stages (socket loops,
+    /// file helper, CacheMiss, dynamic handlers) always have pools of their own.
+    pub thread_model: ThreadModel,
+    /// Socket event loops. Default: one per core.
+    pub event_loops: usize,
+    /// Most threads of HttpParse's pool (per-stage model). Default 2.
+    pub parse_threads: usize,
+    /// Time a client has to send a complete request head (and body) once it started.
+    /// Default 10 s.
+    pub header_timeout: Duration,
+    /// Time an idle keep-alive connection is kept. Default 30 s.
+    pub idle_timeout: Duration,
+    /// A connection whose client takes none of its pending output for this long is
+    /// closed (a slow reader that makes progress is not). Default 60 s.
+    pub send_timeout: Duration,
+    /// Most open connections; past it a new connection gets a `503` and is closed.
+    /// Default 10,000.
+    pub max_connections: usize,
+    /// Most requests of one connection in flight (parsed and not yet answered);
+    /// past it the connection is not read until half are answered. Default 16.
+    pub max_pipelined: usize,
+    /// Request limits (414, 431, 413).
+    pub limits: Limits,
+    /// How long a cached translation is trusted before a `stat`. Default 2 s.
+    pub revalidate: Duration,
+    /// Index file of directories. Default `index.html`.
+    pub index: String,
+    /// Whether files and directories whose name starts with `.` are served
+    /// (`.well-known` always is). Default [`Dotfiles::Hide`]: 404.
+    pub dotfiles: Dotfiles,
+    /// Let misses whose bytes are already in the OS page cache skip the file helper
+    /// (Flash's residency check, `preadv2(RWF_NOWAIT)`). Default true.
+    pub residency_check: bool,
+    /// Outgoing bytes queued on a connection past which it is not read until its
+    /// client has taken half of them. Default 4 MiB.
+    pub write_threshold: usize,
+    /// `Retry-After` of the server's own `503`s (a full stage, too many
+    /// connections), seconds. Default 1.
+    pub retry_after_secs: u32,
+    /// Address of the admin listener ([`AdminServer`](crate::AdminServer): stats,
+    /// stage graph, metrics), or `None` for none. Default `None`; `seda serve`
+    /// defaults to a loopback port.
+    pub admin_listen: Option<SocketAddr>,
+    /// Dynamic handlers to mount at start.
+    pub handlers: Vec<HandlerRegistration>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            root: PathBuf::from("."),
+            cache_bytes: 200 << 20,
+            path_cache_bytes: 16 << 20,
+            max_cached_file: 1 << 20,
+            thread_model: ThreadModel::PerStage,
+            event_loops: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            parse_threads: 2,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+            max_pipelined: 16,
+            limits: Limits::default(),
+            revalidate: Duration::from_secs(2),
+            index: "index.html".to_owned(),
+            dotfiles: Dotfiles::Hide,
+            residency_check: true,
+            write_threshold: 4 << 20,
+            retry_after_secs: 1,
+            admin_listen: None,
+            handlers: Vec::new(),
+        }
+    }
+}
+
+/// Why the server could not start or take a handler.
+#[derive(Debug)]
+pub enum ServerError {
+    /// The root directory is missing or unreadable.
+    Root(String),
+    /// A configuration value is out of range.
+    Config(String),
+    /// Binding or another socket operation failed (the message names the address).
+    Io(std::io::Error),
+    /// The runtime refused a stage.
+    Runtime(seda::RuntimeError),
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerError::Root(s) => write!(f, "root directory {s}"),
+            ServerError::Config(s) => write!(f, "invalid configuration: {s}"),
+            ServerError::Io(e) => write!(f, "{e}"),
+            ServerError::Runtime(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+impl From<seda::RuntimeError> for ServerError {
+    fn from(e: seda::RuntimeError) -> Self {
+        ServerError::Runtime(e)
+    }
+}
+
+/// Checks the configuration; returns the canonical root.
+pub(crate) fn validate(cfg: &ServerConfig) -> Result<PathBuf, ServerError> {
+    let root = std::fs::canonicalize(&cfg.root)
+        .map_err(|e| ServerError::Root(format!("{}: {e}", cfg.root.display())))?;
+    if !root.is_dir() {
+        return Err(ServerError::Root(format!(
+            "{}: not a directory",
+            cfg.root.display()
+        )));
+    }
+    std::fs::read_dir(&root)
+        .map_err(|e| ServerError::Root(format!("{}: {e}", cfg.root.display())))?;
+    let bad = |s: &str| Err(ServerError::Config(s.to_owned()));
+    if cfg.event_loops == 0 || cfg.event_loops > 1024 {
+        return bad("event_loops must be in 1..=1024");
+    }
+    if cfg.parse_threads == 0 || cfg.parse_threads > 1024 {
+        return bad("parse_threads must be in 1..=1024");
+    }
+    if cfg.max_connections == 0 {
+        return bad("max_connections must be at least 1");
+    }
+    if cfg.max_pipelined == 0 || cfg.max_pipelined > 4096 {
+        return bad("max_pipelined must be in 1..=4096");
+    }
+    if cfg.header_timeout.is_zero() || cfg.idle_timeout.is_zero() {
+        return bad("timeouts must be positive");
+    }
+    if cfg.send_timeout < Duration::from_millis(10) {
+        return bad("send_timeout must be at least 10 ms");
+    }
+    if cfg.index.is_empty() || cfg.index.contains('/') {
+        return bad("index must be a plain file name");
+    }
+    if cfg.limits.max_headers == 0 || cfg.limits.max_headers > crate::proto::MAX_HEADERS {
+        return bad("max_headers must be in 1..=128");
+    }
+    if cfg.write_threshold == 0 {
+        return bad("write_threshold must be at least 1 byte");
+    }
+    if let Some(total) = memory_bytes()
+        && cfg.cache_bytes > total
+    {
+        return Err(ServerError::Config(format!(
+            "cache_bytes {} MiB exceeds this machine's memory ({} MiB)",
+            cfg.cache_bytes >> 20,
+            total >> 20
+        )));
+    }
+    // Each connection is a descriptor; the listeners, files and runtime need more.
+    if let Ok(files) = seda_io::raise_fd_limit()
+        && (cfg.max_connections as u64).saturating_add(FD_RESERVE) > files
+    {
+        return Err(ServerError::Config(format!(
+            "max_connections {} needs more open files than this process may have \
+             ({files}; raise `ulimit -n` or lower max_connections to {})",
+            cfg.max_connections,
+            files.saturating_sub(FD_RESERVE)
+        )));
+    }
+    Ok(root)
+}
+
+/// Descriptors kept for everything but connections.
+const FD_RESERVE: u64 = 64;
+
+/// Physical memory of the machine, from `/proc/meminfo`.
+fn memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}

@@ -1,0 +1,144 @@
+//! PageCache (SEDA 5.1): every static lookup and every fill.
+//!
+//! A lookup consults Flash's pathname-translation cache, then the page cache: a hit
+//! (or a cached redirect or error, or a file streamed with `sendfile`) is answered,
+//! a miss goes to CacheMiss. CacheMiss (or the file helper) comes back with what it
+//! found: the page is cached and the request answered. In each batch the answers go
+//! out shortest response first, before the misses are forwarded (SEDA 5.1).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use bytes::Bytes;
+use seda::{Batch, Context, EventHandler, Meta, Sink};
+
+use super::answer::Answer;
+use super::conn::Exchange;
+use super::parse::Job;
+use super::state::{Haboob, Responder};
+use crate::cache::{FileInfo, Target};
+use crate::proto::Status;
+
+/// Events of the PageCache stage.
+#[derive(Debug)]
+pub(crate) enum PageEvent {
+    /// Look a static request up.
+    Lookup(Job),
+    /// CacheMiss (or the file helper) settled a miss.
+    Resolved { job: Job, found: Found },
+}
+
+/// What the miss path found.
+#[derive(Debug)]
+pub(crate) enum Found {
+    /// The file's bytes, read: cache them.
+    Page { info: Arc<FileInfo>, body: Bytes },
+    /// A translation that needs no page: a streamed file, a redirect, an error.
+    Target(Target),
+    /// Reading failed.
+    Failed(Status),
+}
+
+/// A request PageCache could not answer, for CacheMiss.
+#[derive(Debug)]
+pub(crate) struct Miss {
+    pub(crate) job: Job,
+    /// The file, when the translation was cached and only the page was missing.
+    pub(crate) file: Option<Arc<FileInfo>>,
+}
+
+/// The PageCache stage.
+#[derive(Debug)]
+pub(crate) struct PageCache {
+    pub(crate) miss: Sink<Miss>,
+    pub(crate) out: Responder,
+}
+
+impl EventHandler<PageEvent> for PageCache {
+    fn handle_events(&self, mut batch: Batch<'_, PageEvent>, _cx: &Context<'_>) {
+        let hb = &self.out.hb;
+        let now = Instant::now();
+        let mut ready: Vec<(Exchange, Answer, Meta)> = Vec::with_capacity(batch.len());
+        let mut misses = Vec::new();
+        while let Some((ev, meta)) = batch.next_with_meta() {
+            match ev {
+                PageEvent::Lookup(job) if job.ex.is_cancelled() => self.out.cancel(job.ex),
+                PageEvent::Lookup(job) => match lookup(hb, job, now) {
+                    Lookup::Hit(ex, answer) => ready.push((ex, answer, meta)),
+                    Lookup::Miss(miss) => misses.push((miss, meta)),
+                },
+                PageEvent::Resolved { job, found } => {
+                    let (ex, answer) = settle(hb, job, found);
+                    ready.push((ex, answer, meta));
+                }
+            }
+        }
+        ready.sort_by_key(|(_, a, _)| a.wire_len());
+        for (ex, answer, meta) in ready {
+            self.out.answer(ex, answer, meta);
+        }
+        for (miss, meta) in misses {
+            hb.counters.misses.fetch_add(1, Relaxed);
+            if let Err(e) = self.miss.try_enqueue_with(miss, meta) {
+                self.out
+                    .answer(e.into_inner().job.ex, Answer::Overload, meta);
+            }
+        }
+    }
+}
+
+/// What a lookup found.
+enum Lookup {
+    Hit(Exchange, Answer),
+    Miss(Miss),
+}
+
+/// The hit path: translation cache, then page cache.
+fn lookup(hb: &Haboob, job: Job, now: Instant) -> Lookup {
+    let Some(target) = hb.paths.get(job.req.path(), now) else {
+        return Lookup::Miss(Miss { job, file: None });
+    };
+    let page = match &target {
+        Target::File(info) if info.stream.is_none() => match hb.pages.get(&info.key) {
+            Some(page) => Some(page),
+            None => {
+                let file = Some(Arc::clone(info));
+                return Lookup::Miss(Miss { job, file });
+            }
+        },
+        _ => None,
+    };
+    let (ex, answer) = answer_for(job, target, page);
+    Lookup::Hit(ex, answer)
+}
+
+/// The answer to `job` for a translation (and the page, for a cached file).
+fn answer_for(job: Job, target: Target, page: Option<Bytes>) -> (Exchange, Answer) {
+    let answer = match target {
+        Target::File(info) => Answer::File {
+            info,
+            page,
+            cond: job.req.conditions(),
+        },
+        Target::Redirect(location) => Answer::Redirect {
+            location,
+            query: job.req.query(),
+        },
+        Target::Error(status) => Answer::Error(status),
+    };
+    (job.ex, answer)
+}
+
+/// Caches what the miss path read and makes the answer. PageCache's work, also done
+/// by CacheMiss or the file helper when PageCache refuses the result.
+pub(crate) fn settle(hb: &Haboob, job: Job, found: Found) -> (Exchange, Answer) {
+    match found {
+        Found::Page { info, body } => {
+            hb.pages.insert(info.key, body.clone());
+            answer_for(job, Target::File(info), Some(body))
+        }
+        Found::Target(target) => answer_for(job, target, None),
+        Found::Failed(status) => (job.ex, Answer::Error(status)),
+    }
+}

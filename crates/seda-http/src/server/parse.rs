@@ -1,0 +1,340 @@
+//! HttpParse (SEDA 5.1): accepts connections and turns each connection's bytes into
+//! requests, in order, for HttpRecv.
+//!
+//! Socket events of one connection carry its color, so they run one at a time and in
+//! order. For each request HttpParse numbers the response slot ([`Exchange`]), decides
+//! once whether a dynamic handler owns the path (only a handler reads a body: any
+//! other request's body is skipped as it arrives, never buffered), reads or skips the
+//! body (`Content-Length` or chunked, within [`Limits::max_body`]), and answers
+//! `Expect: 100-continue` for a body that will be read.
+//!
+//! # Bounds
+//! - At most `max_pipelined` requests of a connection are in flight (parsed and not
+//!   answered). At the bound HttpParse stops parsing and asks the socket layer to stop
+//!   reading the connection; HttpSend resumes it once half are answered, and the
+//!   socket layer's `Resumed` event brings HttpParse back to the bytes it held.
+//!   A connection's buffer is thus bounded by a read chunk plus one request.
+//! - A body is buffered only for a handler, up to `max_body`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use bytes::{Buf, Bytes, BytesMut};
+use seda::{Batch, Context, EventHandler, Meta, Sink};
+use seda_io::SocketEvent;
+
+use super::answer::Answer;
+use super::conn::{Conn, Exchange, RecvState};
+use super::request::HttpRequest;
+use super::state::{Haboob, Responder, Route};
+use crate::proto::{
+    self, BodyFraming, ChunkLimits, ChunkedDecoder, ChunkedError, Method, RequestHead, Status,
+};
+
+/// A request on its way through the stages, with the slot of its response.
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub(crate) ex: Exchange,
+    pub(crate) req: HttpRequest,
+}
+
+/// The body of a request whose head is parsed.
+#[derive(Debug)]
+pub(crate) struct BodyInProgress {
+    /// The request waiting for this body (a handler will read it); `None` when the
+    /// body is skipped (its request went on without it).
+    waiting: Option<Waiting>,
+    reader: BodyReader,
+    /// Decoded chunked data so far (kept bodies only).
+    data: BytesMut,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    ex: Exchange,
+    raw: Bytes,
+    head: RequestHead,
+    route: Arc<Route>,
+}
+
+#[derive(Debug)]
+enum BodyReader {
+    Length { left: u64 },
+    Chunked(ChunkedDecoder),
+}
+
+impl BodyInProgress {
+    /// The request still waiting for its body, if any (the sweeper's 408 goes to it).
+    pub(crate) fn take_waiting(&mut self) -> Option<Exchange> {
+        self.waiting.take().map(|w| w.ex)
+    }
+}
+
+/// What parsing produced, dispatched once the connection is unlocked.
+enum Step {
+    Forward(Job),
+    Answer(Exchange, Answer),
+}
+
+/// The HttpParse stage.
+#[derive(Debug)]
+pub(crate) struct HttpParse {
+    pub(crate) hb: Arc<Haboob>,
+    pub(crate) recv: Sink<Job>,
+    pub(crate) out: Responder,
+}
+
+impl EventHandler<SocketEvent> for HttpParse {
+    fn handle_events(&self, mut batch: Batch<'_, SocketEvent>, _cx: &Context<'_>) {
+        let now = Instant::now();
+        let mut steps = Vec::new();
+        while let Some((ev, meta)) = batch.next_with_meta() {
+            let meta = meta.with_color(None);
+            self.on_event(ev, now, &mut steps);
+            for step in steps.drain(..) {
+                self.dispatch(step, meta);
+            }
+        }
+    }
+}
+
+impl HttpParse {
+    fn on_event(&self, ev: SocketEvent, now: Instant, steps: &mut Vec<Step>) {
+        let hb = &self.hb;
+        match ev {
+            SocketEvent::Accepted { conn, peer } => {
+                hb.counters.connections.fetch_add(1, Relaxed);
+                if hb.draining() {
+                    hb.writer.close(conn);
+                    return;
+                }
+                let c = Conn::new(conn, peer, hb.writer.clone(), hb.millis(now));
+                hb.conns.insert(Arc::new(c));
+            }
+            SocketEvent::Data { conn, bytes } => {
+                let Some(c) = hb.conns.get(conn) else {
+                    return;
+                };
+                let mut rx = c.rx.lock();
+                if rx.closing || c.is_gone() {
+                    return;
+                }
+                c.touch(hb.millis(now));
+                if rx.buf.is_empty() {
+                    // The read buffer itself, no copy (it is uniquely owned).
+                    rx.buf = Bytes::from(bytes)
+                        .try_into_mut()
+                        .unwrap_or_else(|b| BytesMut::from(&b[..]));
+                } else {
+                    rx.buf.extend_from_slice(&bytes);
+                }
+                self.advance(&c, &mut rx, now, steps);
+            }
+            SocketEvent::Resumed { conn } => {
+                if let Some(c) = hb.conns.get(conn) {
+                    let mut rx = c.rx.lock();
+                    self.advance(&c, &mut rx, now, steps);
+                }
+            }
+            SocketEvent::Closed { conn, .. } => {
+                if let Some(c) = hb.conns.remove(conn) {
+                    c.mark_gone();
+                    // Drops a waiting request's slot (its Exchange holds the
+                    // connection: a cycle otherwise).
+                    *c.rx.lock() = RecvState::default();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn dispatch(&self, step: Step, meta: Meta) {
+        match step {
+            Step::Forward(job) => {
+                if let Err(e) = self.recv.try_enqueue_with(job, meta) {
+                    let job = e.into_inner();
+                    self.out.answer(job.ex, Answer::Overload, meta);
+                }
+            }
+            Step::Answer(ex, answer) => self.out.answer(ex, answer, meta),
+        }
+    }
+
+    /// Parses every complete request (and body) at the front of the connection's
+    /// buffer, within the pipelining bound.
+    fn advance(&self, c: &Arc<Conn>, rx: &mut RecvState, now: Instant, steps: &mut Vec<Step>) {
+        let hb = &self.hb;
+        let limits = &hb.set.limits;
+        loop {
+            if let Some(body) = rx.body.as_mut() {
+                match read_body(body, &mut rx.buf) {
+                    Ok(false) => {
+                        rx.head_started.get_or_insert(now);
+                        return;
+                    }
+                    Ok(true) => {
+                        let done = rx.body.take();
+                        rx.head_started = None;
+                        if let Some(BodyInProgress {
+                            waiting: Some(w),
+                            data,
+                            ..
+                        }) = done
+                        {
+                            let body = match w.head.body {
+                                BodyFraming::Chunked => data.freeze(),
+                                _ => rx.buf.split_to(body_len(&w.head)).freeze(),
+                            };
+                            let req = HttpRequest::new(w.raw, w.head, body, c.peer, Some(w.route));
+                            steps.push(Step::Forward(Job { ex: w.ex, req }));
+                        }
+                        continue;
+                    }
+                    Err(status) => {
+                        hb.counters.bad_requests.fetch_add(1, Relaxed);
+                        let ex = match rx.body.take().and_then(|mut b| b.take_waiting()) {
+                            Some(mut ex) => {
+                                ex.close_after();
+                                ex
+                            }
+                            // The request went on without its body: the stream cannot
+                            // be framed after it, so a last response says so and closes.
+                            None => Exchange::new(Arc::clone(c), c.next_seq(), false, false),
+                        };
+                        steps.push(Step::Answer(ex, Answer::Error(status)));
+                        rx.stop();
+                        return;
+                    }
+                }
+            }
+            if rx.closing {
+                rx.buf.clear();
+                return;
+            }
+            if c.in_flight() >= hb.set.max_pipelined && c.pause_pipeline(hb.set.max_pipelined) {
+                hb.counters.pipeline_pauses.fetch_add(1, Relaxed);
+                return;
+            }
+            let skip = proto::skip_leading_crlf(&rx.buf);
+            rx.buf.advance(skip);
+            if rx.buf.is_empty() {
+                rx.head_started = None;
+                return;
+            }
+            let head = match proto::parse_head(&rx.buf, limits) {
+                Ok(None) => {
+                    rx.head_started.get_or_insert(now);
+                    return;
+                }
+                Err(e) => {
+                    hb.counters.bad_requests.fetch_add(1, Relaxed);
+                    let ex = Exchange::new(Arc::clone(c), c.next_seq(), false, false);
+                    steps.push(Step::Answer(ex, Answer::Error(e.status())));
+                    rx.stop();
+                    return;
+                }
+                Ok(Some(head)) => head,
+            };
+            hb.counters.requests.fetch_add(1, Relaxed);
+            let raw = rx.buf.split_to(head.head_len).freeze();
+            let route = hb.routes.find(head.path(&raw));
+            let head_only = head.method == Method::Head;
+            let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
+            if !head.keep_alive {
+                rx.closing = true;
+            }
+            let reader = match head.body {
+                BodyFraming::None => {
+                    rx.head_started = None;
+                    let req = HttpRequest::new(raw, head, Bytes::new(), c.peer, route);
+                    steps.push(Step::Forward(Job { ex, req }));
+                    continue;
+                }
+                BodyFraming::Length(n) => BodyReader::Length { left: n },
+                BodyFraming::Chunked => {
+                    BodyReader::Chunked(ChunkedDecoder::new(ChunkLimits::new(limits.max_body)))
+                }
+            };
+            rx.head_started = Some(now);
+            match route {
+                Some(route) => {
+                    if head.expect_continue {
+                        hb.counters.continues.fetch_add(1, Relaxed);
+                        c.send_continue(ex.seq());
+                    }
+                    rx.body = Some(BodyInProgress {
+                        waiting: Some(Waiting {
+                            ex,
+                            raw,
+                            head,
+                            route,
+                        }),
+                        reader,
+                        data: BytesMut::new(),
+                    });
+                }
+                None => {
+                    hb.counters.bodies_discarded.fetch_add(1, Relaxed);
+                    let expect = head.expect_continue;
+                    if expect {
+                        // The client may or may not send the body now; what follows
+                        // cannot be framed, so answer and close (RFC 9110 10.1.1).
+                        ex.close_after();
+                    }
+                    let req = HttpRequest::new(raw, head, Bytes::new(), c.peer, None);
+                    steps.push(Step::Forward(Job { ex, req }));
+                    if expect {
+                        rx.stop();
+                        return;
+                    }
+                    rx.body = Some(BodyInProgress {
+                        waiting: None,
+                        reader,
+                        data: BytesMut::new(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn body_len(head: &RequestHead) -> usize {
+    match head.body {
+        BodyFraming::Length(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        _ => 0,
+    }
+}
+
+/// Reads or skips as much of the body as `buf` holds. `Ok(true)` when it is complete;
+/// a kept `Content-Length` body is then at the front of `buf`.
+fn read_body(body: &mut BodyInProgress, buf: &mut BytesMut) -> Result<bool, Status> {
+    let keep = body.waiting.is_some();
+    match &mut body.reader {
+        BodyReader::Length { left } => {
+            if keep {
+                // Left in `buf` until complete, then split off whole (no copy).
+                return Ok(buf.len() as u64 >= *left);
+            }
+            let n = usize::try_from(*left).unwrap_or(usize::MAX).min(buf.len());
+            buf.advance(n);
+            *left -= n as u64;
+            Ok(*left == 0)
+        }
+        BodyReader::Chunked(d) => {
+            let data = &mut body.data;
+            let fed = d
+                .feed(buf, |piece| {
+                    if keep {
+                        data.extend_from_slice(piece);
+                    }
+                })
+                .map_err(|e| match e {
+                    ChunkedError::Malformed => Status::BAD_REQUEST,
+                    ChunkedError::TooLarge => Status::PAYLOAD_TOO_LARGE,
+                })?;
+            buf.advance(fed.consumed);
+            Ok(fed.done)
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The one owned request type that travels through Haboob's stages.
+//!
+//! HttpParse splits each request's head off the connection's buffer as a shared
+//! [`Bytes`] (no copy) and keeps the parsed [`RequestHead`], whose pieces are ranges
+//! of it; the body, if read, is another `Bytes`. Stages read what they need through
+//! accessors; a dynamic handler gets the decoded, owned [`Request`] built from it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::answer::Conditions;
+use super::state::Route;
+use crate::handler::Request;
+#[cfg(test)]
+use crate::proto::Version;
+use crate::proto::{self, Method, RequestHead};
+
+/// A parsed request, owned. See the module docs.
+#[derive(Debug)]
+pub(crate) struct HttpRequest {
+    /// The head's bytes.
+    raw: Bytes,
+    head: RequestHead,
+    /// The body (empty when none was read).
+    body: Bytes,
+    peer: SocketAddr,
+    /// The dynamic handler the path belongs to, if any (decided once, by HttpParse,
+    /// which must know whether the body is read or discarded).
+    pub(crate) route: Option<Arc<Route>>,
+}
+
+impl HttpRequest {
+    pub(crate) fn new(
+        raw: Bytes,
+        head: RequestHead,
+        body: Bytes,
+        peer: SocketAddr,
+        route: Option<Arc<Route>>,
+    ) -> Self {
+        HttpRequest {
+            raw,
+            head,
+            body,
+            peer,
+            route,
+        }
+    }
+
+    pub(crate) fn method(&self) -> Method {
+        self.head.method
+    }
+
+    /// The path, still percent-encoded.
+    pub(crate) fn path(&self) -> &[u8] {
+        self.head.path(&self.raw)
+    }
+
+    /// The query, still percent-encoded (empty if none).
+    pub(crate) fn query(&self) -> Bytes {
+        self.slice(Some(&self.head.query)).unwrap_or_default()
+    }
+
+    fn slice(&self, r: Option<&std::ops::Range<usize>>) -> Option<Bytes> {
+        let r = r?;
+        (r.end <= self.raw.len()).then(|| self.raw.slice(r.clone()))
+    }
+
+    /// The validators and range a static answer depends on.
+    pub(crate) fn conditions(&self) -> Conditions {
+        Conditions {
+            if_none_match: self.slice(self.head.if_none_match.as_ref()),
+            if_modified_since: self.slice(self.head.if_modified_since.as_ref()),
+            range: self.slice(self.head.range.as_ref()),
+            if_range: self.slice(self.head.if_range.as_ref()),
+        }
+    }
+
+    /// The decoded, owned request a dynamic handler gets.
+    pub(crate) fn to_handler_request(&self) -> Request {
+        let raw_path = self.path();
+        let decoded = proto::percent_decode(raw_path).unwrap_or_else(|| raw_path.to_vec());
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        Request {
+            method: text(self.head.get(&self.raw, &self.head.method_token)),
+            path: text(&decoded),
+            query: text(self.head.get(&self.raw, &self.head.query)),
+            version: self.head.version,
+            headers: self
+                .head
+                .fields(&self.raw)
+                .map(|(n, v)| (text(n), v.to_vec()))
+                .collect(),
+            body: self.body.clone(),
+            peer: Some(self.peer),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn version(&self) -> Version {
+        self.head.version
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{Limits, parse_head};
+
+    #[test]
+    fn handler_view_is_decoded_and_complete() {
+        let raw = Bytes::from_static(
+            b"POST /a%20b?q=1 HTTP/1.1\r\nHost: h\r\nX-T:  v \r\nContent-Length: 2\r\n\r\n",
+        );
+        let head = parse_head(&raw, &Limits::default()).unwrap().unwrap();
+        let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let req = HttpRequest::new(raw, head, Bytes::from_static(b"hi"), peer, None);
+        assert_eq!(req.version(), Version::Http11);
+        assert_eq!(req.path(), b"/a%20b");
+        let r = req.to_handler_request();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str(), r.query.as_str()),
+            ("POST", "/a b", "q=1")
+        );
+        assert_eq!(r.header("x-t"), Some(&b"v"[..]));
+        assert_eq!(r.headers.len(), 3);
+        assert_eq!(&r.body[..], b"hi");
+    }
+}

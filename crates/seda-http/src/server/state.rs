@@ -1,0 +1,251 @@
+//! What Haboob's stages share: settings, caches, the connection table, the route
+//! table of dynamic handlers, counters, and the way every stage hands an answer to
+//! HttpSend.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use seda::{Meta, Sink};
+use seda_io::Writer;
+use serde::{Deserialize, Serialize};
+
+use super::answer::{Answer, Framer};
+use super::conn::{ConnTable, Exchange};
+use super::dynamic::DynJob;
+use super::send::SendEvent;
+use crate::cache::{PageCache, PageCacheStats, PathCache};
+use crate::handler::HandlerRegistration;
+use crate::proto::{self, Dotfiles, Limits};
+
+/// Settings the stages read on every request.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) root: PathBuf,
+    pub(crate) index: String,
+    pub(crate) limits: Limits,
+    pub(crate) max_cached_file: u64,
+    pub(crate) header_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) residency_check: bool,
+    pub(crate) dotfiles: Dotfiles,
+    /// Requests of one connection in flight at most (parsed, not yet answered).
+    pub(crate) max_pipelined: u64,
+}
+
+/// One dynamic handler mounted at a prefix, with its stage's sink.
+#[derive(Debug)]
+pub(crate) struct Route {
+    pub(crate) reg: HandlerRegistration,
+    pub(crate) sink: Sink<DynJob>,
+}
+
+/// The dynamic handlers by prefix, longest first.
+#[derive(Debug, Default)]
+pub(crate) struct Routes(RwLock<Vec<Arc<Route>>>);
+
+impl Routes {
+    /// The handler whose prefix matches the raw (encoded) path, if any.
+    pub(crate) fn find(&self, raw_path: &[u8]) -> Option<Arc<Route>> {
+        let routes = self.0.read();
+        if routes.is_empty() {
+            return None;
+        }
+        // Most paths have no escape: match them as they are.
+        let decoded;
+        let path = if raw_path.contains(&b'%') {
+            decoded = proto::percent_decode(raw_path)?;
+            String::from_utf8_lossy(&decoded)
+        } else {
+            String::from_utf8_lossy(raw_path)
+        };
+        routes.iter().find(|r| r.reg.matches(&path)).cloned()
+    }
+
+    pub(crate) fn has_prefix(&self, prefix: &str) -> bool {
+        self.0.read().iter().any(|r| r.reg.prefix() == prefix)
+    }
+
+    pub(crate) fn add(&self, route: Route) {
+        let mut routes = self.0.write();
+        routes.push(Arc::new(route));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.reg.prefix().len()));
+    }
+
+    pub(crate) fn qualities(&self) -> Vec<(String, Option<f64>)> {
+        self.0
+            .read()
+            .iter()
+            .map(|r| (r.reg.stage_name(), r.reg.handler.quality()))
+            .collect()
+    }
+
+    pub(crate) fn clear(&self) {
+        self.0.write().clear();
+    }
+}
+
+/// Counters of the server, beside the stages' own statistics.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) connections: AtomicU64,
+    pub(crate) requests: AtomicU64,
+    pub(crate) responses: AtomicU64,
+    pub(crate) misses: AtomicU64,
+    pub(crate) dynamic: AtomicU64,
+    pub(crate) overload: AtomicU64,
+    pub(crate) bad_requests: AtomicU64,
+    pub(crate) header_timeouts: AtomicU64,
+    pub(crate) idle_closes: AtomicU64,
+    pub(crate) handler_panics: AtomicU64,
+    pub(crate) resident_reads: AtomicU64,
+    pub(crate) cancelled: AtomicU64,
+    pub(crate) send_bypass: AtomicU64,
+    pub(crate) pipeline_pauses: AtomicU64,
+    pub(crate) bodies_discarded: AtomicU64,
+    pub(crate) continues: AtomicU64,
+}
+
+/// Haboob's own counters, the `haboob` section of the admin stats document.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct HaboobStats {
+    /// Connections accepted.
+    pub connections_accepted: u64,
+    /// Connections open now.
+    pub connections_open: usize,
+    /// Requests parsed.
+    pub requests: u64,
+    /// Responses HttpSend framed (every response, whatever stage settled it).
+    pub responses: u64,
+    /// Requests sent to CacheMiss.
+    pub cache_misses: u64,
+    /// Requests routed to dynamic handlers.
+    pub dynamic_requests: u64,
+    /// Requests answered with an overload action (a refused enqueue).
+    pub overload_responses: u64,
+    /// Requests that could not be parsed.
+    pub bad_requests: u64,
+    /// Connections cut off by the header (or body) timeout with a 408.
+    pub header_timeouts: u64,
+    /// Idle keep-alive connections closed.
+    pub idle_closes: u64,
+    /// Handler panics answered with 500.
+    pub handler_panics: u64,
+    /// Misses whose bytes were read without the file helper (already resident).
+    pub resident_reads: u64,
+    /// Requests dropped unanswered because their client was gone.
+    pub cancelled: u64,
+    /// Responses written by the stage that made them because HttpSend refused them.
+    pub send_bypass: u64,
+    /// Times a connection's reading stopped because `max_pipelined` requests were
+    /// in flight.
+    pub pipeline_pauses: u64,
+    /// Request bodies skipped unread (no handler wanted them).
+    pub bodies_discarded: u64,
+    /// Interim `100 Continue` responses sent.
+    pub continues: u64,
+    /// The pathname-translation cache.
+    pub path_cache: PathCacheStats,
+    /// The page cache.
+    pub page_cache: PageCacheStats,
+}
+
+/// Size of the pathname-translation cache.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct PathCacheStats {
+    /// Capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Bytes the entries are charged.
+    pub bytes: u64,
+    /// Entries.
+    pub entries: usize,
+}
+
+/// State shared by all of Haboob's stages.
+#[derive(Debug)]
+pub(crate) struct Haboob {
+    pub(crate) set: Settings,
+    pub(crate) conns: ConnTable,
+    pub(crate) paths: PathCache,
+    pub(crate) pages: PageCache,
+    pub(crate) framer: Framer,
+    pub(crate) writer: Writer,
+    pub(crate) routes: Routes,
+    pub(crate) counters: Counters,
+    /// Origin of the connections' activity clocks.
+    pub(crate) epoch: Instant,
+}
+
+impl Haboob {
+    pub(crate) fn draining(&self) -> bool {
+        self.framer.draining.load(Relaxed)
+    }
+
+    /// Milliseconds since the epoch at `now`.
+    pub(crate) fn millis(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn stats(&self) -> HaboobStats {
+        let c = &self.counters;
+        HaboobStats {
+            connections_accepted: c.connections.load(Relaxed),
+            connections_open: self.conns.len(),
+            requests: c.requests.load(Relaxed),
+            responses: c.responses.load(Relaxed),
+            cache_misses: c.misses.load(Relaxed),
+            dynamic_requests: c.dynamic.load(Relaxed),
+            overload_responses: c.overload.load(Relaxed),
+            bad_requests: c.bad_requests.load(Relaxed),
+            header_timeouts: c.header_timeouts.load(Relaxed),
+            idle_closes: c.idle_closes.load(Relaxed),
+            handler_panics: c.handler_panics.load(Relaxed),
+            resident_reads: c.resident_reads.load(Relaxed),
+            cancelled: c.cancelled.load(Relaxed),
+            send_bypass: c.send_bypass.load(Relaxed),
+            pipeline_pauses: c.pipeline_pauses.load(Relaxed),
+            bodies_discarded: c.bodies_discarded.load(Relaxed),
+            continues: c.continues.load(Relaxed),
+            path_cache: PathCacheStats {
+                capacity_bytes: self.paths.capacity(),
+                bytes: self.paths.bytes(),
+                entries: self.paths.len(),
+            },
+            page_cache: self.pages.stats(),
+        }
+    }
+}
+
+/// How every stage hands an answer to HttpSend: through its queue, or, if HttpSend
+/// refuses it, framed and written right here (counted as `send_bypass`), so no
+/// answer is ever lost.
+#[derive(Debug, Clone)]
+pub(crate) struct Responder {
+    pub(crate) hb: Arc<Haboob>,
+    pub(crate) send: Sink<SendEvent>,
+}
+
+impl Responder {
+    /// Answers `ex`. `meta` is the request's (its color is dropped: HttpSend orders
+    /// a connection's responses itself).
+    pub(crate) fn answer(&self, ex: Exchange, answer: Answer, meta: Meta) {
+        if let Answer::Overload = answer {
+            self.hb.counters.overload.fetch_add(1, Relaxed);
+        }
+        let ev = SendEvent { ex, answer };
+        if let Err(e) = self.send.try_enqueue_with(ev, meta.with_color(None)) {
+            self.hb.counters.send_bypass.fetch_add(1, Relaxed);
+            super::send::send(&self.hb, e.into_inner());
+        }
+    }
+
+    /// Drops `ex` because its connection is gone.
+    pub(crate) fn cancel(&self, ex: Exchange) {
+        self.hb.counters.cancelled.fetch_add(1, Relaxed);
+        ex.cancel();
+    }
+}

@@ -1,0 +1,61 @@
+//! The timeout sweeper: a thread (not a stage: it handles no events) that answers
+//! `408` to connections whose request head or body is overdue and closes keep-alive
+//! connections idle too long (or all idle ones while the server drains).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use seda::Meta;
+
+use super::answer::Answer;
+use super::conn::Exchange;
+use super::state::Responder;
+use crate::proto::Status;
+
+/// One sweep over every connection.
+pub(crate) fn sweep(out: &Responder, now: Instant) {
+    let hb = &out.hb;
+    let idle_ms = u64::try_from(hb.set.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+    let now_ms = hb.millis(now);
+    for c in hb.conns.all() {
+        if c.is_gone() {
+            continue;
+        }
+        let Some(mut rx) = c.rx.try_lock() else {
+            continue;
+        };
+        if let Some(t0) = rx.head_started
+            && now.saturating_duration_since(t0) > hb.set.header_timeout
+        {
+            hb.counters.header_timeouts.fetch_add(1, Relaxed);
+            // A request waiting for its body gets the 408; else a new slot does.
+            let ex = match rx.body.as_mut().and_then(|b| b.take_waiting()) {
+                Some(mut ex) => {
+                    ex.close_after();
+                    ex
+                }
+                None => Exchange::new(Arc::clone(&c), c.next_seq(), false, false),
+            };
+            rx.stop();
+            drop(rx);
+            out.answer(ex, Answer::Error(Status::REQUEST_TIMEOUT), Meta::new());
+            continue;
+        }
+        let idle = rx.is_empty() && c.in_flight() == 0;
+        if idle && (hb.draining() || now_ms.saturating_sub(c.last_active_ms()) > idle_ms) {
+            hb.counters.idle_closes.fetch_add(1, Relaxed);
+            rx.stop();
+            c.mark_gone();
+            hb.writer.close(c.id);
+        }
+    }
+}
+
+/// Whether every connection is idle (no request in progress or unanswered).
+pub(crate) fn quiescent(out: &Responder) -> bool {
+    out.hb.conns.all().iter().all(|c| {
+        let rx = c.rx.lock();
+        c.is_gone() || (c.in_flight() == 0 && rx.is_empty())
+    })
+}
