@@ -195,6 +195,8 @@ pub struct ServerProcess {
     name: String,
     child: Child,
     addr: SocketAddr,
+    /// Haboob's admin listener (stats), on a loopback port of its own.
+    admin: Option<SocketAddr>,
     dir: tempfile::TempDir,
     log: PathBuf,
 }
@@ -219,16 +221,21 @@ impl ServerProcess {
             .map_err(|e| format!("file root {}: {e}", root.display()))?;
         let d = dir.path();
         let root_user = rustix::process::geteuid().is_root();
+        let mut admin = None;
         let mut cmd = match &spec.kind {
             ServerKind::Haboob {
                 seda,
                 cache_mb,
                 extra,
             } => {
+                let admin_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+                admin = Some(admin_addr);
                 let mut c = Command::new(seda);
                 c.arg("serve")
                     .arg("--listen")
                     .arg(addr.to_string())
+                    .arg("--admin-listen")
+                    .arg(admin_addr.to_string())
                     .arg("--root")
                     .arg(&root)
                     .arg("--cache-mb")
@@ -277,6 +284,7 @@ impl ServerProcess {
             name: spec.name.clone(),
             child,
             addr,
+            admin,
             dir,
             log,
         };
@@ -287,6 +295,11 @@ impl ServerProcess {
     /// Listening address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The admin listener (`/_seda/stats`), for a Haboob server.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin
     }
 
     /// `http://127.0.0.1:PORT`.

@@ -691,7 +691,10 @@ fn run_one(
     let calibration = calibration_line(&server.log_tail());
     let cpu0 = server.cpu_seconds();
     let t0 = Instant::now();
-    let poller = StatsPoller::start(server.addr(), BOTTLENECK_STAGE, t0)?;
+    let admin = server
+        .admin_addr()
+        .ok_or("the server has no admin listener to poll")?;
+    let poller = StatsPoller::start(admin, BOTTLENECK_STAGE, t0)?;
     let addr = server.addr();
     let loads: Vec<LoadConfig> = spec
         .groups
@@ -864,7 +867,7 @@ mod tests {
 
     #[test]
     fn calibration_line_is_found_in_the_log() {
-        let log = "listening on http://127.0.0.1:1\nbottleneck: 40 ms calibrated to 123 iterations\nseda serve: ...";
+        let log = "listening on http://127.0.0.1:1\nadmin at http://127.0.0.1:2/_seda/\nbottleneck: 40 ms calibrated to 123 iterations\nseda serve: ...";
         assert_eq!(
             calibration_line(log).as_deref(),
             Some("bottleneck: 40 ms calibrated to 123 iterations")

@@ -3,8 +3,9 @@
 //! (fields per `shared/contracts/overload.md`), and the per-class split of those
 //! counts into per-second rates.
 //!
-//! Fields are read leniently: a field the server does not send is `None`, so the
-//! experiment still runs against a server with fewer fields, and the table says "-".
+//! The document is [`seda_http::StatsDoc`], the type the server writes it with; every
+//! field has a default, so the experiment still runs against a server with fewer
+//! fields, and the table says "-".
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -13,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use seda_http::StatsDoc;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// The stage the bottleneck handler runs in.
 pub const BOTTLENECK_STAGE: &str = "handler:bottleneck";
@@ -64,48 +65,32 @@ pub struct StatsSample {
 }
 
 /// The sample of stage `stage` in a stats document, or `None` if it has no such stage.
-pub fn parse_stage(doc: &Value, stage: &str, t: f64) -> Option<StatsSample> {
-    let s = doc
-        .get("stages")?
-        .as_array()?
-        .iter()
-        .find(|s| s.get("name").and_then(Value::as_str) == Some(stage))?;
-    let u = |v: Option<&Value>| v.and_then(Value::as_u64);
-    let f = |v: Option<&Value>| v.and_then(Value::as_f64);
-    let adm = s.get("admission").filter(|a| a.is_object());
-    let a = |k: &str| adm.and_then(|a| a.get(k));
-    let classes = s
-        .get("classes")
-        .and_then(Value::as_array)
-        .map(|cs| {
-            cs.iter()
-                .filter_map(|c| {
-                    Some(ClassSample {
-                        class: u8::try_from(c.get("class")?.as_u64()?).ok()?,
-                        admitted: c.get("admitted")?.as_u64()?,
-                        rejected: c.get("rejected")?.as_u64()?,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+pub fn parse_stage(doc: &StatsDoc, stage: &str, t: f64) -> Option<StatsSample> {
+    let s = doc.stage(stage)?;
+    let a = &s.admission;
     Some(StatsSample {
         t,
-        queue_len: u(s.get("queue_len")),
-        threads: u(s.get("threads")),
-        processed: u(s.get("processed")),
-        rejected: u(s.get("rejected")),
-        rt_p90_ms: f(s.get("rt_p90_ms")),
-        policy: a("policy").and_then(Value::as_str).map(str::to_string),
-        admission_enabled: a("enabled")
-            .or_else(|| s.get("admission_enabled"))
-            .and_then(Value::as_bool),
-        admission_rate: f(a("rate")).or_else(|| f(s.get("admission_rate"))),
-        admission_limit: f(a("limit")),
-        controller_p90_ms: f(a("p90_ms")),
-        target_ms: f(a("target_ms")).or_else(|| f(s.get("rt_target_ms"))),
-        quality: f(s.get("quality")),
-        classes,
+        queue_len: Some(s.queue_len as u64),
+        threads: Some(s.threads as u64),
+        processed: Some(s.processed),
+        rejected: Some(s.rejected),
+        rt_p90_ms: s.rt_p90_ms,
+        policy: Some(a.policy.clone()),
+        admission_enabled: Some(a.enabled || s.admission_enabled),
+        admission_rate: a.rate.or(s.admission_rate),
+        admission_limit: a.limit,
+        controller_p90_ms: a.p90_ms,
+        target_ms: a.target_ms.or(s.rt_target_ms),
+        quality: s.quality,
+        classes: s
+            .classes
+            .iter()
+            .map(|c| ClassSample {
+                class: c.class,
+                admitted: c.admitted,
+                rejected: c.rejected,
+            })
+            .collect(),
     })
 }
 
@@ -191,8 +176,8 @@ pub fn poll_once(addr: SocketAddr, stage: &str, t: f64) -> Result<StatsSample, S
     if r.status != 200 {
         return Err(format!("/_seda/stats answered {}", r.status));
     }
-    let doc: Value =
-        serde_json::from_slice(&r.body).map_err(|e| format!("/_seda/stats is not JSON: {e}"))?;
+    let doc: StatsDoc = serde_json::from_slice(&r.body)
+        .map_err(|e| format!("/_seda/stats is not a stats document: {e}"))?;
     parse_stage(&doc, stage, t).ok_or_else(|| format!("/_seda/stats has no stage {stage:?}"))
 }
 
@@ -360,8 +345,8 @@ mod tests {
     }
 
     #[test]
-    fn parses_the_contract_fields_and_the_older_flat_ones() {
-        let doc: Value = serde_json::from_str(
+    fn parses_the_contract_fields_and_the_flat_ones() {
+        let doc: StatsDoc = serde_json::from_str(
             r#"{"stages":[{"name":"HttpParse","queue_len":1},
             {"name":"handler:bottleneck","queue_len":7,"threads":2,"processed":90,
              "rejected":10,"rt_p90_ms":812.5,
@@ -382,10 +367,10 @@ mod tests {
         assert_eq!(s.classes.len(), 2);
         assert_eq!(s.classes[1].admitted, 40);
         assert!(parse_stage(&doc, "nope", 0.0).is_none());
-        // The runtime's own snapshot names: flat admission_enabled / admission_rate.
-        let flat: Value = serde_json::from_str(
+        // A stage without a policy object: the flat runtime fields are used.
+        let flat: StatsDoc = serde_json::from_str(
             r#"{"stages":[{"name":"handler:bottleneck","admission_enabled":true,
-            "admission_rate":5.0,"rt_target_ms":200.0,"admission":null,"classes":[]}]}"#,
+            "admission_rate":5.0,"rt_target_ms":200.0,"classes":[]}]}"#,
         )
         .unwrap();
         let s = parse_stage(&flat, BOTTLENECK_STAGE, 0.0).unwrap();
