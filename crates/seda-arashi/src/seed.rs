@@ -6,14 +6,15 @@
 //! `user{(i mod N) + 1}`.
 //!
 //! # Folder sizes (USITS'03 4.1: folders "of between 1 and 12794 messages")
-//! Inbox sizes follow a Zipf law over ranks: the user of rank `r` (1..=N) gets
-//! `max(1, round(L * r^-s))` messages with `s = ln L / ln N`, so the largest Inbox has
-//! `L` messages and the smallest one. Ranks are dealt to users by a seeded
-//! shuffle, so any prefix `user1..userK` (a light load) sees sizes from the whole
-//! range. Each user's Archive gets a quarter of their Inbox size more; Sent and Trash
-//! start empty. A mailbox is a run of consecutive corpus messages from a random
-//! starting point (the corpus is ordered by group, so a mailbox reads like a real
-//! one: list traffic, then spam); with more mail than the corpus has, it wraps.
+//! Inbox sizes are heavy-tailed: the user of rank `r` (1..=N) gets
+//! `round(L^(1 - sqrt(x)))` messages with `x = (r-1)/(N-1)`, so the largest Inbox has
+//! `L` messages, the smallest one, the median about `L^0.29` (9 for the default
+//! `L` = 2,000) and the mean about `2 (L-1) / ln(L)^2` (69). Ranks are dealt to
+//! users by a seeded shuffle, so any prefix `user1..userK` (a light load) sees sizes
+//! from the whole range. Archive, Sent and Trash start empty. A mailbox is a run of
+//! consecutive corpus messages from a random starting point (the corpus is ordered by
+//! group, so a mailbox reads like a real one: list traffic, then spam); with more
+//! mail than the corpus has, it wraps.
 
 use std::time::Instant;
 
@@ -48,12 +49,12 @@ pub struct SeedPlan {
 }
 
 impl Default for SeedPlan {
-    /// 1,024 users (the paper's largest load), largest Inbox 3,000 messages (about
-    /// 18,000 messages in all).
+    /// 1,024 users (the paper's largest load), largest Inbox 2,000 messages (about
+    /// 70,000 messages in all).
     fn default() -> Self {
         SeedPlan {
             users: 1024,
-            largest_folder: 3000,
+            largest_folder: 2000,
             hash_iterations: crate::store::DEMO_ITERATIONS,
             seed: 1,
         }
@@ -64,13 +65,15 @@ impl Default for SeedPlan {
 pub fn inbox_sizes(plan: &SeedPlan) -> Vec<u32> {
     let n = plan.users.max(1);
     let l = f64::from(plan.largest_folder.max(1));
-    let s = if n > 1 {
-        l.ln() / f64::from(n).ln()
-    } else {
-        0.0
-    };
-    let mut sizes: Vec<u32> = (1..=n)
-        .map(|r| (l * f64::from(r).powf(-s)).round().max(1.0) as u32)
+    let mut sizes: Vec<u32> = (0..n)
+        .map(|i| {
+            let x = if n > 1 {
+                f64::from(i) / f64::from(n - 1)
+            } else {
+                0.0
+            };
+            l.powf(1.0 - x.sqrt()).round().max(1.0) as u32
+        })
         .collect();
     fastrand::Rng::with_seed(plan.seed).shuffle(&mut sizes);
     sizes
@@ -118,14 +121,9 @@ pub fn seed(
             &hash_password(&password(&name), plan.hash_iterations),
         )?;
         let start = rng.usize(..corpus.len());
-        let archive = inbox / 4;
-        for k in 0..(inbox + archive) as usize {
-            let role = if k < inbox as usize {
-                FolderRole::Inbox
-            } else {
-                FolderRole::Archive
-            };
-            batch.push((user.id, role, corpus[(start + k) % corpus.len()].clone()));
+        for k in 0..inbox as usize {
+            let m = corpus[(start + k) % corpus.len()].clone();
+            batch.push((user.id, FolderRole::Inbox, m));
         }
         if batch.len() >= 4000 {
             messages += batch.len() as u64;
@@ -162,17 +160,20 @@ mod tests {
         let plan = SeedPlan::default();
         let sizes = inbox_sizes(&plan);
         assert_eq!(sizes.len(), 1024);
-        assert_eq!(*sizes.iter().max().unwrap(), 3000);
+        assert_eq!(*sizes.iter().max().unwrap(), 2000);
         assert_eq!(*sizes.iter().min().unwrap(), 1);
         let total: u64 = sizes.iter().map(|&s| u64::from(s)).sum();
-        assert!((10_000..25_000).contains(&total), "{total}");
+        assert!((60_000..80_000).contains(&total), "{total}");
+        let mut sorted = sizes.clone();
+        sorted.sort_unstable();
+        assert!((6..=14).contains(&sorted[512]), "median {}", sorted[512]);
         // A light load (the first 16 users) still sees small and large folders.
         let first: Vec<u32> = sizes[..16].to_vec();
         assert!(
-            first.iter().any(|&s| s <= 5) && first.iter().any(|&s| s >= 20),
+            first.iter().any(|&s| s <= 5) && first.iter().any(|&s| s >= 50),
             "{first:?}"
         );
-        assert_eq!(inbox_sizes(&SeedPlan { users: 1, ..plan }), [3000]);
+        assert_eq!(inbox_sizes(&SeedPlan { users: 1, ..plan }), [2000]);
     }
 
     #[test]

@@ -92,8 +92,8 @@ pub struct SeedArgs {
     /// Users to create when seeding (user1..userN, password userK-pw).
     #[arg(long, default_value_t = 1024)]
     pub seed_users: u32,
-    /// Largest Inbox when seeding, messages (sizes follow a Zipf law down to 1).
-    #[arg(long, default_value_t = 3000)]
+    /// Largest Inbox when seeding, messages (heavy-tailed sizes down to 1).
+    #[arg(long, default_value_t = 2000)]
     pub largest_folder: u32,
 }
 
@@ -205,5 +205,114 @@ fn import(a: ImportArgs) -> Result<(), String> {
         data.db_path().display(),
         s.seconds
     );
+    Ok(())
+}
+
+/// Arguments of `seda load arashi`.
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    /// The service, e.g. http://127.0.0.1:8080 (loopback only).
+    #[arg(long)]
+    pub url: String,
+    /// Emulated users (ignored with --schedule).
+    #[arg(long, default_value_t = 16)]
+    pub users: u32,
+    /// Run length without --schedule, e.g. 30s.
+    #[arg(long, default_value = "30s")]
+    pub duration: String,
+    /// Users over time, e.g. 60s@3,60s@1000,60s@3 (a spike).
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// Seeded accounts on the server (user i logs in as user{(i mod N)+1}).
+    #[arg(long, default_value_t = 1024)]
+    pub accounts: u32,
+    /// Think time after a served request, ms.
+    #[arg(long, default_value_t = 20)]
+    pub think_ms: u64,
+    /// Wait after a rejected or failed request before logging in again, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub retry_wait_s: f64,
+    /// A request running longer than this fails, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_s: f64,
+    /// Seconds at the start left out of the totals.
+    #[arg(long, default_value_t = 0.0)]
+    pub warmup_s: f64,
+    /// Send this class (integer) in the class header with every request.
+    #[arg(long)]
+    pub class: Option<u8>,
+    /// The class header.
+    #[arg(long, default_value = "X-Class")]
+    pub class_header: String,
+    /// Seed of the users' choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// No per-second progress line.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn seconds(flag: &str, v: f64) -> Result<Duration, String> {
+    if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
+        return Err(format!("{flag} must be between 0 and 86400 seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// `seda load arashi`.
+pub fn load(a: LoadArgs) -> Result<(), String> {
+    use seda_arashi::load::{ArashiLoadConfig, LoadProgress, UserGroup};
+    use seda_load::schedule::{Schedule, parse_duration};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    let (addr, _) = seda_load::parse_url(&a.url)?;
+    let schedule = match &a.schedule {
+        Some(s) => Schedule::parse(s)?,
+        None => Schedule::steady(parse_duration(&a.duration)?, f64::from(a.users)),
+    };
+    let mut cfg = ArashiLoadConfig::steady(addr, a.users, schedule.total());
+    cfg.groups = vec![UserGroup {
+        schedule,
+        class: a.class,
+    }];
+    cfg.accounts = a.accounts;
+    cfg.think = Duration::from_millis(a.think_ms);
+    cfg.retry_wait = seconds("--retry-wait-s", a.retry_wait_s)?;
+    cfg.timeout = seconds("--timeout-s", a.timeout_s)?;
+    cfg.warmup = seconds("--warmup-s", a.warmup_s)?;
+    cfg.class_header = a.class_header.clone();
+    cfg.seed = a.seed;
+    let progress = Arc::new(LoadProgress::default());
+    let ticker = (!a.quiet).then(|| {
+        let p = Arc::clone(&progress);
+        let length = cfg.length();
+        std::thread::spawn(move || {
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < length {
+                std::thread::sleep(Duration::from_secs(1));
+                eprintln!(
+                    "{:>4.0} s  completed {:>8}  rejected {:>7}  errors {:>5}",
+                    t0.elapsed().as_secs_f64(),
+                    p.completed.load(Ordering::Relaxed),
+                    p.rejected.load(Ordering::Relaxed),
+                    p.errors.load(Ordering::Relaxed)
+                );
+            }
+        })
+    });
+    let report = seda_arashi::load::run(&cfg, progress)?;
+    if let Some(t) = ticker {
+        let _ = t.join();
+    }
+    print!("{}", report.summary());
+    if let Some(path) = &a.json {
+        std::fs::write(path, report.to_json())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("report written to {}", path.display());
+    }
     Ok(())
 }

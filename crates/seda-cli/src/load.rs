@@ -14,6 +14,9 @@ pub enum LoadCommand {
     /// HTTP load: closed loop (users with think time, the SEDA/SPECweb99 client) or
     /// open loop (Poisson arrivals at --rate).
     Http(HttpArgs),
+    /// Emulated mail readers against `seda arashi` (USITS'03 4.1): a Markov model of
+    /// mail-reader behaviour, 20 ms think time, 5 s wait after a rejection.
+    Arashi(crate::arashi::LoadArgs),
 }
 
 /// Arguments of `seda load http`.
@@ -93,6 +96,7 @@ pub struct FilesetArgs {
 pub fn run(cmd: LoadCommand) -> Result<(), String> {
     match cmd {
         LoadCommand::Http(args) => http(args),
+        LoadCommand::Arashi(args) => crate::arashi::load(args),
     }
 }
 

@@ -10,7 +10,12 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest a blocked read waits before looking at the stop flag and the deadline.
+const POLL: Duration = Duration::from_millis(200);
 
 /// Largest response head, bytes.
 const MAX_HEAD: usize = 64 * 1024;
@@ -70,6 +75,7 @@ pub struct HttpClient {
     buf: Vec<u8>,
     /// TCP connections opened so far.
     pub connections: u64,
+    stop: Option<Arc<AtomicBool>>,
 }
 
 impl HttpClient {
@@ -84,6 +90,39 @@ impl HttpClient {
             extra_headers: Vec::new(),
             buf: Vec::with_capacity(16 * 1024),
             connections: 0,
+            stop: None,
+        }
+    }
+
+    /// A request in progress gives up (`Interrupted`) soon after `stop` is set.
+    pub fn stop_on(&mut self, stop: Arc<AtomicBool>) {
+        self.stop = Some(stop);
+    }
+
+    /// One read, waiting at most until `deadline`, giving up if stopped.
+    fn read_some(&mut self, chunk: &mut [u8], deadline: Instant) -> io::Result<usize> {
+        loop {
+            let stream = self.stream.as_mut().expect("connected");
+            match stream.read(chunk) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if self
+                        .stop
+                        .as_ref()
+                        .is_some_and(|s| s.load(Ordering::Relaxed))
+                    {
+                        return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, "request timed out"));
+                    }
+                }
+                r => return r,
+            }
         }
     }
 
@@ -163,7 +202,7 @@ impl HttpClient {
         if self.stream.is_none() {
             let s = TcpStream::connect_timeout(&self.addr, self.timeout)?;
             s.set_nodelay(true)?;
-            s.set_read_timeout(Some(self.timeout))?;
+            s.set_read_timeout(Some(self.timeout.min(POLL)))?;
             s.set_write_timeout(Some(self.timeout))?;
             self.connections += 1;
             self.stream = Some(s);
@@ -176,12 +215,15 @@ impl HttpClient {
     }
 
     fn exchange_on_stream(&mut self, wire: &[u8]) -> io::Result<(HttpResponse, bool)> {
-        let stream = self.stream.as_mut().expect("connected above");
-        stream.write_all(wire)?;
+        let deadline = Instant::now() + self.timeout;
+        self.stream
+            .as_mut()
+            .expect("connected above")
+            .write_all(wire)?;
         self.buf.clear();
         let mut chunk = [0u8; 16 * 1024];
         let (status, headers, head_len) = loop {
-            let n = stream.read(&mut chunk)?;
+            let n = self.read_some(&mut chunk, deadline)?;
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -239,7 +281,7 @@ impl HttpClient {
                 }
             };
         while self.buf.len() < head_len + length {
-            let n = stream.read(&mut chunk)?;
+            let n = self.read_some(&mut chunk, deadline)?;
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -278,18 +320,16 @@ impl HttpClient {
     }
 }
 
+/// Whether a failure on a reused connection means the server had closed it before
+/// reading the request (so sending again on a new connection is safe).
 fn is_stale(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::ConnectionAborted
-    ) && e.to_string().contains("before answering")
-        || matches!(
-            e.kind(),
-            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
-        )
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof => e.to_string().contains("before answering"),
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::ConnectionAborted => true,
+        _ => false,
+    }
 }
 
 #[cfg(test)]

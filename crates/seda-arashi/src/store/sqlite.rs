@@ -7,7 +7,9 @@
 //! - Every message row has `user_id` equal to its folder's `user_id`; every query
 //!   that takes a message or folder id from a request also filters by `user_id`.
 //! - `messages_fts` holds exactly the rows of `messages` (external content table,
-//!   insert/delete/update triggers).
+//!   insert/delete/update triggers). Its `user_id` column makes the owner a term of
+//!   the index, so a search intersects the user's short posting list with the
+//!   words' lists and ranks only the user's matches (not every user's).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -63,21 +65,21 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_folder_date ON messages (folder_id, date);
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5 (
-    sender, subject, body, content = 'messages', content_rowid = 'id'
+    sender, subject, body, user_id, content = 'messages', content_rowid = 'id'
 );
 CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
-    INSERT INTO messages_fts (rowid, sender, subject, body)
-    VALUES (new.id, new.sender, new.subject, new.body);
+    INSERT INTO messages_fts (rowid, sender, subject, body, user_id)
+    VALUES (new.id, new.sender, new.subject, new.body, new.user_id);
 END;
 CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
-    INSERT INTO messages_fts (messages_fts, rowid, sender, subject, body)
-    VALUES ('delete', old.id, old.sender, old.subject, old.body);
+    INSERT INTO messages_fts (messages_fts, rowid, sender, subject, body, user_id)
+    VALUES ('delete', old.id, old.sender, old.subject, old.body, old.user_id);
 END;
 CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF sender, subject, body ON messages BEGIN
-    INSERT INTO messages_fts (messages_fts, rowid, sender, subject, body)
-    VALUES ('delete', old.id, old.sender, old.subject, old.body);
-    INSERT INTO messages_fts (rowid, sender, subject, body)
-    VALUES (new.id, new.sender, new.subject, new.body);
+    INSERT INTO messages_fts (messages_fts, rowid, sender, subject, body, user_id)
+    VALUES ('delete', old.id, old.sender, old.subject, old.body, old.user_id);
+    INSERT INTO messages_fts (rowid, sender, subject, body, user_id)
+    VALUES (new.id, new.sender, new.subject, new.body, new.user_id);
 END;
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
@@ -261,7 +263,7 @@ impl SqliteStore {
 
 /// The FTS5 query for `words`: each word a quoted string (so no FTS5 syntax gets
 /// through), all required, optionally limited to one column.
-fn fts_query(words: &str, field: SearchField) -> StoreResult<String> {
+fn fts_query(user: UserId, words: &str, field: SearchField) -> StoreResult<String> {
     let terms: Vec<String> = words
         .split(|c: char| !c.is_alphanumeric() && c != '@' && c != '.' && c != '-' && c != '_')
         .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()))
@@ -275,12 +277,13 @@ fn fts_query(words: &str, field: SearchField) -> StoreResult<String> {
         ));
     }
     let all = terms.join(" ");
-    Ok(match field {
-        SearchField::All => all,
+    let words = match field {
+        SearchField::All => format!("{{sender subject body}} : ({all})"),
         SearchField::Sender => format!("sender : ({all})"),
         SearchField::Subject => format!("subject : ({all})"),
         SearchField::Body => format!("body : ({all})"),
-    })
+    };
+    Ok(format!("user_id : \"{user}\" AND {words}"))
 }
 
 fn summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<MessageSummary> {
@@ -514,9 +517,15 @@ impl MailStore for SqliteStore {
         field: SearchField,
         limit: u32,
     ) -> StoreResult<Vec<SearchHit>> {
-        let query = fts_query(words, field)?;
+        let query = fts_query(user, words, field)?;
+        // The snippet comes from the field searched; for all fields, from the body.
+        let column = match field {
+            SearchField::Sender => 0,
+            SearchField::Subject => 1,
+            SearchField::All | SearchField::Body => 2,
+        };
         let snippet = format!(
-            "snippet(messages_fts, -1, char({}), char({}), '…', 12)",
+            "snippet(messages_fts, {column}, char({}), char({}), '…', 12)",
             MATCH_START as u32, MATCH_END as u32
         );
         let sql = format!(
