@@ -142,6 +142,9 @@ fn http(a: HttpArgs) -> Result<(), String> {
             if open {
                 return Err("--open needs --schedule or --rate".into());
             }
+            if a.users == 0 {
+                return Err("--users must be at least 1".into());
+            }
             Schedule::steady(parse_duration(&a.duration)?, a.users as f64)
         }
     };

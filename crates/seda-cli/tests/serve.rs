@@ -315,6 +315,61 @@ fn bad_command_lines_are_one_line_errors_with_nonzero_exit() {
     }
 }
 
+/// Issue 11 item 7: values that cannot work are refused with a reason, settings that
+/// do nothing are warned about, a busy port is named.
+#[test]
+fn absurd_settings_are_refused_or_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    for (args, want) in [
+        (
+            &["serve", "--root", root, "--cache-mb", "99999999"][..],
+            "memory",
+        ),
+        (
+            &["serve", "--root", root, "--max-connections", "99999999999"],
+            "open files",
+        ),
+        (
+            &[
+                "load",
+                "http",
+                "--url",
+                "http://127.0.0.1:9/",
+                "--users",
+                "0",
+            ],
+            "--users must be at least 1",
+        ),
+        (&["serve", "--admin-listen", "nowhere"], "--admin-listen"),
+    ] {
+        let (st, _, stderr) = run(args);
+        assert!(!st.success(), "seda {args:?} exited {st:?}");
+        assert!(
+            stderr.contains(want) && stderr.lines().count() == 1,
+            "seda {args:?}: {stderr}"
+        );
+    }
+    // A port in use is named.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let (st, _, stderr) = run(&["serve", "--root", root, "--listen", &addr]);
+    assert!(!st.success());
+    assert!(
+        stderr.contains(&addr) && stderr.to_lowercase().contains("in use"),
+        "{stderr}"
+    );
+    // An admission target with nothing to control is a warning, not silence.
+    let (mut p, _) = Proc::serve(&["--root", root, "--rt-target-ms", "100"]);
+    p.sigterm();
+    assert!(p.wait_for(BOUND).is_some_and(|s| s.success()));
+    let stderr = p.stderr();
+    assert!(
+        stderr.contains("warning: --rt-target-ms has no effect"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn version_exits_zero() {
     let (st, stdout, _) = run(&["--version"]);

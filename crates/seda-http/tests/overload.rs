@@ -185,7 +185,7 @@ fn a_burst_gets_quick_503s_and_admitted_requests_keep_a_bounded_p90() {
         admitted_p90 < 3 * target,
         "admitted p90 {admitted_p90:?} vs target {target:?}"
     );
-    let st = stage_stats(s.admin, "handler:slow");
+    let st = stage_stats(s.admin_addr(), "handler:slow");
     let adm = &st["admission"];
     assert_eq!(adm["policy"], "response-time", "{st}");
     assert_eq!(adm["enabled"], true);
@@ -243,7 +243,7 @@ fn the_low_class_is_rejected_before_the_high_class() {
         low > high + 0.3 && high < 0.5,
         "low class rejected {low_rej}/{low_n}, high class {high_rej}/{high_n}"
     );
-    let st = stage_stats(s.admin, "handler:slow");
+    let st = stage_stats(s.admin_addr(), "handler:slow");
     assert_eq!(st["admission"]["policy"], "multiclass", "{st}");
     let counts = |c: u64| {
         st["classes"]
@@ -301,7 +301,7 @@ fn degradation_lowers_quality_before_any_request_is_rejected() {
     let r = c.get("/bottleneck?q=0.25");
     assert_eq!((r.status, r.body.len()), (200, 8192));
     assert_eq!(quality_of(&r), 0.25);
-    let st = stage_stats(s.admin, "handler:bottleneck");
+    let st = stage_stats(s.admin_addr(), "handler:bottleneck");
     assert_eq!(st["admission"]["enabled"], false, "admission waits: {st}");
     assert_eq!(st["quality"], 1.0);
 
@@ -343,7 +343,7 @@ fn degradation_lowers_quality_before_any_request_is_rejected() {
             at(first_reject)
         );
     }
-    let st = stage_stats(s.admin, "handler:bottleneck");
+    let st = stage_stats(s.admin_addr(), "handler:bottleneck");
     let q = st["quality"].as_f64().expect("quality in stats");
     assert!(q < 1.0, "{st}");
 }
@@ -409,7 +409,7 @@ fn a_rejected_request_never_leaves_its_connection_hanging() {
         assert_eq!(b.read_response(false).expect("b is answered").status, 200);
         let r = c.get("/slow/e");
         assert_eq!((r.status, r.text().as_str()), (200, "done /slow/e"));
-        let st = stage_stats(s.admin, "handler:slow");
+        let st = stage_stats(s.admin_addr(), "handler:slow");
         assert_eq!(st["admission"]["policy"], "queue-threshold");
         assert!(st["rejected"].as_u64().unwrap() >= 2, "{st}");
     }
@@ -435,12 +435,12 @@ fn every_dynamic_stage_gets_its_own_policy_and_stats_show_none_without_one() {
         assert_eq!(c.get(p).status, 200);
     }
     for stage in ["handler:one", "handler:two"] {
-        let st = stage_stats(s.admin, stage);
+        let st = stage_stats(s.admin_addr(), stage);
         assert_eq!(st["admission"]["policy"], "codel", "{st}");
         assert_eq!(st["admission"]["enabled"], true);
         assert_eq!(st["quality"], serde_json::Value::Null);
     }
-    let st = stage_stats(s.admin, "handler:plain");
+    let st = stage_stats(s.admin_addr(), "handler:plain");
     assert_eq!(st["admission"]["policy"], "none", "{st}");
     assert_eq!(st["admission"]["enabled"], false);
 }

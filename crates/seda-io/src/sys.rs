@@ -28,6 +28,25 @@ pub fn raise_fd_limit() -> io::Result<u64> {
     Ok(getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX))
 }
 
+/// Fails with `AddrInUse` if anything listens on `addr` (a fixed port), even a group
+/// of `SO_REUSEPORT` listeners that a new `SO_REUSEPORT` socket would silently join
+/// (two servers started on one port would split its traffic). Binds a probe socket
+/// without `SO_REUSEPORT` and closes it.
+pub(crate) fn check_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    sockopt::set_socket_reuseaddr(&fd, true)?;
+    rustix::net::bind(&fd, &addr)?;
+    Ok(())
+}
+
 /// A non-blocking listening socket with `SO_REUSEADDR` and, if `reuse_port`,
 /// `SO_REUSEPORT`, so that each event loop can own a listener on the same address
 /// and the kernel spreads incoming connections over them.

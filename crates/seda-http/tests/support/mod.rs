@@ -14,8 +14,8 @@ use seda_http::{Server, ServerConfig};
 pub struct TestServer {
     pub server: Option<Server>,
     pub addr: SocketAddr,
-    /// The admin listener (on a loopback port of its own).
-    pub admin: SocketAddr,
+    /// The admin listener (on a loopback port of its own), if configured.
+    pub admin: Option<SocketAddr>,
     pub dir: tempfile::TempDir,
 }
 
@@ -32,9 +32,14 @@ impl TestServer {
         self.server.as_ref().expect("server running")
     }
 
+    /// The admin listener's address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin.expect("an admin listener")
+    }
+
     /// A client of the admin listener.
     pub fn admin(&self) -> Client {
-        Client::connect(self.admin)
+        Client::connect(self.admin_addr())
     }
 
     /// The admin stats document.
@@ -93,7 +98,7 @@ pub fn start(tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
     tweak(&mut cfg);
     let server = Server::start(cfg).expect("server starts");
     let addr = server.local_addr();
-    let admin = server.admin_addr().expect("an admin listener");
+    let admin = server.admin_addr();
     TestServer {
         server: Some(server),
         addr,
@@ -136,6 +141,17 @@ impl Client {
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         stream.set_nodelay(true).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// A client over a stream the test set up itself.
+    pub fn from_stream(stream: TcpStream) -> Client {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         Client {
             stream,
             buf: Vec::new(),

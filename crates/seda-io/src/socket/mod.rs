@@ -545,6 +545,7 @@ impl Sockets {
         let named = |e: io::Error, addr: SocketAddr| {
             io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
         };
+        crate::sys::check_free(cfg.listen).map_err(|e| named(e, cfg.listen))?;
         let first = crate::sys::listener(cfg.listen, n > 1, cfg.listen_backlog)
             .map_err(|e| named(e, cfg.listen))?;
         let local_addr = first.local_addr()?;
