@@ -93,9 +93,12 @@ fn item1_head_error_responses_have_no_body_and_the_stream_stays_in_step() {
         c.send(b"HEAD /slow HTTP/1.1\r\nHost: t\r\n\r\n");
     }
     c.send(NEXT);
-    let statuses: Vec<u16> = (0..3)
+    let mut statuses: Vec<u16> = (0..3)
         .map(|_| c.read_response(true).unwrap().status)
         .collect();
+    // Which of the three is refused depends on whether the worker took the first
+    // before the second arrived (one read or several); exactly one is, either way.
+    statuses.sort_unstable();
     assert_eq!(statuses, [200, 200, 503]);
     next_still_parses(&mut c);
 }
