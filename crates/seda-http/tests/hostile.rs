@@ -93,13 +93,16 @@ fn item1_head_error_responses_have_no_body_and_the_stream_stays_in_step() {
         c.send(b"HEAD /slow HTTP/1.1\r\nHost: t\r\n\r\n");
     }
     c.send(NEXT);
-    let mut statuses: Vec<u16> = (0..3)
+    let statuses: Vec<u16> = (0..3)
         .map(|_| c.read_response(true).unwrap().status)
         .collect();
-    // Which of the three is refused depends on whether the worker took the first
-    // before the second arrived (one read or several); exactly one is, either way.
-    statuses.sort_unstable();
-    assert_eq!(statuses, [200, 200, 503]);
+    // Which of the later two meet the full queue depends on whether the worker took
+    // the first before they arrived (one read or several): [200, 200, 503],
+    // [200, 503, 200] and [200, 503, 503] are all right; the bodiless 503s must
+    // leave the stream in step either way.
+    assert_eq!(statuses[0], 200, "{statuses:?}");
+    assert!(statuses.contains(&503), "{statuses:?}");
+    assert!(statuses.iter().all(|s| [200, 503].contains(s)), "{statuses:?}");
     next_still_parses(&mut c);
 }
 
