@@ -1,15 +1,22 @@
-//! One stage hop and a 5-stage pipeline, in both thread models, against a raw
-//! `crossbeam-channel` pipeline with one thread per stage, in the same run.
+//! One stage and a 5-stage pipeline, in both thread models, with and without batch
+//! forwarding and inline handoff, against a raw `crossbeam-channel` pipeline with one
+//! thread per stage, measured in the same run.
 //!
-//! `cargo bench -p seda --bench pipeline` runs the criterion groups, then prints a
-//! table of events/s, median round-trip latency per hop, and the ratio of each seda
-//! configuration to the raw channel measured in this run. Each seda configuration
-//! runs twice: stages forwarding event by event (`-each`) and stages forwarding their
-//! batch with one atomic batch enqueue (`-batch`, the batching the aim refers to).
+//! `cargo bench -p seda --bench pipeline` runs `ROUNDS` rounds (env
+//! `SEDA_BENCH_ROUNDS`, default 7). Each round measures every configuration once, in
+//! a rotated order, so raw and seda runs interleave and drift in the machine's load
+//! (a shared 2-core box) hits them alike. It prints, per configuration, the median
+//! events/s and its spread (min-max) over the rounds, the median of the per-round
+//! ratios to the raw channel of the same round, and the same for the median hop
+//! latency of a round trip.
+//!
+//! Configurations: `-each` stages forward event by event (`try_enqueue`), `-batch`
+//! forward their batch with one `try_enqueue_batch`; `-inline` puts every stage in
+//! one domain, so stage-to-stage handoffs may run inline (the source thread stays
+//! outside: events cross one real queue into the pipeline).
 
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, Throughput};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use seda::{Batch, Context, Runtime, Sink, ThreadModel};
 
@@ -19,6 +26,10 @@ const EVENTS: u64 = 20_000;
 /// `ThreadModel::Shared`): with a smaller capacity the 5-stage shared pipeline stalls as
 /// soon as both per-core workers spin on full successors.
 const CAPACITY: usize = EVENTS as usize;
+/// Throughput iterations per configuration and round (the round keeps the median).
+const ITERS: usize = 3;
+/// Round trips per configuration and round (the round keeps the median).
+const TRIPS: usize = 1000;
 
 /// A pipeline under test: push events in, get them out at the end.
 trait Pipeline {
@@ -71,15 +82,25 @@ struct Staged {
     output: Receiver<u64>,
 }
 
+#[derive(Clone, Copy)]
+struct Config {
+    name: &'static str,
+    model: ThreadModel,
+    batch_emit: bool,
+    inline: bool,
+}
+
 impl Staged {
-    fn new(stages: usize, model: ThreadModel, batch: usize, batch_emit: bool) -> Self {
-        let rt = Runtime::builder().thread_model(model).build();
+    fn new(stages: usize, c: Config) -> Self {
+        let rt = Runtime::builder().thread_model(c.model).build();
+        let domain = rt.domain("pipeline");
+        domain.set_inline(c.inline);
         let (tx, output) = bounded::<u64>(CAPACITY);
         let mut next: Option<Sink<u64>> = None;
         for i in (0..stages).rev() {
             let name = format!("s{i}");
             let b = match next.take() {
-                Some(sink) if batch_emit => {
+                Some(sink) if c.batch_emit => {
                     rt.stage(&name, move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
                         // One enqueue per batch (all or none); per event if it is full.
                         let out: Vec<u64> = batch.map(|v| v + 1).collect();
@@ -96,8 +117,7 @@ impl Staged {
                 Some(sink) => rt.stage(&name, move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
                     for v in batch {
                         let mut v = v + 1;
-                        // Not taken while CAPACITY >= EVENTS; a smaller capacity waits here
-                        // (fine on per-stage pools, a stall on the shared model).
+                        // Not taken while CAPACITY >= EVENTS.
                         while let Err(e) = sink.try_enqueue(v) {
                             v = e.into_inner();
                             std::thread::yield_now();
@@ -116,7 +136,8 @@ impl Staged {
             next = Some(
                 b.capacity(CAPACITY)
                     .fixed_threads(1)
-                    .batch(batch)
+                    .batch(64)
+                    .domain(&domain)
                     .build()
                     .expect("stage"),
             );
@@ -158,8 +179,9 @@ impl Drop for Staged {
     }
 }
 
-/// Pushes `EVENTS` events from one thread while this thread drains the output.
-fn throughput(p: &(dyn Pipeline + Sync)) {
+/// Events/s of pushing `EVENTS` events from one thread while this one drains.
+fn throughput(p: &(dyn Pipeline + Sync)) -> f64 {
+    let start = Instant::now();
     std::thread::scope(|s| {
         s.spawn(|| {
             for i in 0..EVENTS {
@@ -170,110 +192,153 @@ fn throughput(p: &(dyn Pipeline + Sync)) {
             p.out().recv().expect("pipeline output");
         }
     });
+    EVENTS as f64 / start.elapsed().as_secs_f64()
 }
 
-fn round_trip(p: &dyn Pipeline) {
-    p.push(1);
-    p.out().recv().expect("pipeline output");
+/// Median round-trip time of one event, microseconds.
+fn round_trip(p: &dyn Pipeline) -> f64 {
+    let mut v: Vec<f64> = (0..TRIPS)
+        .map(|_| {
+            let t = Instant::now();
+            p.push(1);
+            p.out().recv().expect("pipeline output");
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    median(&mut v)
 }
 
-/// `-each`: a stage forwards every event with its own `try_enqueue`; `-batch`: it
-/// forwards its whole batch with one `try_enqueue_batch` (one lock per batch).
-const CONFIGS: [&str; 5] = [
-    "crossbeam",
-    "seda-per-stage-each",
-    "seda-per-stage-batch",
-    "seda-shared-each",
-    "seda-shared-batch",
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+const fn cfg(name: &'static str, model: ThreadModel, batch_emit: bool, inline: bool) -> Config {
+    Config {
+        name,
+        model,
+        batch_emit,
+        inline,
+    }
+}
+
+const CONFIGS: [Config; 8] = [
+    cfg("seda-per-stage-each", ThreadModel::PerStage, false, false),
+    cfg("seda-per-stage-batch", ThreadModel::PerStage, true, false),
+    cfg("seda-shared-each", ThreadModel::Shared, false, false),
+    cfg("seda-shared-batch", ThreadModel::Shared, true, false),
+    cfg(
+        "seda-per-stage-each-inline",
+        ThreadModel::PerStage,
+        false,
+        true,
+    ),
+    cfg(
+        "seda-per-stage-batch-inline",
+        ThreadModel::PerStage,
+        true,
+        true,
+    ),
+    cfg("seda-shared-each-inline", ThreadModel::Shared, false, true),
+    cfg("seda-shared-batch-inline", ThreadModel::Shared, true, true),
 ];
 
-fn build(config: &str, stages: usize) -> Box<dyn Pipeline + Sync> {
-    match config {
-        "crossbeam" => Box::new(Raw::new(stages)),
-        "seda-per-stage-each" => Box::new(Staged::new(stages, ThreadModel::PerStage, 64, false)),
-        "seda-per-stage-batch" => Box::new(Staged::new(stages, ThreadModel::PerStage, 64, true)),
-        "seda-shared-each" => Box::new(Staged::new(stages, ThreadModel::Shared, 64, false)),
-        _ => Box::new(Staged::new(stages, ThreadModel::Shared, 64, true)),
-    }
-}
-
-fn benches(c: &mut Criterion) {
-    for stages in [1usize, 5] {
-        let mut g = c.benchmark_group(format!("throughput-{stages}-stage"));
-        g.throughput(Throughput::Elements(EVENTS));
-        g.sample_size(15)
-            .warm_up_time(Duration::from_secs(1))
-            .measurement_time(Duration::from_secs(4));
-        for config in CONFIGS {
-            let p = build(config, stages);
-            g.bench_function(BenchmarkId::from_parameter(config), |b| {
-                b.iter(|| throughput(p.as_ref()))
-            });
-        }
-        g.finish();
-        let mut g = c.benchmark_group(format!("round-trip-{stages}-stage"));
-        g.sample_size(30)
-            .warm_up_time(Duration::from_secs(1))
-            .measurement_time(Duration::from_secs(3));
-        for config in CONFIGS {
-            let p = build(config, stages);
-            g.bench_function(BenchmarkId::from_parameter(config), |b| {
-                b.iter(|| round_trip(p.as_ref()))
-            });
-        }
-        g.finish();
-    }
-}
-
-/// Median time per iteration of one benchmark of this run, from criterion's output.
-fn median_ns(group: &str, config: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../target").to_owned());
-    let path = format!("{dir}/criterion/{group}/{config}/new/estimates.json");
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v["median"]["point_estimate"].as_f64()
-}
-
-fn summary() {
-    println!(
-        "\n{:<12} {:<22} {:>14} {:>8} {:>16} {:>8}",
-        "pipeline", "config", "events/s", "ratio", "hop latency us", "ratio"
-    );
-    for stages in [1usize, 5] {
-        let tp = |c| {
-            median_ns(&format!("throughput-{stages}-stage"), c).map(|ns| EVENTS as f64 / (ns / 1e9))
-        };
-        let lat = |c| {
-            median_ns(&format!("round-trip-{stages}-stage"), c)
-                .map(|ns| ns / 1000.0 / stages as f64)
-        };
-        let (base_tp, base_lat) = (tp("crossbeam"), lat("crossbeam"));
-        for config in CONFIGS {
-            let (t, l) = (tp(config), lat(config));
-            let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-                (Some(a), Some(b)) => format!("{:.2}x", a / b),
-                _ => "-".to_owned(),
-            };
-            println!(
-                "{:<12} {:<22} {:>14} {:>8} {:>16} {:>8}",
-                format!("{stages}-stage"),
-                config,
-                t.map_or("-".into(), |t| format!("{t:.0}")),
-                ratio(t, base_tp),
-                l.map_or("-".into(), |l| format!("{l:.2}")),
-                ratio(l, base_lat),
-            );
-        }
-    }
-    println!(
-        "(throughput ratio: seda / crossbeam, higher is better; latency ratio: lower is better)"
-    );
+/// One measurement of one configuration: (events/s, hop latency us).
+fn measure(stages: usize, config: Option<Config>) -> (f64, f64) {
+    let p: Box<dyn Pipeline + Sync> = match config {
+        None => Box::new(Raw::new(stages)),
+        Some(c) => Box::new(Staged::new(stages, c)),
+    };
+    throughput(p.as_ref()); // warm-up
+    let mut tp: Vec<f64> = (0..ITERS).map(|_| throughput(p.as_ref())).collect();
+    let lat = round_trip(p.as_ref()) / stages as f64;
+    (median(&mut tp), lat)
 }
 
 fn main() {
-    let mut c = Criterion::default().configure_from_args();
-    benches(&mut c);
-    c.final_summary();
-    summary();
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rounds: usize = std::env::var("SEDA_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7)
+        .max(1);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "pipeline bench: {rounds} rounds, {EVENTS} events x {ITERS} per throughput sample, {TRIPS} round trips; load at start: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    // SEDA_BENCH_ONLY=NAME keeps crossbeam and the configurations whose name
+    // contains NAME; SEDA_BENCH_STAGES=N runs one pipeline length (for profiling).
+    let only = std::env::var("SEDA_BENCH_ONLY").unwrap_or_default();
+    let all: Vec<Option<Config>> = std::iter::once(None)
+        .chain(
+            CONFIGS
+                .iter()
+                .copied()
+                .filter(|c| c.name.contains(&only))
+                .map(Some),
+        )
+        .collect();
+    let lengths: Vec<usize> = match std::env::var("SEDA_BENCH_STAGES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(n) => vec![n],
+        None => vec![1, 5],
+    };
+    for stages in lengths {
+        // results[config][round] = (tp, lat)
+        let mut results = vec![Vec::new(); all.len()];
+        for r in 0..rounds {
+            for k in 0..all.len() {
+                let i = (k + r) % all.len();
+                results[i].push(measure(stages, all[i]));
+            }
+        }
+        print_table(stages, &all, &results);
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "load at end: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
+
+fn print_table(stages: usize, all: &[Option<Config>], results: &[Vec<(f64, f64)>]) {
+    println!(
+        "\n{:<9} {:<28} {:>11} {:>21} {:>7} {:>9} {:>7}",
+        "pipeline", "config", "events/s", "spread (min-max)", "ratio", "hop us", "ratio"
+    );
+    let raw = &results[0];
+    for (c, res) in all.iter().zip(results) {
+        let mut tp: Vec<f64> = res.iter().map(|r| r.0).collect();
+        let mut lat: Vec<f64> = res.iter().map(|r| r.1).collect();
+        let mut tp_ratio: Vec<f64> = res.iter().zip(raw).map(|(s, b)| s.0 / b.0).collect();
+        let mut lat_ratio: Vec<f64> = res.iter().zip(raw).map(|(s, b)| s.1 / b.1).collect();
+        let (lo, hi) = tp
+            .iter()
+            .fold((f64::MAX, 0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        println!(
+            "{:<9} {:<28} {:>11.0} {:>10.0}-{:<10.0} {:>6.2}x {:>9.2} {:>6.2}x",
+            format!("{stages}-stage"),
+            c.map_or("crossbeam", |c| c.name),
+            median(&mut tp),
+            lo,
+            hi,
+            median(&mut tp_ratio),
+            median(&mut lat),
+            median(&mut lat_ratio),
+        );
+    }
+    println!(
+        "(ratios: median over rounds of seda / crossbeam of the same round; throughput: higher is better, latency: lower is better)"
+    );
 }

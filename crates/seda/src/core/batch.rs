@@ -21,6 +21,31 @@ use crate::runtime::Runtime;
 
 use super::{Exec, StageCore};
 
+thread_local! {
+    /// The runtime of the batch this thread runs, so that an inline handoff inside
+    /// it needs no `Weak` upgrade (two atomic operations per hop).
+    static RUNTIME: std::cell::RefCell<Option<Runtime>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with a handle to runtime `id`: the running batch's, else `upgrade()`'s.
+pub(super) fn with_runtime<R>(
+    id: u64,
+    upgrade: impl FnOnce() -> Option<Runtime>,
+    f: impl FnOnce(&Runtime) -> R,
+) -> Option<R> {
+    let mut f = Some(f);
+    let done = RUNTIME.with(|r| {
+        let rt = r.try_borrow().ok()?;
+        let rt = rt.as_ref().filter(|rt| rt.inner.id == id)?;
+        f.take().map(|f| f(rt))
+    });
+    match (done, f) {
+        (Some(r), _) => Some(r),
+        (None, Some(f)) => upgrade().map(|rt| f(&rt)),
+        (None, None) => None,
+    }
+}
+
 /// What the stats need of an event after its handler consumed it.
 #[derive(Clone, Copy, Debug)]
 struct Stamp {
@@ -214,6 +239,16 @@ impl<E: Send + 'static> StageCore<E> {
             depth,
             clock: Some(start),
         };
+        // Publish the runtime for inline handoffs of this batch (unless an outer
+        // batch on this thread already did).
+        let publish = RUNTIME.with(|r| {
+            let mut r = r.try_borrow_mut().ok()?;
+            if r.as_ref().is_some_and(|x| x.inner.id == self.runtime_id) {
+                None
+            } else {
+                Some(r.replace(rt.clone()))
+            }
+        });
         let outcome = Current::scope(cur, || {
             let cx = Context {
                 stage: self,
@@ -224,6 +259,13 @@ impl<E: Send + 'static> StageCore<E> {
                 self.handler.handle_events(Batch { items }, &cx);
             }))
         });
+        if let Some(prev) = publish {
+            RUNTIME.with(|r| {
+                if let Ok(mut r) = r.try_borrow_mut() {
+                    *r = prev;
+                }
+            });
+        }
         if let Err(panic) = outcome {
             let msg = panic_message(&*panic);
             self.stats.panics.fetch_add(1, Relaxed);

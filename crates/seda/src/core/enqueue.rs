@@ -254,16 +254,36 @@ impl<E: Send + 'static> StageCore<E> {
         meta: Meta,
         origin: &Origin,
     ) -> Inline<vec_or_one::Events<E>> {
-        let n = events.len();
+        let mut events = Some(events);
+        let ran = super::batch::with_runtime(
+            self.runtime_id,
+            || self.runtime(),
+            |rt| self.try_inline_in(&mut events, meta, origin, rt),
+        );
+        match (ran, events) {
+            (Some(Inline::Done), _) => Inline::Done,
+            (Some(Inline::Refused(())), Some(e)) => Inline::Refused(e),
+            (_, Some(e)) => Inline::Queue(e),
+            (_, None) => Inline::Done,
+        }
+    }
+
+    /// `try_inline` with the runtime at hand; takes the events out of `slot` only
+    /// when they run.
+    fn try_inline_in(
+        &self,
+        slot: &mut Option<vec_or_one::Events<E>>,
+        meta: Meta,
+        origin: &Origin,
+        rt: &crate::runtime::Runtime,
+    ) -> Inline<()> {
+        let n = slot.as_ref().map_or(0, vec_or_one::Events::len);
         let inside = origin.inside(self.runtime_id);
-        let Some(rt) = self.runtime() else {
-            return Inline::Queue(events);
-        };
         let Some(_serial) = self.serial_try() else {
-            return Inline::Queue(events);
+            return Inline::Queue(());
         };
         if !self.queue.enter_inline(n, inside) {
-            return Inline::Queue(events);
+            return Inline::Queue(());
         }
         // A color runs inline only if it is idle with no ticket outstanding; it is
         // then held until the handler returns.
@@ -273,7 +293,7 @@ impl<E: Send + 'static> StageCore<E> {
                 Some(t) => Some((c, t)),
                 None => {
                     self.queue.finish(n);
-                    return Inline::Queue(events);
+                    return Inline::Queue(());
                 }
             },
         };
@@ -283,7 +303,7 @@ impl<E: Send + 'static> StageCore<E> {
                 self.colors.release(c, t);
             }
             self.queue.finish(n);
-            return Inline::Refused(events);
+            return Inline::Refused(());
         }
         self.stats.admitted(meta.class, n as u64);
         self.stats
@@ -298,24 +318,19 @@ impl<E: Send + 'static> StageCore<E> {
             enqueued: meta.born,
             ticket,
         };
-        match events {
-            vec_or_one::Events::One(e) => {
-                self.run_inline(
-                    Items::One(Some(wrap(e))),
-                    1,
-                    meta,
-                    origin.cur.depth + 1,
-                    &rt,
-                );
+        match slot.take() {
+            None => {}
+            Some(vec_or_one::Events::One(e)) => {
+                self.run_inline(Items::One(Some(wrap(e))), 1, meta, origin.cur.depth + 1, rt);
             }
-            vec_or_one::Events::Many(v) => {
+            Some(vec_or_one::Events::Many(v)) => {
                 let mut envs: Vec<Envelope<E>> = v.into_iter().map(wrap).collect();
                 self.run_inline(
                     Items::Drain(envs.drain(..)),
                     n,
                     meta,
                     origin.cur.depth + 1,
-                    &rt,
+                    rt,
                 );
             }
         }

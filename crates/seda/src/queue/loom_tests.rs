@@ -3,7 +3,7 @@
 //! accounting), and the shared pool's schedule-token handshake (no stranded event).
 //!
 //! Under `RUSTFLAGS="--cfg loom" cargo test -p seda --lib --release loom_` each test
-//! is explored by loom with a preemption bound of 3 (seconds to minutes). In a normal
+//! is explored by loom with a preemption bound of 2. In a normal
 //! build the same bodies run as threaded stress tests (many rounds on real threads),
 //! so `cargo test` still exercises them.
 
@@ -22,7 +22,7 @@ use std::{sync::Arc, thread};
 #[cfg(loom)]
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
+    b.preemption_bound = Some(2);
     b.check(f);
 }
 

@@ -36,8 +36,11 @@ fn new_hist() -> Histogram<u64> {
 pub(crate) struct Histograms {
     pub(crate) queue_delay: Histogram<u64>,
     pub(crate) service_time: Histogram<u64>,
+    /// Response times of closed windows; the open window is in `recent`.
     pub(crate) response_time: Histogram<u64>,
-    /// Response times since the last window rotation (for the current p90).
+    /// Response times since the last window rotation (for the current p90); folded
+    /// into `response_time` when the window closes (one histogram record per event
+    /// instead of two).
     pub(crate) recent: Histogram<u64>,
 }
 
@@ -45,7 +48,6 @@ impl Histograms {
     fn merge(&mut self, p: &mut Pending) {
         for &(qd, rt) in &p.events {
             self.queue_delay.saturating_record(u64::from(qd));
-            self.response_time.saturating_record(u64::from(rt));
             self.recent.saturating_record(u64::from(rt));
         }
         for &(st, n) in &p.service {
@@ -130,6 +132,9 @@ impl StageStats {
         if !h.recent.is_empty() {
             self.recent_p90_us
                 .store(h.recent.value_at_quantile(0.9), Relaxed);
+            let h = &mut *h;
+            // Same bounds on both sides: `add` cannot fail.
+            let _ = h.response_time.add(&h.recent);
             h.recent.reset();
         }
     }
@@ -279,5 +284,60 @@ impl RuntimeSnapshot {
     /// One stage by name.
     pub fn stage(&self, name: &str) -> Option<&StageSnapshot> {
         self.stages.iter().find(|s| s.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// The staleness bound of the per-worker buffers: a completion recorded before
+    /// a tick is in the window that tick closes (never a window later), and a
+    /// snapshot sees every completion recorded before it.
+    #[test]
+    fn a_tick_closes_the_window_with_every_completion_recorded_before_it() {
+        let s = StageStats::new();
+        // Recorded from two threads, so two slots hold pending samples.
+        s.record(ms(1), 9, (0..9).map(|_| (ms(0), ms(10))));
+        std::thread::scope(|t| {
+            t.spawn(|| s.record(ms(1), 1, std::iter::once((ms(0), ms(500)))));
+        });
+        assert_eq!(s.recent_p90(), None, "no window closed yet");
+        s.rotate_window();
+        let p90 = s.recent_p90().expect("the tick closed a window");
+        assert!(p90 >= ms(10) && p90 < ms(11), "p90 {p90:?}");
+        // The next window holds only what came after the tick.
+        for _ in 0..10 {
+            s.record(ms(1), 1, std::iter::once((ms(0), ms(500))));
+        }
+        s.rotate_window();
+        let p90 = s.recent_p90().unwrap();
+        assert!(p90 >= ms(500) && p90 < ms(501), "p90 {p90:?}");
+        // An empty window keeps the estimate.
+        s.rotate_window();
+        assert_eq!(s.recent_p90(), Some(p90));
+    }
+
+    #[test]
+    fn totals_and_histograms_count_every_completion() {
+        let s = StageStats::new();
+        s.admitted(2, 5);
+        s.rejected(2);
+        s.record(ms(2), 5, (0..5).map(|i| (ms(i), ms(10 + i))));
+        let h = {
+            s.drain();
+            let h = s.hist.lock();
+            (h.queue_delay.len(), h.recent.len(), h.service_time.len())
+        };
+        assert_eq!(h, (5, 5, 5));
+        let t = s.totals();
+        assert_eq!(
+            (t.admitted(), t.rejected(), t.processed, t.offered()),
+            (5, 1, 5, 6)
+        );
     }
 }

@@ -56,7 +56,12 @@ fn slot_index() -> usize {
 
 /// Microseconds, clamped to the histograms' range.
 pub(crate) fn micros(d: Duration) -> u32 {
-    u32::try_from(d.as_micros()).unwrap_or(u32::MAX).max(1)
+    // No u128 on this path (`as_micros` is one): this runs twice per event.
+    let us = d
+        .as_secs()
+        .saturating_mul(1_000_000)
+        .saturating_add(u64::from(d.subsec_micros()));
+    u32::try_from(us).unwrap_or(u32::MAX).max(1)
 }
 
 /// Samples not yet in the histograms.

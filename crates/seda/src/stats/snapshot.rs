@@ -39,10 +39,12 @@ impl StageStats {
             .collect();
         let (queue_delay, service_time, response_time) = {
             let h = self.hist.lock();
+            let mut response = h.response_time.clone();
+            let _ = response.add(&h.recent);
             (
                 LatencySummary::of(&h.queue_delay),
                 LatencySummary::of(&h.service_time),
-                LatencySummary::of(&h.response_time),
+                LatencySummary::of(&response),
             )
         };
         let admission = i.admission;
