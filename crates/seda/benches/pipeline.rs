@@ -280,7 +280,14 @@ fn main() {
             CONFIGS
                 .iter()
                 .copied()
-                .filter(|c| c.name.contains(&only))
+                .filter(|c| {
+                    let exact = CONFIGS.iter().any(|c| c.name == only);
+                    if exact {
+                        c.name == only
+                    } else {
+                        c.name.contains(&only)
+                    }
+                })
                 .map(Some),
         )
         .collect();

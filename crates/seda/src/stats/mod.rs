@@ -46,16 +46,18 @@ pub(crate) struct Histograms {
 
 impl Histograms {
     fn merge(&mut self, p: &mut Pending) {
-        for &(qd, rt) in &p.events {
-            self.queue_delay.saturating_record(u64::from(qd));
-            self.recent.saturating_record(u64::from(rt));
+        for &(v, n) in &p.queue_delay {
+            self.queue_delay
+                .saturating_record_n(u64::from(v), u64::from(n));
         }
-        for &(st, n) in &p.service {
+        for &(v, n) in &p.response {
+            self.recent.saturating_record_n(u64::from(v), u64::from(n));
+        }
+        for &(v, n) in &p.service {
             self.service_time
-                .saturating_record_n(u64::from(st), u64::from(n));
+                .saturating_record_n(u64::from(v), u64::from(n));
         }
-        p.events.clear();
-        p.service.clear();
+        p.clear();
     }
 }
 

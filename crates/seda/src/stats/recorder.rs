@@ -4,8 +4,8 @@
 //! Each thread writes to one of [`SLOTS`] cache-padded slots per stage (chosen once
 //! per thread, round robin), so counters touched on every enqueue and every batch
 //! stay in the writing core's cache instead of bouncing between cores. Latency
-//! samples go to the slot's pending buffer (two `u32`s per event, one weighted
-//! service-time record per batch, under the slot's own lock: uncontended unless two
+//! samples go to the slot's pending buffer (runs of equal microsecond values, one
+//! weighted service-time record per batch, under the slot's own lock: uncontended unless two
 //! threads share a slot) and reach the stage's histograms when the controller thread
 //! drains the slots at its tick, when a snapshot is taken, or when a buffer fills.
 //!
@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 
 /// Slots per stage.
 pub(crate) const SLOTS: usize = 8;
-/// Pending samples at which a worker merges its slot itself.
+/// Pending events at which a worker merges its slot itself.
 const FLUSH_AT: usize = 8192;
 /// Classes tracked individually in per-class counters; higher classes share the last.
 pub(crate) const TRACKED_CLASSES: usize = 8;
@@ -64,13 +64,38 @@ pub(crate) fn micros(d: Duration) -> u32 {
     u32::try_from(us).unwrap_or(u32::MAX).max(1)
 }
 
-/// Samples not yet in the histograms.
+/// Samples not yet in the histograms, as runs of `(value in microseconds, count)`:
+/// events that finish together mostly share their microsecond values, so a run
+/// costs one histogram record instead of one per event.
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
-    /// `(queue delay, response time)` per event, microseconds.
-    pub(crate) events: Vec<(u32, u32)>,
-    /// `(service time per event, events)` per batch, microseconds.
+    pub(crate) queue_delay: Vec<(u32, u32)>,
+    pub(crate) response: Vec<(u32, u32)>,
+    /// Service time per event, per batch.
     pub(crate) service: Vec<(u32, u32)>,
+    /// Events recorded since the last merge.
+    pub(crate) events: usize,
+}
+
+/// Appends `n` samples of `v` to `runs`.
+fn push_run(runs: &mut Vec<(u32, u32)>, v: u32, n: u32) {
+    match runs.last_mut() {
+        Some(last) if last.0 == v && last.1 <= u32::MAX - n => last.1 += n,
+        _ => runs.push((v, n)),
+    }
+}
+
+impl Pending {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.service.is_empty()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.queue_delay.clear();
+        self.response.clear();
+        self.service.clear();
+        self.events = 0;
+    }
 }
 
 /// Counters of one slot.
@@ -147,12 +172,19 @@ impl Recorder {
         merge: impl FnOnce(&mut Pending),
     ) {
         let mut p = self.slots[slot_index()].pending.lock();
-        p.service
-            .push((micros(service), u32::try_from(n).unwrap_or(u32::MAX)));
-        p.events
-            .extend(events.map(|(qd, rt)| (micros(qd), micros(rt))));
-        if p.events.len() >= FLUSH_AT {
-            merge(&mut p);
+        let p = &mut *p;
+        push_run(
+            &mut p.service,
+            micros(service),
+            u32::try_from(n).unwrap_or(u32::MAX),
+        );
+        for (qd, rt) in events {
+            push_run(&mut p.queue_delay, micros(qd), 1);
+            push_run(&mut p.response, micros(rt), 1);
+        }
+        p.events += n;
+        if p.events >= FLUSH_AT {
+            merge(p);
         }
     }
 
@@ -161,7 +193,7 @@ impl Recorder {
     pub(crate) fn drain(&self, mut merge: impl FnMut(&mut Pending)) {
         for s in self.slots.iter() {
             let mut p = s.pending.lock();
-            if !p.events.is_empty() || !p.service.is_empty() {
+            if !p.is_empty() {
                 merge(&mut p);
             }
         }
