@@ -11,6 +11,10 @@
 //! several workers unless the stage has one thread; `destroy` once, after the last
 //! batch. A panic in `handle_events` is caught, counted and logged; the stage keeps
 //! running and the batch's events count as processed.
+//!
+//! A stage in a [`crate::Domain`] may also be called inline, on the thread of the
+//! stage (or domain member) that enqueued to it, with a batch of the events that
+//! enqueue handed over; a one-thread stage is never called twice at once either way.
 
 use std::fmt;
 use std::time::Duration;

@@ -7,6 +7,17 @@
 //! controllers (USITS'03 3.2-3.3). Events may carry a *color* (libasync-mp): events of
 //! one color never run concurrently and run in enqueue order.
 //!
+//! Stages may be grouped in thread-pool *domains* ([`Domain`], Welsh's retrospective):
+//! within a domain an enqueue may run the next stage's handler inline, still counted,
+//! admitted and graphed by that stage, when its queue is empty; a thread that is not
+//! a stage's (an event loop) joins a domain with [`Domain::enter`].
+//!
+//! The hot path: a stage's queue is a bounded lock-free ring plus one atomic state
+//! word (lifecycle and counts, so admission and shutdown need no lock); a worker is
+//! woken only if one sleeps; clock reads are per batch; counters and latency samples
+//! go to per-worker slots that the controller thread merges at its tick (see the
+//! `queue` and `stats::recorder` modules for the invariants and the error bounds).
+//!
 //! ```
 //! use seda::{Runtime, Batch, Context};
 //! use std::sync::atomic::{AtomicUsize, Ordering};

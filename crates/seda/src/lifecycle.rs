@@ -45,6 +45,9 @@ impl Lifecycle {
 
 thread_local! {
     static CURRENT: Cell<Current> = const { Cell::new(Current::OUTSIDE) };
+    /// `Current::meta`, kept apart: a batch sets it once per event, and a small cell
+    /// is cheaper to write than the whole `Current`.
+    static META: Cell<Option<Meta>> = const { Cell::new(None) };
 }
 
 /// What the calling thread is doing. `Copy`: saved and restored around every batch
@@ -78,29 +81,32 @@ impl Current {
 
     /// The calling thread's state.
     pub(crate) fn get() -> Current {
-        CURRENT.with(Cell::get)
+        Current {
+            meta: META.with(Cell::get),
+            ..CURRENT.with(Cell::get)
+        }
     }
 
     /// Runs `f` with `cur` as the thread's state, restoring the previous one after
     /// (also if `f` panics).
     pub(crate) fn scope<R>(cur: Current, f: impl FnOnce() -> R) -> R {
-        struct Restore(Current);
+        struct Restore(Current, Option<Meta>);
         impl Drop for Restore {
             fn drop(&mut self) {
                 CURRENT.with(|c| c.set(self.0));
+                META.with(|m| m.set(self.1));
             }
         }
-        let _restore = Restore(CURRENT.with(|c| c.replace(cur)));
+        let _restore = Restore(
+            CURRENT.with(|c| c.replace(cur)),
+            META.with(|m| m.replace(cur.meta)),
+        );
         f()
     }
 
     /// Makes `meta` the current event's metadata (a batch yielding its next event).
     pub(crate) fn set_meta(meta: Meta) {
-        CURRENT.with(|c| {
-            let mut cur = c.get();
-            cur.meta = Some(meta);
-            c.set(cur);
-        });
+        META.with(|m| m.set(Some(meta)));
     }
 
     /// Runs `f` as the timer thread of `runtime`, with `meta` for the event it fires.

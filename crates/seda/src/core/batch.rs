@@ -287,12 +287,33 @@ impl<E: Send + 'static> StageCore<E> {
                 start.saturating_duration_since(s.enqueued)
             }
         };
+        // Events of one upstream batch share their enqueue instant (its batch clock),
+        // and a batch handed over inline shares `born`: reuse the last difference
+        // instead of doing Instant arithmetic twice per event.
+        let mut last_qd: Option<(Instant, Duration)> = None;
+        let mut last_rt: Option<(Instant, Duration)> = None;
         self.stats.record(
             service,
             n,
-            stamps
-                .iter()
-                .map(|s| (queue_delay(s), end.saturating_duration_since(s.born))),
+            stamps.iter().map(|s| {
+                let qd = match last_qd {
+                    Some((at, d)) if at == s.enqueued => d,
+                    _ => {
+                        let d = queue_delay(s);
+                        last_qd = Some((s.enqueued, d));
+                        d
+                    }
+                };
+                let rt = match last_rt {
+                    Some((at, d)) if at == s.born => d,
+                    _ => {
+                        let d = end.saturating_duration_since(s.born);
+                        last_rt = Some((s.born, d));
+                        d
+                    }
+                };
+                (qd, rt)
+            }),
         );
         // Completions feed the policy only while admission control is on: events that
         // entered while it was off (service degradation, USITS'03 3.4) never passed

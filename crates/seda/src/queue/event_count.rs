@@ -20,15 +20,17 @@
 
 use std::time::Duration;
 
-use crate::loom::{AtomicUsize, Condvar, Mutex, Ordering, fence};
+use crate::loom::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, fence};
 
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct EventCount {
     /// Threads between `prepare` and the end of `wait`/`cancel`.
     sleepers: AtomicUsize,
-    /// Bumped by every notification that found a sleeper.
-    epoch: Mutex<u64>,
+    /// Bumped (under `lock`) by every notification that found a sleeper; read
+    /// without the lock by `prepare`.
+    epoch: AtomicU64,
+    lock: Mutex<()>,
     cond: Condvar,
 }
 
@@ -40,7 +42,8 @@ impl EventCount {
     pub(crate) fn new() -> Self {
         EventCount {
             sleepers: AtomicUsize::new(0),
-            epoch: Mutex::new(0),
+            epoch: AtomicU64::new(0),
+            lock: Mutex::new(()),
             cond: Condvar::new(),
         }
     }
@@ -50,7 +53,7 @@ impl EventCount {
     pub(crate) fn prepare(&self) -> Key {
         self.sleepers.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        Key(*self.epoch.lock())
+        Key(self.epoch.load(Ordering::Acquire))
     }
 
     /// The condition held after all: no sleep.
@@ -61,12 +64,15 @@ impl EventCount {
     /// Sleeps until a notification after `key` (or `timeout`). Returns true if it
     /// timed out without one. May return early (spuriously): re-check the condition.
     pub(crate) fn wait(&self, key: Key, timeout: Duration) -> bool {
-        let mut epoch = self.epoch.lock();
+        let mut guard = self.lock.lock();
         let mut timed_out = false;
-        if *epoch == key.0 {
-            timed_out = self.cond.wait_for(&mut epoch, timeout) && *epoch == key.0;
+        // The epoch only moves under the lock: a bump after this check finds us
+        // waiting on the condition variable.
+        if self.epoch.load(Ordering::Relaxed) == key.0 {
+            timed_out = self.cond.wait_for(&mut guard, timeout)
+                && self.epoch.load(Ordering::Relaxed) == key.0;
         }
-        drop(epoch);
+        drop(guard);
         self.sleepers.fetch_sub(1, Ordering::Relaxed);
         timed_out
     }
@@ -80,8 +86,8 @@ impl EventCount {
     /// Wakes one sleeper, if any; call after changing the condition.
     pub(crate) fn notify_one(&self) {
         if self.has_sleepers() {
-            let mut epoch = self.epoch.lock();
-            *epoch = epoch.wrapping_add(1);
+            let _guard = self.lock.lock();
+            self.epoch.fetch_add(1, Ordering::Release);
             self.cond.notify_one();
         }
     }
@@ -89,8 +95,8 @@ impl EventCount {
     /// Wakes every sleeper, if any.
     pub(crate) fn notify_all(&self) {
         if self.has_sleepers() {
-            let mut epoch = self.epoch.lock();
-            *epoch = epoch.wrapping_add(1);
+            let _guard = self.lock.lock();
+            self.epoch.fetch_add(1, Ordering::Release);
             self.cond.notify_all();
         }
     }

@@ -31,8 +31,10 @@ use parking_lot::Mutex;
 
 /// Slots per stage.
 pub(crate) const SLOTS: usize = 8;
-/// Pending events at which a worker merges its slot itself.
-const FLUSH_AT: usize = 8192;
+/// Pending runs (per list) at which a worker merges its slot itself; the
+/// controller's tick normally merges long before (runs of equal values hold many
+/// events each), so histogram work stays off the workers.
+const FLUSH_AT: usize = 16_384;
 /// Classes tracked individually in per-class counters; higher classes share the last.
 pub(crate) const TRACKED_CLASSES: usize = 8;
 
@@ -183,7 +185,7 @@ impl Recorder {
             push_run(&mut p.response, micros(rt), 1);
         }
         p.events += n;
-        if p.events >= FLUSH_AT {
+        if p.response.len().max(p.queue_delay.len()) >= FLUSH_AT {
             merge(p);
         }
     }
