@@ -102,7 +102,10 @@ fn item1_head_error_responses_have_no_body_and_the_stream_stays_in_step() {
     // leave the stream in step either way.
     assert_eq!(statuses[0], 200, "{statuses:?}");
     assert!(statuses.contains(&503), "{statuses:?}");
-    assert!(statuses.iter().all(|s| [200, 503].contains(s)), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| [200, 503].contains(s)),
+        "{statuses:?}"
+    );
     next_still_parses(&mut c);
 }
 
