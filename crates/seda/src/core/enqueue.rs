@@ -13,11 +13,11 @@ use std::time::Instant;
 use crate::admission::Offer;
 use crate::domain::MAX_INLINE_DEPTH;
 use crate::envelope::{Class, Envelope, Meta};
+use crate::error::EnqueueError;
 use crate::handler::Items;
 use crate::lifecycle::Origin;
 use crate::queue::Refusal;
 use crate::queue::state::Word;
-use crate::sink::EnqueueError;
 
 use super::StageCore;
 

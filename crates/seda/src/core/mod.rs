@@ -16,6 +16,7 @@
 //!   `serial` token around a batch.
 
 mod batch;
+mod config;
 mod enqueue;
 
 use std::collections::BTreeSet;
@@ -42,10 +43,10 @@ use crate::lifecycle::Lifecycle;
 use crate::queue::event_count::EventCount;
 use crate::queue::{MAX_CAPACITY, StageQueue};
 use crate::runtime::{Runtime, RuntimeError, RuntimeInner};
-use crate::stage::StageConfig;
 use crate::stats::{SnapshotInput, StageSnapshot, StageStats};
 
 pub(crate) use batch::Scratch;
+pub(crate) use config::StageConfig;
 
 /// Interval of the batching controller's steps.
 const BATCHING_INTERVAL: Duration = Duration::from_millis(250);
