@@ -1,24 +1,40 @@
 #!/usr/bin/env bash
-# Haboob (`seda serve`) against nginx on loopback, same files, same machine, same run.
+# Haboob (`seda serve`) against nginx at its best static setup, and against the
+# ceiling (bench/ceiling: a minimal epoll responder with a canned reply), on loopback,
+# same files, same machine, alternating rounds in one run.
 #
-# Serves one directory (1 KiB, 16 KiB and 256 KiB files) from both servers with
-# equivalent settings (nginx: worker_processes 2, sendfile on, access_log off,
-# keep-alive without a request cap; seda: two event loops, page cache on), runs wrk at
-# 100 and 1,000 keep-alive connections per file, and prints requests per second, the
-# servers' CPU time per request and the ratio seda/nginx. Loopback only; stops by
-# itself (about 3 minutes with the defaults).
+# Serves one directory (1 KiB, 16 KiB and 256 KiB files) from every server with its
+# best settings for static files:
+#   nginx   worker_processes 2, listen reuseport, open_file_cache max=1000,
+#           access_log off, sendfile on, tcp_nopush on, tcp_nodelay on, keep-alive
+#           without a request cap;
+#   seda    --event-loops 2, page cache on, inline handoff (and, with QUEUED=1, a
+#           second Haboob with --handoff queued);
+#   ceiling 2 threads, SO_REUSEPORT, one canned response of the file's size.
+# For each file and 100 / 1,000 keep-alive connections (wrk -t$THREADS), every round
+# runs each server once (a 1 s warm-up, then DURATION s), the order rotating from
+# round to round; the table shows the median over ROUNDS of requests per second and
+# of the server's CPU time per request (user + system of all its threads or worker
+# processes, from /proc), and the ratios seda/nginx and seda/ceiling.
+# Loopback only; stops by itself (about 8 minutes with the defaults).
 #
-# Environment: DURATION (seconds per run, default 10), THREADS (wrk threads, 2),
+# Environment: DURATION (seconds per run, default 5), ROUNDS (default 3), THREADS
+# (wrk threads, 2), QUEUED (1: also Haboob with queued handoff; default 1),
+# FILES (default "1k.bin 16k.bin 256k.bin"), CONNS (default "100 1000"),
 # CARGO_TARGET_DIR (where to build seda), SEDA_BIN (use this binary instead).
 set -euo pipefail
 
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-5}
+ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
+QUEUED=${QUEUED:-1}
+FILES=${FILES:-"1k.bin 16k.bin 256k.bin"}
+CONNS=${CONNS:-"100 1000"}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 
 install_if_missing() { # command package
-    if ! command -v "$1" >/dev/null 2>&1; then
+    if ! command -v "$1" >/dev/null 2>&1 && [[ ! -x "/usr/sbin/$1" ]]; then
         echo "installing $2 ..." >&2
         apt-get update -qq >/dev/null
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
@@ -32,23 +48,29 @@ if [[ -z "${SEDA_BIN:-}" ]]; then
     (cd "$REPO" && cargo build --release -q -p seda-cli)
     SEDA_BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/seda"
 fi
+(cd "$REPO/bench/ceiling" && cargo build --release -q)
+CEILING_BIN="$REPO/bench/ceiling/target/release/ceiling"
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 WORK=$(mktemp -d /tmp/seda-vs-nginx.XXXXXX)
-NGINX_PID=""
-SEDA_PID=""
+PIDS=()
 cleanup() {
-    [[ -n "$SEDA_PID" ]] && kill "$SEDA_PID" 2>/dev/null && wait "$SEDA_PID" 2>/dev/null || true
-    [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null && wait "$NGINX_PID" 2>/dev/null || true
+    for p in "${PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
 mkdir -p "$WORK/www" "$WORK/nginx/logs"
-chmod 755 "$WORK"  # nginx workers run as an unprivileged user
-head -c 1024 /dev/urandom >"$WORK/www/1k.bin"
-head -c 16384 /dev/urandom >"$WORK/www/16k.bin"
-head -c 262144 /dev/urandom >"$WORK/www/256k.bin"
+chmod 755 "$WORK" # nginx workers run as an unprivileged user
+size_of() { case "$1" in 1k.bin) echo 1024 ;; 16k.bin) echo 16384 ;; 256k.bin) echo 262144 ;; esac; }
+for f in 1k.bin 16k.bin 256k.bin; do
+    head -c "$(size_of $f)" /dev/urandom >"$WORK/www/$f"
+done
 chmod -R a+rX "$WORK/www"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -64,6 +86,8 @@ http {
     sendfile on;
     tcp_nopush on;
     tcp_nodelay on;
+    open_file_cache max=1000 inactive=60s;
+    open_file_cache_valid 60s;
     keepalive_timeout 65;
     keepalive_requests 100000000;
     default_type application/octet-stream;
@@ -80,22 +104,56 @@ http {
 CONF
 "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 NGINX_PID=$!
+PIDS+=("$NGINX_PID")
 
-"$SEDA_BIN" serve --listen 127.0.0.1:0 --root "$WORK/www" --event-loops 2 --idle-timeout 65 \
-    --max-connections 20000 >"$WORK/seda.out" 2>"$WORK/seda.err" &
-SEDA_PID=$!
-for _ in $(seq 100); do
-    grep -q '^listening on ' "$WORK/seda.out" 2>/dev/null && break
-    sleep 0.1
+# start_listening NAME CMD... : runs CMD, waits for its `listening on http://ADDR`
+# line; sets LAST_PID and LAST_ADDR.
+start_listening() {
+    local name=$1
+    shift
+    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    LAST_PID=$!
+    PIDS+=("$LAST_PID")
+    for _ in $(seq 100); do
+        grep -q '^listening on ' "$WORK/$name.out" 2>/dev/null && break
+        sleep 0.1
+    done
+    LAST_ADDR=$(sed -n 's#^listening on http://##p' "$WORK/$name.out")
+    [[ -n "$LAST_ADDR" ]] || {
+        echo "$name did not start:"
+        cat "$WORK/$name.err"
+        exit 1
+    }
+}
+
+SEDA_ARGS=(serve --listen 127.0.0.1:0 --root "$WORK/www" --event-loops 2 --idle-timeout 65
+    --max-connections 20000 --admin-listen none)
+start_listening seda "$SEDA_BIN" "${SEDA_ARGS[@]}" --handoff inline
+declare -A PID ADDR
+PID[seda]=$LAST_PID
+ADDR[seda]=$LAST_ADDR
+SERVERS=(nginx seda)
+if [[ "$QUEUED" == 1 ]]; then
+    start_listening seda-queued "$SEDA_BIN" "${SEDA_ARGS[@]}" --handoff queued
+    PID[seda-queued]=$LAST_PID
+    ADDR[seda-queued]=$LAST_ADDR
+    SERVERS+=(seda-queued)
+fi
+for f in $FILES; do
+    start_listening "ceiling-$f" "$CEILING_BIN" 127.0.0.1:0 2 "$(size_of "$f")"
+    PID[ceiling-$f]=$LAST_PID
+    ADDR[ceiling-$f]=$LAST_ADDR
 done
-SEDA_ADDR=$(sed -n 's#^listening on http://##p' "$WORK/seda.out")
-[[ -n "$SEDA_ADDR" ]] || { echo "seda did not start:"; cat "$WORK/seda.err"; exit 1; }
+SERVERS+=(ceiling)
+PID[nginx]=$NGINX_PID
+ADDR[nginx]=127.0.0.1:$NGINX_PORT
 for _ in $(seq 50); do
-    curl -sf -o /dev/null "http://127.0.0.1:$NGINX_PORT/1k.bin" && break
+    curl -sf -o /dev/null "http://${ADDR[nginx]}/1k.bin" && break
     sleep 0.1
 done
 
-# CPU time (user+system, clock ticks) of a process and its children threads/workers.
+# CPU time (user+system, clock ticks) of a process and its child processes (nginx
+# workers); /proc/PID/stat counts all threads of a process.
 cpu_ticks() {
     local total=0 p
     for p in "$1" $(pgrep -P "$1" || true); do
@@ -106,9 +164,9 @@ cpu_ticks() {
 }
 TICK=$(getconf CLK_TCK)
 
-# run NAME PID URL CONNS -> prints "rps us_per_req errors"
-run() {
-    local pid=$2 url=$3 conns=$4 before after out rps reqs errs
+# measure PID URL CONNS -> prints "rps us_per_req errors"
+measure() {
+    local pid=$1 url=$2 conns=$3 before after out rps reqs errs us
     wrk -t"$THREADS" -c"$conns" -d1s "$url" >/dev/null 2>&1 || true
     before=$(cpu_ticks "$pid")
     out=$(wrk -t"$THREADS" -c"$conns" -d"${DURATION}s" "$url" 2>&1)
@@ -116,22 +174,56 @@ run() {
     rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
     reqs=$(awk '/requests in/ {print $1}' <<<"$out")
     errs=$(awk '/Non-2xx/ {n+=$NF} /Socket errors/ {gsub(",","");  for(i=1;i<=NF;i++) if ($i ~ /^[0-9]+$/) n+=$i} END {print n+0}' <<<"$out")
-    local us
-    us=$(awk -v t=$((after - before)) -v hz="$TICK" -v r="${reqs:-0}" 'BEGIN { if (r > 0) printf "%.1f", t / hz * 1e6 / r; else print "nan" }')
+    us=$(awk -v t=$((after - before)) -v hz="$TICK" -v r="${reqs:-0}" 'BEGIN { if (r > 0) printf "%.2f", t / hz * 1e6 / r; else print "nan" }')
     echo "${rps:-0} $us $errs"
 }
 
-printf '%-8s %6s | %12s %8s | %12s %8s | %6s\n' file conns "nginx req/s" "us/req" "seda req/s" "us/req" "ratio"
-printf -- '-%.0s' {1..76}; echo
-for file in 1k.bin 16k.bin 256k.bin; do
-    for conns in 100 1000; do
-        read -r n_rps n_us n_err <<<"$(run nginx "$NGINX_PID" "http://127.0.0.1:$NGINX_PORT/$file" "$conns")"
-        read -r s_rps s_us s_err <<<"$(run seda "$SEDA_PID" "http://$SEDA_ADDR/$file" "$conns")"
-        ratio=$(awk -v s="$s_rps" -v n="$n_rps" 'BEGIN { if (n > 0) printf "%.2f", s / n; else print "nan" }')
-        printf '%-8s %6s | %12s %8s | %12s %8s | %6sx' "$file" "$conns" "$n_rps" "$n_us" "$s_rps" "$s_us" "$ratio"
-        [[ "$n_err$s_err" != "00" ]] && printf '  (errors: nginx %s, seda %s)' "$n_err" "$s_err"
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR+1)/2]; else printf "%.2f\n", (a[NR/2] + a[NR/2+1]) / 2 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }'; }
+
+declare -A RPS US ERR
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) at start; ${ROUNDS} rounds x ${DURATION} s, wrk -t$THREADS" >&2
+for round in $(seq "$ROUNDS"); do
+    # Rotate the order of the servers from round to round.
+    order=("${SERVERS[@]:$(((round - 1) % ${#SERVERS[@]}))}" "${SERVERS[@]:0:$(((round - 1) % ${#SERVERS[@]}))}")
+    for f in $FILES; do
+        for c in $CONNS; do
+            for s in "${order[@]}"; do
+                key=$s
+                [[ $s == ceiling ]] && key=ceiling-$f
+                read -r rps us errs <<<"$(measure "${PID[$key]}" "http://${ADDR[$key]}/$f" "$c")"
+                RPS[$s,$f,$c]+="$rps "
+                US[$s,$f,$c]+="$us "
+                ERR[$s,$f,$c]=$((${ERR[$s,$f,$c]:-0} + errs))
+            done
+            echo "round $round $f c$c done" >&2
+        done
+    done
+done
+
+printf '\n%-8s %5s | %9s %6s | %9s %6s | %6s | %9s %6s | %6s' file conns "nginx r/s" "us/req" "seda r/s" "us/req" "/nginx" "ceil r/s" "us/req" "/ceil"
+[[ "$QUEUED" == 1 ]] && printf ' | %9s %6s' "queued r/s" "us/req"
+echo
+printf -- '-%.0s' {1..100}
+echo
+for f in $FILES; do
+    for c in $CONNS; do
+        for s in "${SERVERS[@]}"; do
+            declare "r_${s//-/_}=$(median <<<"${RPS[$s,$f,$c]}")"
+            declare "u_${s//-/_}=$(median <<<"${US[$s,$f,$c]}")"
+        done
+        printf '%-8s %5s | %9.0f %6s | %9.0f %6s | %5sx | %9.0f %6s | %5sx' "$f" "$c" \
+            "$r_nginx" "$u_nginx" "$r_seda" "$u_seda" "$(ratio "$r_seda" "$r_nginx")" \
+            "$r_ceiling" "$u_ceiling" "$(ratio "$r_seda" "$r_ceiling")"
+        [[ "$QUEUED" == 1 ]] && printf ' | %9.0f %6s' "$r_seda_queued" "$u_seda_queued"
+        errs=""
+        for s in "${SERVERS[@]}"; do
+            [[ "${ERR[$s,$f,$c]:-0}" != 0 ]] && errs+=" $s:${ERR[$s,$f,$c]}"
+        done
+        [[ -n "$errs" ]] && printf '  (errors:%s)' "$errs"
         echo
     done
 done
 echo
-echo "us/req: server CPU time (user+system, all threads/workers) per request; wrk shares the same cores."
+echo "r/s: median requests per second over $ROUNDS rounds; us/req: median server CPU time"
+echo "(user+system, all threads/workers) per request; wrk shares the same cores."

@@ -50,7 +50,7 @@ use seda::ThreadModel;
 use seda::admission::{AimdLimitConfig, GradientLimitConfig};
 use seda_http::proto::Dotfiles;
 use seda_http::{
-    AddrPrefix, Admission, Bottleneck, DEFAULT_SAMPLE_PERIOD, DemoSite, HandlerTargets,
+    AddrPrefix, Admission, Bottleneck, DEFAULT_SAMPLE_PERIOD, DemoSite, HandlerTargets, Handoff,
     OverloadAction, OverloadControl, Server, ServerConfig,
 };
 use serde::Deserialize;
@@ -92,6 +92,10 @@ pub struct ServeArgs {
     /// Most threads of the HttpParse stage [default: 2].
     #[arg(long)]
     parse_threads: Option<usize>,
+    /// How the CPU-bound stages hand events on: inline (the runtime runs the next
+    /// stage on the same thread when its queue is empty) or queued [default: inline].
+    #[arg(long, value_name = "inline|queued")]
+    handoff: Option<HandoffArg>,
     /// Address of the admin listener (stats, stage graph, metrics), or `none`
     /// [default: 127.0.0.1 on a free port, printed at start].
     #[arg(long, value_name = "ADDR|none")]
@@ -165,6 +169,7 @@ struct FileSettings {
     max_connections: Option<usize>,
     event_loops: Option<usize>,
     parse_threads: Option<usize>,
+    handoff: Option<String>,
     admin_listen: Option<String>,
     send_timeout: Option<f64>,
     max_pipelined: Option<usize>,
@@ -209,6 +214,27 @@ impl std::str::FromStr for AdminListen {
         s.parse().map(AdminListen::At).map_err(|_| {
             format!("--admin-listen must be an address (e.g. 127.0.0.1:9090) or `none`, got `{s}`")
         })
+    }
+}
+
+/// `--handoff`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandoffArg {
+    /// Inline when the next queue is empty.
+    Inline,
+    /// Always through the queue.
+    Queued,
+}
+
+impl std::str::FromStr for HandoffArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "inline" => Ok(HandoffArg::Inline),
+            "queued" => Ok(HandoffArg::Queued),
+            _ => Err(format!("--handoff must be inline or queued, got `{s}`")),
+        }
     }
 }
 
@@ -554,6 +580,15 @@ fn resolve(args: ServeArgs) -> Result<Settings, String> {
     if let Some(n) = args.parse_threads.or(file.parse_threads) {
         cfg.parse_threads = n;
     }
+    let handoff = match (args.handoff, &file.handoff) {
+        (Some(h), _) => Some(h),
+        (None, Some(s)) => Some(s.parse()?),
+        (None, None) => None,
+    };
+    cfg.handoff = match handoff {
+        Some(HandoffArg::Queued) => Handoff::Queued,
+        Some(HandoffArg::Inline) | None => Handoff::Inline,
+    };
     let admin = match (args.admin_listen, &file.admin_listen) {
         (Some(a), _) => a,
         (None, Some(s)) => s.parse()?,

@@ -61,5 +61,5 @@ pub use handler::{
 };
 pub use overload::{AddrPrefix, Admission, ClassRules, HandlerTargets, OverloadControl};
 pub use server::{
-    HaboobStats, PathCacheStats, Server, ServerConfig, ServerError, ServerShutdown, stages,
+    HaboobStats, Handoff, PathCacheStats, Server, ServerConfig, ServerError, ServerShutdown, stages,
 };

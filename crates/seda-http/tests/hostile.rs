@@ -60,9 +60,12 @@ fn echo(req: &Request, _: &HandlerContext<'_>) -> Response {
 
 #[test]
 fn item1_head_error_responses_have_no_body_and_the_stream_stays_in_step() {
-    let s = start(|c| {
+    let started = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&started);
+    let s = start(move |c| {
         c.handlers.push(
-            HandlerRegistration::new("/slow", |_: &Request, _: &HandlerContext<'_>| {
+            HandlerRegistration::new("/slow", move |_: &Request, _: &HandlerContext<'_>| {
+                seen.fetch_add(1, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(300));
                 Response::text(Status::OK, "slow\n")
             })
@@ -86,12 +89,15 @@ fn item1_head_error_responses_have_no_body_and_the_stream_stays_in_step() {
         );
     }
     next_still_parses(&mut c);
-    // The overload 503 of a refused dynamic request: the first runs, the second
-    // waits in the queue of one, the third is refused.
+    // The overload 503 of a refused dynamic request: once the first runs, the
+    // second waits in the queue of one and the third is refused.
     let mut c = s.connect();
-    for _ in 0..3 {
-        c.send(b"HEAD /slow HTTP/1.1\r\nHost: t\r\n\r\n");
-    }
+    c.send(b"HEAD /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(wait_for(Duration::from_secs(5), || started
+        .load(Ordering::SeqCst)
+        == 1));
+    c.send(b"HEAD /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.send(b"HEAD /slow HTTP/1.1\r\nHost: t\r\n\r\n");
     c.send(NEXT);
     let statuses: Vec<u16> = (0..3)
         .map(|_| c.read_response(true).unwrap().status)

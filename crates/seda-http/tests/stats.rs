@@ -8,7 +8,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use seda_http::proto::Status;
-use seda_http::{HaboobStats, HandlerContext, HandlerRegistration, Request, Response, StatsDoc};
+use seda_http::{
+    HaboobStats, HandlerContext, HandlerRegistration, Handoff, Request, Response, StatsDoc,
+};
 use support::{TestServer, start};
 
 const N: u64 = 12;
@@ -39,7 +41,17 @@ fn settled(s: &TestServer, want: u64) -> StatsDoc {
 
 #[test]
 fn every_response_is_counted_at_the_send_stage_and_the_graph_is_fig5() {
+    every_response_counted(Handoff::Inline);
+}
+
+#[test]
+fn the_counts_and_the_graph_are_the_same_with_queued_handoff() {
+    every_response_counted(Handoff::Queued);
+}
+
+fn every_response_counted(handoff: Handoff) {
     let s = start(|c| {
+        c.handoff = handoff;
         // Misses read through the file helper (no residency shortcut).
         c.residency_check = false;
         // Translations stay trusted for the whole test (no revalidation misses).
@@ -128,4 +140,18 @@ fn every_response_is_counted_at_the_send_stage_and_the_graph_is_fig5() {
         !after.has_edge("HttpParse", "HttpSend"),
         "no request skipped its stages"
     );
+    // Inline handoff is the runtime's: the same counts, some events run inline.
+    let inlined = |stage: &str| after.stage(stage).unwrap().inlined;
+    match handoff {
+        Handoff::Inline => assert!(
+            inlined("HttpSend") > 0,
+            "nothing ran inline: {:?}",
+            after
+                .stages
+                .iter()
+                .map(|s| (&s.name, s.inlined, s.processed))
+                .collect::<Vec<_>>()
+        ),
+        Handoff::Queued => assert_eq!(inlined("HttpSend") + inlined("PageCache"), 0),
+    }
 }

@@ -151,3 +151,53 @@ fn a_connection_over_the_limit_gets_the_refusal_then_eof() {
     e.sockets.stop();
     e.rt.shutdown(Duration::from_secs(5));
 }
+
+#[test]
+fn loops_in_a_domain_hand_events_to_the_app_inline() {
+    use seda::{Batch, Context, Runtime};
+    use seda_io::{Outgoing, SocketEvent, Sockets};
+    use std::sync::{Arc, OnceLock};
+
+    let rt = Runtime::builder().build();
+    let domain = rt.domain("io");
+    let writer: Arc<OnceLock<seda_io::Writer>> = Arc::default();
+    let w = Arc::clone(&writer);
+    let app = rt
+        .stage(
+            "app",
+            move |batch: Batch<'_, SocketEvent>, _cx: &Context<'_>| {
+                for ev in batch {
+                    if let (SocketEvent::Data { conn, bytes }, Some(w)) = (ev, w.get()) {
+                        let _ = w.send(conn, Outgoing::from(bytes));
+                    }
+                }
+            },
+        )
+        .domain(&domain)
+        .build()
+        .unwrap();
+    let cfg = SocketConfig {
+        domain: Some(domain),
+        ..test_config()
+    };
+    let sockets = Sockets::start(&rt, cfg, app).unwrap();
+    let _ = writer.set(sockets.writer());
+    rt.start().unwrap();
+    let mut c = connect(sockets.local_addr());
+    for i in 0..20 {
+        let msg = format!("ping {i}");
+        assert_eq!(roundtrip(&mut c, msg.as_bytes()), msg.as_bytes());
+    }
+    let snap = rt.snapshot();
+    let app = snap.stage("app").unwrap();
+    assert!(
+        app.inlined > 0,
+        "no event ran inline on a loop thread: {app:?}"
+    );
+    assert!(
+        snap.edges
+            .contains(&("sock-io".to_owned(), "app".to_owned()))
+    );
+    sockets.stop();
+    rt.shutdown(Duration::from_secs(5));
+}

@@ -99,6 +99,8 @@ pub struct StageStats {
     pub dropped: u64,
     /// Events handled.
     pub processed: u64,
+    /// Of these, events handed over inline (run on the caller's thread).
+    pub inlined: u64,
     /// Handler panics caught.
     pub panics: u64,
     /// Message of the last panic.
@@ -167,6 +169,7 @@ impl From<&StageSnapshot> for StageStats {
             closed: s.closed,
             dropped: s.dropped,
             processed: s.processed,
+            inlined: s.inlined,
             panics: s.panics,
             last_panic: s.last_panic.clone(),
             batch_size: s.batch_size,

@@ -10,6 +10,21 @@ use seda::ThreadModel;
 use crate::handler::HandlerRegistration;
 use crate::proto::{Dotfiles, Limits};
 
+/// How Haboob's CPU-bound stages (HttpParse, HttpRecv, PageCache, HttpSend) and
+/// the socket loops hand events to each other. They form one thread-pool domain
+/// (`haboob`); the blocking stages and the dynamic handlers are outside it, behind
+/// real queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Handoff {
+    /// The runtime runs the next stage's handler on the calling thread when its
+    /// queue is empty and its admission admits, counting the event as a queued one
+    /// (the default: see `docs/results.md` for the measurement).
+    #[default]
+    Inline,
+    /// Every hop goes through the next stage's queue and pool.
+    Queued,
+}
+
 /// Configuration of a [`Server`](super::Server). `Default` gives the documented
 /// defaults.
 #[derive(Clone, Debug)]
@@ -33,6 +48,8 @@ pub struct ServerConfig {
     pub thread_model: ThreadModel,
     /// Socket event loops. Default: one per core.
     pub event_loops: usize,
+    /// Inline or queued handoff between the CPU-bound stages. Default inline.
+    pub handoff: Handoff,
     /// Most threads of HttpParse's pool (per-stage model). Default 2.
     pub parse_threads: usize,
     /// Time a client has to send a complete request head (and body) once it started.
@@ -85,6 +102,7 @@ impl Default for ServerConfig {
             max_cached_file: 1 << 20,
             thread_model: ThreadModel::PerStage,
             event_loops: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            handoff: Handoff::Inline,
             parse_threads: 2,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
@@ -185,22 +203,19 @@ pub(crate) fn validate(cfg: &ServerConfig) -> Result<PathBuf, ServerError> {
             total >> 20
         )));
     }
-    // Each connection is a descriptor; the listeners, files and runtime need more.
+    // Each connection is a descriptor (the listeners, files and runtime need a few
+    // more, which a limit this close to the maximum may then lack).
     if let Ok(files) = seda_io::raise_fd_limit()
-        && (cfg.max_connections as u64).saturating_add(FD_RESERVE) > files
+        && cfg.max_connections as u64 > files
     {
         return Err(ServerError::Config(format!(
             "max_connections {} needs more open files than this process may have \
-             ({files}; raise `ulimit -n` or lower max_connections to {})",
-            cfg.max_connections,
-            files.saturating_sub(FD_RESERVE)
+             ({files}; raise `ulimit -n` or lower max_connections)",
+            cfg.max_connections
         )));
     }
     Ok(root)
 }
-
-/// Descriptors kept for everything but connections.
-const FD_RESERVE: u64 = 64;
 
 /// Physical memory of the machine, from `/proc/meminfo`.
 fn memory_bytes() -> Option<u64> {

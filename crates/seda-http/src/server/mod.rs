@@ -10,6 +10,13 @@
 //!                             └──> handler:<name> (one stage per handler) ───┘
 //! ```
 //!
+//! The CPU-bound stages (HttpParse, HttpRecv, PageCache, HttpSend) and the socket
+//! loops form one thread-pool domain: with [`Handoff::Inline`] (the default) a hop
+//! among them runs the next stage's handler on the same thread when its queue is
+//! empty and its admission admits, and the runtime counts it as a queued event.
+//! CacheMiss, the file helper and the dynamic handlers stay behind real queues,
+//! where calls block or load is conditioned.
+//!
 //! Every arrow is a stage boundary the runtime counts: after any mix of requests,
 //! HttpSend's `processed` is the number of responses, PageCache's the number of
 //! static lookups and fills, and the graph in the admin stats has these edges. Files:
@@ -51,7 +58,7 @@ use seda_io::{
     BacklogAction, FileConfig, FileHelper, SocketConfig, SocketHandle, SocketStats, Sockets,
 };
 
-pub use config::{ServerConfig, ServerError};
+pub use config::{Handoff, ServerConfig, ServerError};
 pub use state::{HaboobStats, PathCacheStats};
 
 use self::answer::Framer;
@@ -129,6 +136,10 @@ impl Server {
             .thread_model(cfg.thread_model)
             .build();
         let model = cfg.thread_model;
+        // The CPU-bound stages and the socket loops form one domain: a hop among them
+        // runs inline when the next queue is empty (or is queued, with Handoff::Queued).
+        let domain = rt.domain("haboob");
+        domain.set_inline(cfg.handoff == Handoff::Inline);
         let bound = Sockets::bind(SocketConfig {
             listen: cfg.listen,
             event_loops: cfg.event_loops,
@@ -137,6 +148,7 @@ impl Server {
             on_backlog: BacklogAction::Pause,
             send_timeout: Some(cfg.send_timeout),
             refusal: Some(refusal(cfg.retry_after_secs)),
+            domain: Some(domain.clone()),
             ..SocketConfig::default()
         })
         .map_err(ServerError::Io)?;
@@ -172,6 +184,7 @@ impl Server {
                     hb: Arc::clone(&hb),
                 },
             )
+            .domain(&domain)
             .thread_model(model)
             .capacity(65_536)
             .threads(1, 2)
@@ -207,6 +220,7 @@ impl Server {
                     out: out.clone(),
                 },
             )
+            .domain(&domain)
             .thread_model(model)
             .capacity(16_384)
             .threads(1, 2)
@@ -219,6 +233,7 @@ impl Server {
                     out: out.clone(),
                 },
             )
+            .domain(&domain)
             .thread_model(model)
             .capacity(16_384)
             .threads(1, 2)
@@ -232,6 +247,7 @@ impl Server {
                     out: out.clone(),
                 },
             )
+            .domain(&domain)
             .thread_model(model)
             .capacity(65_536)
             .thread_pool(ThreadPoolConfig {

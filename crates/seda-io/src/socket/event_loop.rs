@@ -127,7 +127,10 @@ pub(crate) fn run(shared: &Shared, idx: usize) {
         turn: 0,
         buf: Vec::with_capacity(shared.cfg.read_chunk),
     };
-    l.main();
+    match shared.cfg.domain.clone() {
+        Some(d) => d.enter(|| l.main()),
+        None => l.main(),
+    }
     l.finish();
     let mut active = shared.active.lock();
     *active -= 1;

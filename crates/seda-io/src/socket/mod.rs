@@ -16,6 +16,10 @@
 //! in random order) and writes (flushes outgoing queues on `EPOLLOUT`). Its counters
 //! are in [`SocketHandle::stats`]; the stage's own statistics show its threads.
 //!
+//! With [`SocketConfig::domain`] the loops join a thread-pool domain, so that
+//! delivering to an application stage of that domain may run its handler right on
+//! the loop thread (SEDA's retrospective: a queue only where load is conditioned).
+//!
 //! Writers do not hop through a queue: [`Writer::send`] writes from the caller's
 //! thread with `writev`/`sendfile` when the connection's outgoing queue is empty and
 //! queues only what the socket would not take; the owning loop flushes the rest.
@@ -214,6 +218,11 @@ pub struct SocketConfig {
     pub nodelay: bool,
     /// Name of the event-loop stage. Default `sock-io`.
     pub stage_name: String,
+    /// A thread-pool domain the event loops join ([`seda::Domain::enter`]): the
+    /// application's stage, if it is in the same domain, may then run inline on the
+    /// loop thread when its queue is empty and its admission admits (the runtime
+    /// counts the event as a queued one). Default: none (every event is queued).
+    pub domain: Option<seda::Domain>,
 }
 
 /// Default name of the event-loop stage.
@@ -235,6 +244,7 @@ impl Default for SocketConfig {
             send_buffer: None,
             nodelay: true,
             stage_name: DEFAULT_STAGE.to_owned(),
+            domain: None,
         }
     }
 }
