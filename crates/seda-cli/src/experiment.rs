@@ -15,6 +15,12 @@ pub enum ExperimentCommand {
     /// SEDA Fig. 13 and USITS'03 section 4: adaptive overload control on a CPU-bound
     /// bottleneck (load spike, degradation, classes, admission policies side by side).
     Overload(OverloadArgs),
+    /// SEDA Fig. 14: the Gnutella router with a 20 ms query cost, one router thread
+    /// vs the thread-pool controller (latency per type, queue, threads).
+    Gnutella(crate::gnutella::Fig14Args),
+    /// Gnutella router throughput (messages routed/s) against a plain forwarding
+    /// loop without stages, same generator, same run.
+    GnutellaThroughput(crate::gnutella::ThroughputArgs),
 }
 
 /// Arguments of `seda experiment overload`. The defaults take about 17 minutes.
@@ -119,6 +125,8 @@ pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
     match cmd {
         ExperimentCommand::Fig12(a) => fig12_cmd(a),
         ExperimentCommand::Overload(a) => overload_cmd(a),
+        ExperimentCommand::Gnutella(a) => crate::gnutella::fig14(a),
+        ExperimentCommand::GnutellaThroughput(a) => crate::gnutella::throughput(a),
     }
 }
 

@@ -183,6 +183,164 @@ pub fn run(a: GnutellaArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Arguments of `seda load gnutella`.
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    /// The router, e.g. 127.0.0.1:6346 (loopback only).
+    #[arg(long)]
+    pub router: SocketAddr,
+    /// Simulated peers (the router's --max-peers must allow them).
+    #[arg(long, default_value_t = 8)]
+    pub peers: usize,
+    /// Total messages per second over all peers; 0: as fast as possible.
+    #[arg(long, default_value_t = 1000.0)]
+    pub rate: f64,
+    /// Run length, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration_s: f64,
+    /// Message mix, e.g. ping=85,query=15 (SEDA 5.2.3's 15 % queries).
+    #[arg(long, default_value = "ping=85,query=15")]
+    pub mix: String,
+    /// TTL of generated pings and queries.
+    #[arg(long, default_value_t = 2)]
+    pub ttl: u8,
+    /// Query payload bytes.
+    #[arg(long, default_value_t = 32)]
+    pub query_bytes: usize,
+    /// Share of received queries answered with a query hit.
+    #[arg(long, default_value_t = 0.1)]
+    pub hit_fraction: f64,
+    /// Generator threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Seed of the mix.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the report as JSON here (else a summary on stdout).
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// Runs `seda load gnutella`.
+pub fn load(a: LoadArgs) -> Result<(), String> {
+    let cfg = seda_gnutella::load::LoadConfig {
+        router: a.router,
+        peers: a.peers,
+        threads: a.threads,
+        rate: (a.rate > 0.0).then_some(a.rate),
+        duration: secs("--duration-s", a.duration_s)?,
+        mix: seda_gnutella::load::Mix::parse(&a.mix)?,
+        ttl: a.ttl,
+        query_bytes: a.query_bytes,
+        hit_fraction: a.hit_fraction,
+        seed: a.seed,
+        ..seda_gnutella::load::LoadConfig::default()
+    };
+    let report = seda_gnutella::load::run(&cfg)?;
+    print!("{}", report.text());
+    if let Some(path) = a.json {
+        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(&path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Arguments of `seda experiment gnutella` (SEDA Fig. 14). Defaults: 8 runs of
+/// 40 s, about 6 minutes.
+#[derive(Debug, clap::Args)]
+pub struct Fig14Args {
+    /// Output directory (runs.json, table.md, *.svg).
+    #[arg(long, default_value = "results/gnutella")]
+    pub out: std::path::PathBuf,
+    /// Offered loads, packets/s, comma-separated.
+    #[arg(long, default_value = "100,200,400,1000", value_delimiter = ',')]
+    pub rates: Vec<f64>,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 40.0)]
+    pub duration_s: f64,
+    /// Seconds at the start of each run left out of the latency means.
+    #[arg(long, default_value_t = 10.0)]
+    pub warmup_s: f64,
+    /// Cost per query in the router stage, ms.
+    #[arg(long, default_value_t = 20.0)]
+    pub query_delay_ms: f64,
+    /// Simulated peers.
+    #[arg(long, default_value_t = 4)]
+    pub peers: usize,
+    /// Router queue length above which the controller adds a thread.
+    #[arg(long, default_value_t = 100)]
+    pub queue_threshold: usize,
+}
+
+/// Runs `seda experiment gnutella`.
+pub fn fig14(a: Fig14Args) -> Result<(), String> {
+    use seda_gnutella::experiment;
+    let cfg = experiment::Fig14Config {
+        rates: a.rates,
+        duration: secs("--duration-s", a.duration_s)?,
+        warmup: secs("--warmup-s", a.warmup_s)?,
+        query_delay: secs("--query-delay-ms", a.query_delay_ms / 1000.0)?,
+        peers: a.peers,
+        queue_threshold: a.queue_threshold,
+        ..experiment::Fig14Config::default()
+    };
+    if cfg.rates.iter().any(|r| !(r.is_finite() && *r > 0.0)) {
+        return Err("--rates: every rate must be positive".into());
+    }
+    let r = experiment::run(&cfg, &mut |l| eprintln!("{l}"))?;
+    experiment::write_outputs(&a.out, &r)?;
+    print!("{}", experiment::table(&r));
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
+
+/// Arguments of `seda experiment gnutella-throughput`.
+#[derive(Debug, clap::Args)]
+pub struct ThroughputArgs {
+    /// Output directory (throughput.json, throughput.md).
+    #[arg(long, default_value = "results/gnutella")]
+    pub out: std::path::PathBuf,
+    /// Simulated peers.
+    #[arg(long, default_value_t = 4)]
+    pub peers: usize,
+    /// Seconds per round.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration_s: f64,
+    /// Rounds of each router, alternating.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Generator threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Message mix.
+    #[arg(long, default_value = "ping=85,query=15")]
+    pub mix: String,
+}
+
+/// Runs `seda experiment gnutella-throughput`.
+pub fn throughput(a: ThroughputArgs) -> Result<(), String> {
+    use seda_gnutella::bench;
+    let cfg = bench::ThroughputConfig {
+        peers: a.peers,
+        duration: secs("--duration-s", a.duration_s)?,
+        rounds: a.rounds.max(1),
+        threads: a.threads,
+        mix: seda_gnutella::load::Mix::parse(&a.mix)?,
+    };
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    let r = bench::throughput(&cfg, &mut |l| eprintln!("{l}"))?;
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    let text = bench::table(&r, &cfg, load.trim());
+    std::fs::write(a.out.join("throughput.md"), &text).map_err(|e| e.to_string())?;
+    let json = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+    std::fs::write(a.out.join("throughput.json"), json).map_err(|e| e.to_string())?;
+    print!("{text}");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

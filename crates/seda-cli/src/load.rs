@@ -17,6 +17,9 @@ pub enum LoadCommand {
     /// Emulated mail readers against `seda arashi` (USITS'03 4.1): a Markov model of
     /// mail-reader behaviour, 20 ms think time, 5 s wait after a rejection.
     Arashi(crate::arashi::LoadArgs),
+    /// Gnutella load: simulated peers (each a real 0.6 connection) sending pings and
+    /// queries through a router, timing every delivered message.
+    Gnutella(crate::gnutella::LoadArgs),
 }
 
 /// Arguments of `seda load http`.
@@ -97,6 +100,7 @@ pub fn run(cmd: LoadCommand) -> Result<(), String> {
     match cmd {
         LoadCommand::Http(args) => http(args),
         LoadCommand::Arashi(args) => crate::arashi::load(args),
+        LoadCommand::Gnutella(args) => crate::gnutella::load(args),
     }
 }
 

@@ -35,6 +35,9 @@ mod router;
 mod server;
 mod stats;
 
+pub mod bench;
+pub mod experiment;
+pub mod load;
 pub mod proto;
 pub mod routing;
 

@@ -1,0 +1,411 @@
+//! `seda load gnutella`: simulated peers against a router.
+//!
+//! Each simulated peer is a real 0.6 connection (an ultrapeer handshake, then
+//! binary messages). Peers send a mix of pings and queries (SEDA 5.2.3's traffic
+//! model: 15 % queries, ~32-byte query payloads) at a total rate, or as fast as the
+//! router takes them; they answer a fraction of the queries they receive with query
+//! hits; and they time every message the router delivers (see [`sim`] for how send
+//! times travel in GUIDs). The report gives per-type latency (one way for pings and
+//! queries, round trip for hits and the router's own pongs), delivered copies and
+//! estimated drops, routed messages per second, and Jain's fairness over peers.
+
+mod sim;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::proto::message::MsgType;
+
+/// Message kinds the generator times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Ping = 0,
+    Query = 1,
+    Pong = 2,
+    QueryHit = 3,
+}
+
+pub(crate) const N_KINDS: usize = 4;
+const KIND_NAMES: [&str; N_KINDS] = ["ping", "query", "pong", "queryhit"];
+
+impl Kind {
+    fn of(t: MsgType) -> Option<Kind> {
+        match t {
+            MsgType::Ping => Some(Kind::Ping),
+            MsgType::Query => Some(Kind::Query),
+            MsgType::Pong => Some(Kind::Pong),
+            MsgType::QueryHit => Some(Kind::QueryHit),
+            _ => None,
+        }
+    }
+}
+
+/// Shares of the generated messages.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Mix {
+    /// Share of pings.
+    pub ping: f64,
+    /// Share of queries.
+    pub query: f64,
+}
+
+impl Default for Mix {
+    /// SEDA 5.2.3: "query messages constitute 15% of the generated packets"; the
+    /// rest are pings.
+    fn default() -> Self {
+        Mix {
+            ping: 0.85,
+            query: 0.15,
+        }
+    }
+}
+
+impl Mix {
+    /// Parses `ping=85,query=15` (weights, normalised).
+    pub fn parse(s: &str) -> Result<Mix, String> {
+        let mut m = Mix {
+            ping: 0.0,
+            query: 0.0,
+        };
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("mix: expected TYPE=WEIGHT, got {part:?}"))?;
+            let w: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|w: &f64| w.is_finite() && *w >= 0.0)
+                .ok_or_else(|| format!("mix: bad weight {v:?}"))?;
+            match k.trim() {
+                "ping" => m.ping = w,
+                "query" => m.query = w,
+                other => return Err(format!("mix: unknown type {other:?} (ping, query)")),
+            }
+        }
+        let sum = m.ping + m.query;
+        if sum <= 0.0 {
+            return Err("mix: all weights are zero".into());
+        }
+        m.ping /= sum;
+        m.query /= sum;
+        Ok(m)
+    }
+
+    pub(crate) fn pick(&self, u: f64) -> Kind {
+        if u < self.query {
+            Kind::Query
+        } else {
+            Kind::Ping
+        }
+    }
+}
+
+/// Settings of a load run.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// The router (loopback).
+    pub router: SocketAddr,
+    /// Simulated peers. Default 8.
+    pub peers: usize,
+    /// Generator threads. Default 1.
+    pub threads: usize,
+    /// Total messages per second over all peers; `None`: as fast as possible.
+    pub rate: Option<f64>,
+    /// Measured time.
+    pub duration: Duration,
+    /// Latency before this offset into the run is left out of the summary (not of
+    /// the time series).
+    pub warmup: Duration,
+    /// Message mix.
+    pub mix: Mix,
+    /// TTL of generated pings and queries. Default 2 (the router forwards them
+    /// with TTL 1 to every other peer).
+    pub ttl: u8,
+    /// Query payload bytes (min speed, text, NUL). Default 32.
+    pub query_bytes: usize,
+    /// Share of received queries a peer answers with a query hit. Default 0.1.
+    pub hit_fraction: f64,
+    /// Seed of the mix.
+    pub seed: u64,
+    /// Bytes a peer may have unsent before it stops generating. Default 1 MiB.
+    pub max_pending_bytes: usize,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        LoadConfig {
+            router: SocketAddr::from(([127, 0, 0, 1], 6346)),
+            peers: 8,
+            threads: 1,
+            rate: Some(1000.0),
+            duration: Duration::from_secs(10),
+            warmup: Duration::ZERO,
+            mix: Mix::default(),
+            ttl: 2,
+            query_bytes: 32,
+            hit_fraction: 0.1,
+            seed: 1,
+            max_pending_bytes: 1 << 20,
+        }
+    }
+}
+
+impl LoadConfig {
+    /// Checks each field's range.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.router.ip().is_loopback() {
+            return Err(format!("router {} is not on loopback", self.router));
+        }
+        if self.peers < 2 {
+            return Err("at least 2 peers are needed (one to send, one to receive)".into());
+        }
+        if self.threads == 0 || self.threads > self.peers {
+            return Err("threads must be 1..=peers".into());
+        }
+        if self.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+            return Err("rate must be positive".into());
+        }
+        if self.duration.is_zero() {
+            return Err("duration must be positive".into());
+        }
+        if !(3..=4096).contains(&self.query_bytes) {
+            return Err("query bytes must be 3..=4096".into());
+        }
+        if !(0.0..=1.0).contains(&self.hit_fraction) {
+            return Err("hit fraction must be 0..=1".into());
+        }
+        if self.ttl == 0 {
+            return Err("ttl must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Latency summary of one kind.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct KindStats {
+    /// Messages of this kind the peers sent.
+    pub sent: u64,
+    /// Copies received by the peers.
+    pub received: u64,
+    /// Copies expected (broadcasts: sent x (peers - 1) when TTL >= 2).
+    pub expected: Option<u64>,
+    /// Mean latency, ms (after the warm-up).
+    pub mean_ms: f64,
+    /// Median, ms.
+    pub p50_ms: f64,
+    /// 90th percentile, ms.
+    pub p90_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// Largest, ms.
+    pub max_ms: f64,
+}
+
+/// One second of a run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LoadPoint {
+    /// Seconds since the start.
+    pub t: u64,
+    /// Copies received that second, by kind (ping, query, pong, queryhit).
+    pub received: [u64; N_KINDS],
+    /// Mean latency that second, ms, by kind (0 when none arrived).
+    pub mean_ms: [f64; N_KINDS],
+}
+
+/// What a load run measured.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LoadReport {
+    /// Simulated peers.
+    pub peers: usize,
+    /// Offered rate, messages/s (`None`: as fast as possible).
+    pub rate: Option<f64>,
+    /// Measured seconds.
+    pub duration_s: f64,
+    /// Per kind: ping, query, pong (router's own, round trip), queryhit (round trip).
+    pub kinds: std::collections::BTreeMap<String, KindStats>,
+    /// Messages the peers sent per second.
+    pub sent_per_s: f64,
+    /// Copies the peers received per second.
+    pub delivered_per_s: f64,
+    /// Distinct messages the router routed per second, as the peers saw them:
+    /// broadcast copies / (peers - 1) + query hits + pongs.
+    pub routed_per_s: f64,
+    /// Expected broadcast copies that never arrived.
+    pub lost_copies: u64,
+    /// Jain's fairness index over the copies each peer's messages got delivered.
+    pub fairness: Option<f64>,
+    /// Times a peer had `max_pending_bytes` unsent and skipped generating.
+    pub write_stalls: u64,
+    /// Peers the router closed.
+    pub closed_by_router: u64,
+    /// Per second.
+    pub series: Vec<LoadPoint>,
+}
+
+fn summary(h: &Histogram<u64>, sent: u64, received: u64, expected: Option<u64>) -> KindStats {
+    use seda_load::metrics::quantile_ms;
+    KindStats {
+        sent,
+        received,
+        expected,
+        mean_ms: if h.is_empty() { 0.0 } else { h.mean() / 1000.0 },
+        p50_ms: quantile_ms(h, 0.5),
+        p90_ms: quantile_ms(h, 0.9),
+        p99_ms: quantile_ms(h, 0.99),
+        max_ms: if h.is_empty() {
+            0.0
+        } else {
+            h.max() as f64 / 1000.0
+        },
+    }
+}
+
+/// Connects the peers and runs the load. `progress` gets a line per connected peer
+/// group and at the end.
+pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
+    cfg.validate()?;
+    let mut streams = Vec::with_capacity(cfg.peers);
+    for i in 0..cfg.peers {
+        let s = sim::handshake(cfg.router, &format!("seda-load-gnutella/{i}"))
+            .map_err(|e| format!("peer {i}: {e}"))?;
+        streams.push((i, s));
+    }
+    // Let the router finish establishing and send its opening messages.
+    std::thread::sleep(Duration::from_millis(200));
+    let epoch = Instant::now();
+    let start = epoch;
+    let end = start + cfg.duration;
+    let mut groups: Vec<Vec<(usize, std::net::TcpStream)>> =
+        (0..cfg.threads).map(|_| Vec::new()).collect();
+    for (i, s) in streams {
+        groups[i % cfg.threads].push((i, s));
+    }
+    let results: Vec<Result<sim::ThreadResult, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .map(|g| {
+                scope.spawn(move || {
+                    sim::run_thread(cfg, g, cfg.peers, epoch, start, end)
+                        .map_err(|e| format!("generator thread: {e}"))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("generator thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut sent = [0u64; N_KINDS];
+    let mut received = [0u64; N_KINDS];
+    let mut lat: Vec<Histogram<u64>> = (0..N_KINDS)
+        .map(|_| seda_load::metrics::rt_histogram(3))
+        .collect();
+    let secs = cfg.duration.as_secs() as usize + 2;
+    let mut series = vec![([0u64; N_KINDS], [0u64; N_KINDS]); secs];
+    let mut delivered_from = vec![0u64; cfg.peers];
+    let (mut stalls, mut closed) = (0, 0);
+    for r in results {
+        let r = r?;
+        for k in 0..N_KINDS {
+            sent[k] += r.sent[k];
+            received[k] += r.received[k];
+            let _ = lat[k].add(&r.latency[k]);
+        }
+        for (a, b) in series.iter_mut().zip(&r.series) {
+            for k in 0..N_KINDS {
+                a.0[k] += b.0[k];
+                a.1[k] += b.1[k];
+            }
+        }
+        for (a, b) in delivered_from.iter_mut().zip(&r.delivered_from) {
+            *a += b;
+        }
+        stalls += r.write_stalls;
+        closed += r.closed_by_router;
+    }
+    let d = cfg.duration.as_secs_f64();
+    let fanout = (cfg.peers - 1) as u64;
+    let broadcast = |k: usize| (cfg.ttl >= 2).then_some(sent[k] * fanout);
+    let mut kinds = std::collections::BTreeMap::new();
+    for (k, name) in KIND_NAMES.iter().enumerate() {
+        let expected = if k <= Kind::Query as usize {
+            broadcast(k)
+        } else {
+            None
+        };
+        kinds.insert(
+            (*name).to_owned(),
+            summary(&lat[k], sent[k], received[k], expected),
+        );
+    }
+    let lost = (0..=Kind::Query as usize)
+        .filter_map(|k| broadcast(k).map(|e| e.saturating_sub(received[k])))
+        .sum();
+    let routed =
+        (received[0] + received[1]) as f64 / fanout as f64 + (received[2] + received[3]) as f64;
+    Ok(LoadReport {
+        peers: cfg.peers,
+        rate: cfg.rate,
+        duration_s: d,
+        kinds,
+        sent_per_s: sent[..2].iter().sum::<u64>() as f64 / d,
+        delivered_per_s: received.iter().sum::<u64>() as f64 / d,
+        routed_per_s: routed / d,
+        lost_copies: lost,
+        fairness: seda_load::metrics::jain_index(&delivered_from),
+        write_stalls: stalls,
+        closed_by_router: closed,
+        series: series
+            .iter()
+            .enumerate()
+            .take(cfg.duration.as_secs() as usize)
+            .map(|(t, (n, sum))| LoadPoint {
+                t: t as u64,
+                received: *n,
+                mean_ms: std::array::from_fn(|k| {
+                    if n[k] == 0 {
+                        0.0
+                    } else {
+                        sum[k] as f64 / n[k] as f64 / 1000.0
+                    }
+                }),
+            })
+            .collect(),
+    })
+}
+
+impl LoadReport {
+    /// A short human summary.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "{} peers, {:.0} s, offered {}: sent {:.0}/s, delivered {:.0} copies/s, routed {:.0} msgs/s, lost copies {}, fairness {}\n",
+            self.peers,
+            self.duration_s,
+            self.rate
+                .map_or("as fast as possible".to_owned(), |r| format!(
+                    "{r:.0} msgs/s"
+                )),
+            self.sent_per_s,
+            self.delivered_per_s,
+            self.routed_per_s,
+            self.lost_copies,
+            self.fairness.map_or("-".into(), |f| format!("{f:.3}")),
+        );
+        s.push_str("type       sent   received   mean ms    p50 ms    p90 ms    p99 ms\n");
+        for (k, v) in &self.kinds {
+            s.push_str(&format!(
+                "{k:<9} {:>6} {:>10} {:>9.3} {:>9.3} {:>9.3} {:>9.3}\n",
+                v.sent, v.received, v.mean_ms, v.p50_ms, v.p90_ms, v.p99_ms
+            ));
+        }
+        s
+    }
+}

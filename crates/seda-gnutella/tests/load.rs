@@ -1,0 +1,86 @@
+//! The load generator, the plain-loop baseline and a tiny Fig. 14 run.
+
+mod support;
+
+use std::time::Duration;
+
+use seda_gnutella::RouterConfig;
+use seda_gnutella::bench::PlainLoop;
+use seda_gnutella::load::{LoadConfig, Mix, run};
+use support::TestRouter;
+
+#[test]
+fn simulated_peers_get_every_broadcast_and_time_it() {
+    let r = TestRouter::start(RouterConfig::default());
+    let report = run(&LoadConfig {
+        router: r.addr(),
+        peers: 3,
+        rate: Some(300.0),
+        duration: Duration::from_millis(1500),
+        hit_fraction: 1.0,
+        ..LoadConfig::default()
+    })
+    .unwrap();
+    let q = &report.kinds["query"];
+    let p = &report.kinds["ping"];
+    assert!(p.sent > 100 && q.sent > 10, "{report:?}");
+    // Every broadcast reaches the two other peers, except those still in flight at
+    // the end of the run.
+    assert!(p.received + 20 >= p.sent * 2, "{}", report.text());
+    assert!(p.mean_ms > 0.0 && q.p90_ms > 0.0);
+    // Our pings were answered by the router's own pong; queries by the peers' hits.
+    assert!(report.kinds["pong"].received + 10 >= p.sent);
+    assert!(report.kinds["queryhit"].received > 0);
+    assert!(report.fairness.unwrap() > 0.9);
+    assert_eq!(report.closed_by_router, 0);
+    assert_eq!(report.series.len(), 1);
+    let stats = r.router.stats();
+    assert!(seda_gnutella::GnutellaStats::total(&stats.routed) > 0);
+}
+
+#[test]
+fn the_generator_refuses_bad_settings() {
+    let bad = LoadConfig {
+        peers: 1,
+        ..LoadConfig::default()
+    };
+    assert!(run(&bad).is_err());
+    let remote = LoadConfig {
+        router: "10.0.0.1:6346".parse().unwrap(),
+        ..LoadConfig::default()
+    };
+    assert!(run(&remote).unwrap_err().contains("loopback"));
+    assert!(Mix::parse("ping=1,pong=2").is_err());
+    assert!(Mix::parse("ping=0,query=0").is_err());
+    assert_eq!(Mix::parse("ping=3,query=1").unwrap().query, 0.25);
+}
+
+#[test]
+fn the_plain_loop_routes_the_same_traffic() {
+    let plain = PlainLoop::start().unwrap();
+    let report = run(&LoadConfig {
+        router: plain.addr(),
+        peers: 3,
+        rate: Some(300.0),
+        duration: Duration::from_millis(1000),
+        ..LoadConfig::default()
+    })
+    .unwrap();
+    assert!(plain.routed() > 200, "{}", plain.routed());
+    assert!(report.kinds["ping"].received + 20 >= report.kinds["ping"].sent * 2);
+}
+
+#[test]
+fn a_tiny_fig14_run_measures_latency_and_samples_the_stage() {
+    use seda_gnutella::experiment::{Fig14Config, run_one};
+    let cfg = Fig14Config {
+        duration: Duration::from_millis(1500),
+        warmup: Duration::ZERO,
+        query_delay: Duration::from_millis(2),
+        ..Fig14Config::default()
+    };
+    let r = run_one(&cfg, true, 200.0).unwrap();
+    assert!(r.ping.received > 0 && r.query.received > 0);
+    assert!(!r.samples.is_empty());
+    assert!(r.max_threads >= 1);
+}
