@@ -125,6 +125,15 @@ pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
 /// Runs the router until SIGINT, SIGTERM or `--duration-s`.
 pub fn run(a: GnutellaArgs) -> Result<(), String> {
     let cfg = config(&a)?;
+    // Connection events on stderr (RUST_LOG=debug adds every handshake block).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
     let stats_every = a
         .stats_every_s
         .map(|s| secs("--stats-every-s", s))

@@ -28,6 +28,11 @@ use crate::{Gnutella, GnutellaStats, RouterConfig};
 
 const LISTENER: Token = Token(usize::MAX);
 
+/// The address both routers of a benchmark name in their pongs (TEST-NET-1, RFC
+/// 5737): a routable-looking address, so that both answer every fresh ping.
+pub const BENCH_ADVERTISE: (std::net::Ipv4Addr, u16) =
+    (std::net::Ipv4Addr::new(192, 0, 2, 1), 6346);
+
 struct PlainConn {
     stream: TcpStream,
     established: bool,
@@ -238,7 +243,7 @@ fn route_chunk(
 
 fn pong(conns: &mut HashMap<usize, PlainConn>, to: usize, ping: &Header) {
     if let Some(c) = conns.get_mut(&to) {
-        let p = pong_payload(std::net::Ipv4Addr::new(10, 0, 0, 1), 6346, 0, 0);
+        let p = pong_payload(BENCH_ADVERTISE.0, BENCH_ADVERTISE.1, 0, 0);
         let h = Header {
             guid: ping.guid,
             kind: MsgType::Pong,
@@ -368,6 +373,7 @@ pub fn throughput(cfg: &ThroughputConfig, log: &mut dyn FnMut(&str)) -> Result<T
             RouterConfig {
                 max_peers: cfg.peers + 4,
                 min_outgoing: 0,
+                advertise: Some(SocketAddr::from(BENCH_ADVERTISE)),
                 ..RouterConfig::default()
             },
         )

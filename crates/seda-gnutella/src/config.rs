@@ -13,8 +13,8 @@ pub struct RouterConfig {
     pub listen: SocketAddr,
     /// Address to announce in `Listen-IP` and in our pongs; default: the listening
     /// address. A loopback or unspecified address is announced in `Listen-IP` only to
-    /// neighbours, and our pong then answers only a neighbour's own pings (hops 0),
-    /// never relayed ones, since no one else could connect to it.
+    /// neighbours, and our pong then answers only a neighbour's alive pings (TTL 1,
+    /// hops 0), since no one else could connect to it.
     pub advertise: Option<SocketAddr>,
     /// `User-Agent` we send.
     pub user_agent: String,

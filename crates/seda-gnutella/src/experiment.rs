@@ -122,6 +122,7 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
             router_threads: (1, if controller { cfg.max_threads } else { 1 }),
             router_pool_controller: controller,
             router_queue_threshold: cfg.queue_threshold,
+            advertise: Some(std::net::SocketAddr::from(crate::bench::BENCH_ADVERTISE)),
             ..RouterConfig::default()
         },
     )

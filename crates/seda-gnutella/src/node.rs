@@ -146,7 +146,10 @@ impl Node {
             IpAddr::V4(ip) => ip,
             IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
         };
-        if h.hops > 0 && !usable(ip) {
+        // An unusable address (loopback, ...) only answers a neighbour's alive ping
+        // (TTL 1, hops 0), which servents match by GUID before they look at the
+        // address; anywhere else it would be counted as an unusable pong.
+        if !(usable(ip) || (h.hops == 0 && h.ttl == 1)) {
             self.counters.event(Event::PongSuppressed);
             return None;
         }

@@ -23,7 +23,7 @@ use crate::catcher::CatcherEvent;
 use crate::node::Node;
 use crate::peer::Pending;
 use crate::proto::framing::Chunk;
-use crate::proto::message::{MsgType, pong_addr, pong_port, usable};
+use crate::proto::message::{Malformed, MsgType, pong_addr, pong_port, usable};
 use crate::routing::{Action, Dropped};
 use crate::stats::{Event, Tally};
 
@@ -141,6 +141,11 @@ impl EventHandler<RouterEvent> for Router {
                         }
                     }
                     Action::Absorb => {}
+                    // A pong naming an address no one can reach is useless (and
+                    // counted against us) once it leaves its sender's neighbour.
+                    Action::Forward(..) if h.kind == MsgType::Pong && !usable(pong_addr(p)) => {
+                        t.malformed(Malformed::UnusableAddress);
+                    }
                     Action::Forward(to, next) => match snap.position(to) {
                         Some(i) if !snap.list[i].is_closing() => {
                             out[i].push(&next, p);

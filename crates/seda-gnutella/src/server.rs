@@ -138,6 +138,7 @@ impl Server {
 
     /// Answers a handshake with `code reason` (and hosts to try) and closes.
     fn refuse(&self, conn: ConnId, st: &mut ConnState, code: u16, reason: &str, event: Event) {
+        tracing::info!(%conn, addr = %st.addr, code, reason, "handshake refused");
         self.node.counters.event(event);
         let mut b = Block::new(format!("GNUTELLA/0.6 {code} {reason}"))
             .header("User-Agent", self.node.cfg.user_agent.clone());
@@ -176,6 +177,7 @@ impl Server {
             .write()
             .insert(conn.0, Arc::new(Mutex::new(st)));
         if outgoing {
+            tracing::info!(%conn, %addr, "outgoing connection: sending GNUTELLA CONNECT/0.6");
             let b = self.node.our_headers(Block::new("GNUTELLA CONNECT/0.6"));
             self.write(conn, b.to_bytes());
         }
@@ -236,6 +238,7 @@ impl Server {
         let rest = st.hs.split_off(used);
         st.hs.clear();
         self.learn_try_hosts(&block);
+        tracing::debug!(%conn, addr = %st.addr, start = %block.start, headers = ?block.headers, "handshake block received");
         match std::mem::replace(&mut st.phase, Phase::Done) {
             Phase::Connect => {
                 self.on_connect(conn, st, &block);
@@ -326,6 +329,7 @@ impl Server {
         if deflate_out {
             resp = resp.header("Content-Encoding", "deflate");
         }
+        tracing::debug!(%conn, headers = ?resp.headers, "handshake answer sent");
         self.write(conn, resp.to_bytes());
         st.phase = Phase::Final(PeerInfo {
             deflate_out,
@@ -364,6 +368,15 @@ impl Server {
             cfg.out_queue_bytes,
             cfg.socket_budget,
         ));
+        tracing::info!(
+            %conn,
+            addr = %st.addr,
+            outgoing = st.outgoing,
+            agent = %peer.info.user_agent,
+            deflate_out = peer.info.deflate_out,
+            deflate_in = peer.info.deflate_in,
+            "gnutella connection established"
+        );
         self.node.peers.insert(Arc::clone(&peer));
         if st.outgoing {
             self.node.hosts.lock().set_connected(st.addr);
@@ -534,6 +547,7 @@ fn peer_info(b: &Block) -> PeerInfo {
         .get("Listen-IP")
         .or_else(|| b.get("X-My-Address"))
         .or_else(|| b.get("Node"))
+        .and_then(|v| v.split(',').next())
         .and_then(|v| v.trim().parse().ok());
     PeerInfo {
         user_agent: b

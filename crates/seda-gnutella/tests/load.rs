@@ -11,7 +11,10 @@ use support::TestRouter;
 
 #[test]
 fn simulated_peers_get_every_broadcast_and_time_it() {
-    let r = TestRouter::start(RouterConfig::default());
+    let r = TestRouter::start(RouterConfig {
+        advertise: Some("192.0.2.1:6346".parse().unwrap()),
+        ..RouterConfig::default()
+    });
     let report = run(&LoadConfig {
         router: r.addr(),
         peers: 3,

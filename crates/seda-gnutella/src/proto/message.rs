@@ -222,7 +222,7 @@ pub enum Malformed {
     ImproperHopsTtl,
     /// A broadcast or routed message that arrives with TTL 0.
     ZeroTtl,
-    /// A pong, query hit or push naming an address no one can connect to.
+    /// A relayed pong naming an address no one can connect to.
     UnusableAddress,
 }
 
