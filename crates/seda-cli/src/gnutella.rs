@@ -64,6 +64,10 @@ pub struct GnutellaArgs {
     /// Socket event loops [default: one per core].
     #[arg(long)]
     pub event_loops: Option<usize>,
+    /// Admin listener (`/_seda/stats` with a `gnutella` section, graph, metrics):
+    /// an address, or `none` [default: a free loopback port].
+    #[arg(long)]
+    pub admin_listen: Option<String>,
     /// Print the router's counters as one JSON line every this many seconds.
     #[arg(long)]
     pub stats_every_s: Option<f64>,
@@ -145,10 +149,32 @@ pub fn run(a: GnutellaArgs) -> Result<(), String> {
     ])
     .map_err(|e| format!("cannot install signal handler: {e}"))?;
     let handle = signals.handle();
+    let admin_addr = match a.admin_listen.as_deref() {
+        None => Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        Some("none") => None,
+        Some(s) => Some(s.parse::<SocketAddr>().map_err(|_| {
+            format!("--admin-listen must be an address (e.g. 127.0.0.1:9090) or `none`, got `{s}`")
+        })?),
+    };
     let rt = Runtime::builder().name("gnutella").build();
     let router = Gnutella::start(&rt, cfg).map_err(|e| e.to_string())?;
+    let admin = match admin_addr {
+        Some(addr) => {
+            let (s1, s2) = (router.stats_handle(), router.stats_handle());
+            let server = seda_http::AdminServer::builder(&rt)
+                .section("gnutella", move || s1.stats())
+                .metrics(move |out| s2.stats().write_prometheus(out))
+                .start(addr)
+                .map_err(|e| format!("admin listener: {e}"))?;
+            Some(server)
+        }
+        None => None,
+    };
     rt.start().map_err(|e| e.to_string())?;
     println!("gnutella router on {}", router.local_addr());
+    if let Some(a) = &admin {
+        println!("admin on http://{}/_seda/stats", a.local_addr());
+    }
     let _ = std::io::stdout().flush();
     eprintln!("seda gnutella: routing; Ctrl-C to stop");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -180,6 +206,7 @@ pub fn run(a: GnutellaArgs) -> Result<(), String> {
     handle.close();
     let _ = waiter.join();
     eprintln!("seda gnutella: shutting down");
+    drop(admin);
     router.stop();
     let report = rt.shutdown(Duration::from_secs(2));
     let s = router.stats();

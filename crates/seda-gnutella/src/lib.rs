@@ -43,7 +43,7 @@ pub mod routing;
 
 pub use crate::catcher::CatcherEvent;
 pub use crate::config::RouterConfig;
-pub use crate::node::{CATCHER_STAGE, Error, Gnutella, ROUTER_STAGE, SERVER_STAGE};
+pub use crate::node::{CATCHER_STAGE, Error, Gnutella, ROUTER_STAGE, SERVER_STAGE, StatsHandle};
 pub use crate::outq::{OutQueue, Pushed, Value};
 pub use crate::router::RouterEvent;
 pub use crate::stats::{GnutellaStats, PeerStats};

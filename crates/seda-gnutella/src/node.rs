@@ -221,6 +221,17 @@ impl Node {
     }
 }
 
+/// Reads a router's counters; cloneable and `Send + Sync`.
+#[derive(Clone, Debug)]
+pub struct StatsHandle(Arc<Node>);
+
+impl StatsHandle {
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> GnutellaStats {
+        self.0.stats()
+    }
+}
+
 /// A running Gnutella router: the three stages and the socket stages under them.
 #[derive(Debug)]
 pub struct Gnutella {
@@ -308,6 +319,11 @@ impl Gnutella {
     /// A snapshot of the counters.
     pub fn stats(&self) -> GnutellaStats {
         self.node.stats()
+    }
+
+    /// A cheap, cloneable source of [`Gnutella::stats`] (for an admin listener).
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle(Arc::clone(&self.node))
     }
 
     /// Counters of the socket stages.

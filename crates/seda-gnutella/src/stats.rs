@@ -320,4 +320,77 @@ impl GnutellaStats {
     pub fn drops(&self, reason: &str) -> u64 {
         self.dropped.get(reason).copied().unwrap_or(0)
     }
+
+    /// Appends the counters in Prometheus text format (`seda_gnutella_*`).
+    pub fn write_prometheus(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let maps: [(&str, &str, &str, &BTreeMap<String, u64>); 6] = [
+            (
+                "received_total",
+                "type",
+                "Messages received, by type.",
+                &self.received,
+            ),
+            (
+                "routed_total",
+                "type",
+                "Messages routed to at least one connection, by type.",
+                &self.routed,
+            ),
+            ("sent_total", "type", "Copies sent, by type.", &self.sent),
+            (
+                "dropped_total",
+                "reason",
+                "Messages dropped, by reason.",
+                &self.dropped,
+            ),
+            (
+                "slow_peer_drops_total",
+                "class",
+                "Messages dropped from slow peers' queues, by value class.",
+                &self.slow_peer_drops,
+            ),
+            ("events_total", "event", "Connection events.", &self.events),
+        ];
+        for (name, label, help, map) in maps {
+            let _ = writeln!(out, "# HELP seda_gnutella_{name} {help}");
+            let _ = writeln!(out, "# TYPE seda_gnutella_{name} counter");
+            for (k, v) in map {
+                let _ = writeln!(out, "seda_gnutella_{name}{{{label}=\"{k}\"}} {v}");
+            }
+        }
+        let gauges = [
+            ("peers", "Established connections.", self.peers),
+            (
+                "handshaking",
+                "Connections in the handshake.",
+                self.handshaking,
+            ),
+            (
+                "route_entries",
+                "Entries of the duplicate/reverse-path table.",
+                self.route_entries,
+            ),
+            (
+                "push_entries",
+                "Entries of the push-route table.",
+                self.push_entries,
+            ),
+            (
+                "known_hosts",
+                "Hosts in the catcher's cache.",
+                self.known_hosts,
+            ),
+            (
+                "queued_bytes",
+                "Bytes in all outgoing queues.",
+                self.queued_bytes,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(out, "# HELP seda_gnutella_{name} {help}");
+            let _ = writeln!(out, "# TYPE seda_gnutella_{name} gauge");
+            let _ = writeln!(out, "seda_gnutella_{name} {v}");
+        }
+    }
 }

@@ -1,0 +1,108 @@
+//! `seda gnutella` as a process: it routes, serves its admin listener, refuses bad
+//! settings with a clear message, and stops on SIGTERM. Every wait is bounded; the
+//! child is killed when its guard drops.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SEDA: &str = env!("CARGO_BIN_EXE_seda");
+
+struct Proc {
+    child: Child,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the router and returns it with its Gnutella and admin addresses.
+fn start(extra: &[&str]) -> (Proc, SocketAddr, SocketAddr) {
+    let mut child = Command::new(SEDA)
+        .args(["gnutella", "--listen", "127.0.0.1:0", "--min-outgoing", "0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn seda");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut addr = |prefix: &str| -> SocketAddr {
+        let line = lines.next().expect("a line").expect("utf-8");
+        let rest = line.strip_prefix(prefix).unwrap_or_else(|| panic!("{line}"));
+        rest.trim_end_matches("/_seda/stats").parse().expect("an address")
+    };
+    let router = addr("gnutella router on ");
+    let admin = addr("admin on http://");
+    (Proc { child }, router, admin)
+}
+
+fn get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).expect("admin connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+#[test]
+fn the_router_process_handshakes_and_reports_on_its_admin_listener() {
+    let (mut p, router, admin) = start(&[]);
+    let mut s = TcpStream::connect(router).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GNUTELLA CONNECT/0.6\r\nUser-Agent: t/1\r\nX-Ultrapeer: True\r\n\r\n")
+        .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "router closed in the handshake");
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"GNUTELLA/0.6 200 OK\r\n"));
+    s.write_all(b"GNUTELLA/0.6 200 OK\r\n\r\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = get(admin, "/_seda/stats");
+        if stats.contains("\"handshake_ok\":1") {
+            assert!(stats.contains("GnutellaRouter"), "{stats}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{stats}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let metrics = get(admin, "/_seda/metrics");
+    assert!(metrics.contains("seda_gnutella_peers 1"), "{metrics}");
+    let pid = rustix::process::Pid::from_raw(p.child.id() as i32).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = p.child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn bad_settings_are_one_line_errors() {
+    for (args, want) in [
+        (&["--router-threads", "two"][..], "--router-threads"),
+        (&["--admin-listen", "nowhere"], "--admin-listen"),
+        (&["--max-peers", "0"], "max peers"),
+    ] {
+        let out = Command::new(SEDA)
+            .args(["gnutella", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .expect("run seda");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("seda: ") && err.contains(want), "{args:?}: {err}");
+    }
+}
