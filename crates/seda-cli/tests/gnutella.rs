@@ -32,8 +32,12 @@ fn start(extra: &[&str]) -> (Proc, SocketAddr, SocketAddr) {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut addr = |prefix: &str| -> SocketAddr {
         let line = lines.next().expect("a line").expect("utf-8");
-        let rest = line.strip_prefix(prefix).unwrap_or_else(|| panic!("{line}"));
-        rest.trim_end_matches("/_seda/stats").parse().expect("an address")
+        let rest = line
+            .strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("{line}"));
+        rest.trim_end_matches("/_seda/stats")
+            .parse()
+            .expect("an address")
     };
     let router = addr("gnutella router on ");
     let admin = addr("admin on http://");
@@ -43,7 +47,11 @@ fn start(extra: &[&str]) -> (Proc, SocketAddr, SocketAddr) {
 fn get(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).expect("admin connect");
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut body = String::new();
     let _ = s.read_to_string(&mut body);
     body
@@ -103,6 +111,9 @@ fn bad_settings_are_one_line_errors() {
             .expect("run seda");
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.starts_with("seda: ") && err.contains(want), "{args:?}: {err}");
+        assert!(
+            err.starts_with("seda: ") && err.contains(want),
+            "{args:?}: {err}"
+        );
     }
 }
