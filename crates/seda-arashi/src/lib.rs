@@ -14,10 +14,13 @@
 //! - [`seed`]: the demo accounts (`userK` / `userK-pw`) and folder sizes from 1 to
 //!   thousands of messages.
 //! - [`DataDir`]: the `--data` directory (database, static files), seeded on first use.
+//! - [`load`]: the emulated mail readers (`seda load arashi`); [`experiment`]: USITS'03
+//!   Figs. 8-11 and 14-15 on this machine (`seda experiment arashi`).
 #![forbid(unsafe_code)]
 
 pub mod corpus;
 mod data;
+pub mod experiment;
 pub mod load;
 pub mod seed;
 mod service;
@@ -27,7 +30,7 @@ mod web;
 
 pub use data::{DataDir, SYNTHETIC_MESSAGES};
 pub use seed::{SeedPlan, SeedSummary};
-pub use service::{Arashi, ArashiConfig, ControlScope};
+pub use service::{Arashi, ArashiConfig, ControlScope, controller_config};
 pub use stages::RequestType;
 pub use store::{MailStore, SqliteStore, StoreError};
 pub use web::SESSION_COOKIE;

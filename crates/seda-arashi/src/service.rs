@@ -34,6 +34,20 @@ use crate::store::{MailStore, SqliteStore};
 use crate::web::App;
 use crate::web::assets::write_www;
 
+/// The response-time controller's parameters for Arashi's stages: the paper's law
+/// and gains (USITS'03 Fig. 4) with the rate scaled to this service. Our request
+/// stages serve hundreds to a few thousand requests a second where the paper's
+/// served tens, so the paper's initial rate (100/s) and additive step (2/s per
+/// update) would hold a stage far under its capacity for minutes and reject at light
+/// load. Here the initial rate is 1,000/s and the additive step 20/s; decrease
+/// (divide by 1.2 while over target) is the paper's.
+pub fn controller_config(target: Duration) -> seda::control::ResponseTimeConfig {
+    let mut c = seda::control::ResponseTimeConfig::with_target(target);
+    c.initial_rate = 1000.0;
+    c.adj_i = 20.0;
+    c
+}
+
 /// Where admission control sits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ControlScope {
@@ -215,6 +229,11 @@ impl Arashi {
     /// The `/_seda/stats` document.
     pub fn stats_json(&self) -> String {
         self.server.stats_json()
+    }
+
+    /// The stats document (the request stages are `handler:<type>`).
+    pub fn stats(&self) -> seda_http::StatsDoc {
+        self.server.stats()
     }
 
     /// Graceful shutdown (see [`Server::shutdown`]).

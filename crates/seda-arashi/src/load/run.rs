@@ -18,7 +18,7 @@ use seda_load::Schedule;
 
 use super::http::HttpClient;
 use super::markov::MarkovModel;
-use super::report::{ArashiReport, Sample};
+use super::report::{ArashiReport, RunShape, Sample};
 use super::user::{Outcome, User};
 
 /// Stack of a user thread (it holds little: a client and a page).
@@ -270,13 +270,22 @@ pub fn run(cfg: &ArashiLoadConfig, progress: Arc<LoadProgress>) -> Result<Arashi
         "class_header": cfg.class_header,
         "seed": cfg.seed,
     });
+    let boundaries: Vec<f64> = cfg
+        .groups
+        .iter()
+        .flat_map(|g| (0..g.schedule.phases.len()).map(|i| g.schedule.phase_end(i).as_secs_f64()))
+        .collect();
+    let shape = RunShape {
+        duration_s: length.as_secs_f64(),
+        warmup_s: cfg.warmup.as_secs_f64(),
+        classes,
+        users_at: &users_at,
+        boundaries_s: &boundaries,
+    };
     Ok(ArashiReport::build(
         config,
         &samples,
-        length.as_secs_f64(),
-        cfg.warmup.as_secs_f64(),
-        classes,
-        &users_at,
+        &shape,
         sh.connections.load(Ordering::Relaxed),
     ))
 }
