@@ -368,11 +368,28 @@ pub struct ExperimentArgs {
     /// A small, fast version (seconds-long runs, few users) for smoke tests.
     #[arg(long)]
     pub quick: bool,
+    /// Run nothing: rewrite table.md and the charts in --out from the runs.json there.
+    #[arg(long)]
+    pub replot: bool,
 }
 
 /// `seda experiment arashi`.
 pub fn experiment(a: ExperimentArgs) -> Result<(), String> {
-    use seda_arashi::experiment::{ExperimentConfig, run, write_outputs};
+    use seda_arashi::experiment::{ExperimentConfig, ExperimentResults, run, write_outputs};
+    if a.replot {
+        let path = a.out.join("runs.json");
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let results: ExperimentResults = serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "{}: not the runs of seda experiment arashi: {e}",
+                path.display()
+            )
+        })?;
+        write_outputs(&a.out, &results)?;
+        println!("{}", seda_arashi::experiment::table(&results));
+        return Ok(());
+    }
     let mut cfg = ExperimentConfig::new(a.out.clone());
     if a.quick {
         cfg = cfg.quick();

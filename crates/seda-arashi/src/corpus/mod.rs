@@ -48,13 +48,14 @@ fn addresses(a: Option<&Address<'_>>) -> String {
         .join(", ")
 }
 
-/// Seconds since the epoch of a `Date:`, reading an obsolete two-digit year as RFC
-/// 5322 4.3 says (00-49: 20xx, 50-99: 19xx).
+/// Seconds since the epoch of a `Date:`, reading obsolete years as RFC 5322 4.3 says:
+/// two digits 00-49 are 20xx, 50-99 are 19xx, three digits (`102`, a Y2K bug of
+/// 2002's mailers) are 1900 + the year.
 fn timestamp(d: &mail_parser::DateTime) -> i64 {
     let mut d = *d;
     if d.year < 50 {
         d.year += 2000;
-    } else if d.year < 100 {
+    } else if d.year < 1000 {
         d.year += 1900;
     }
     d.to_timestamp()
@@ -115,6 +116,8 @@ Content-Type: text/html\r\n\r\n<p>html</p>\r\n--XX--\r\n";
         )
         .unwrap();
         assert_eq!((old.date, old.subject.as_str()), (1_027_245_600, "a b"));
+        let y2k = parse_message(b"Date: Sun, 21 Jul 102 10:00:00 +0000\r\n\r\nx", 7).unwrap();
+        assert_eq!(y2k.date, 1_027_245_600);
         let bare = parse_message(b"Subject:\r\n\r\nbody", 7).unwrap();
         assert_eq!((bare.subject.as_str(), bare.date), ("(no subject)", 7));
         assert_eq!(bare.sender, "(unknown sender)");
