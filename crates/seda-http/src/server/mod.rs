@@ -173,6 +173,7 @@ impl Server {
             routes: Routes::default(),
             counters: state::Counters::default(),
             epoch: Instant::now(),
+            clock_ms: std::sync::atomic::AtomicU64::new(0),
         });
 
         // Downstream first, so each stage is built with the sinks it feeds (CacheMiss

@@ -58,20 +58,23 @@ pub(crate) struct PageCache {
 impl EventHandler<PageEvent> for PageCache {
     fn handle_events(&self, mut batch: Batch<'_, PageEvent>, _cx: &Context<'_>) {
         let hb = &self.out.hb;
-        let now = Instant::now();
+        let now = hb.coarse_now();
+        if batch.len() == 1 {
+            // One event (the inline case): nothing to order.
+            if let Some((ev, meta)) = batch.next_with_meta() {
+                match self.settle_one(ev, now) {
+                    Ok((ex, answer)) => self.out.answer(ex, answer, meta),
+                    Err(miss) => self.to_miss(miss, meta),
+                }
+            }
+            return;
+        }
         let mut ready: Vec<(Exchange, Answer, Meta)> = Vec::with_capacity(batch.len());
         let mut misses = Vec::new();
         while let Some((ev, meta)) = batch.next_with_meta() {
-            match ev {
-                PageEvent::Lookup(job) if job.ex.is_cancelled() => self.out.cancel(job.ex),
-                PageEvent::Lookup(job) => match lookup(hb, job, now) {
-                    Lookup::Hit(ex, answer) => ready.push((ex, answer, meta)),
-                    Lookup::Miss(miss) => misses.push((miss, meta)),
-                },
-                PageEvent::Resolved { job, found } => {
-                    let (ex, answer) = settle(hb, job, found);
-                    ready.push((ex, answer, meta));
-                }
+            match self.settle_one(ev, now) {
+                Ok((ex, answer)) => ready.push((ex, answer, meta)),
+                Err(miss) => misses.push((miss, meta)),
             }
         }
         ready.sort_by_key(|(_, a, _)| a.wire_len());
@@ -79,11 +82,33 @@ impl EventHandler<PageEvent> for PageCache {
             self.out.answer(ex, answer, meta);
         }
         for (miss, meta) in misses {
-            hb.counters.misses.fetch_add(1, Relaxed);
-            if let Err(e) = self.miss.try_enqueue_with(miss, meta) {
-                self.out
-                    .answer(e.into_inner().job.ex, Answer::Overload, meta);
-            }
+            self.to_miss(miss, meta);
+        }
+    }
+}
+
+impl PageCache {
+    /// A lookup or a fill: the answer, or the miss to forward.
+    fn settle_one(&self, ev: PageEvent, now: Instant) -> Result<(Exchange, Answer), Miss> {
+        let hb = &self.out.hb;
+        match ev {
+            PageEvent::Lookup(job) => match lookup(hb, job, now) {
+                Lookup::Hit(ex, answer) => Ok((ex, answer)),
+                Lookup::Miss(miss) => Err(miss),
+            },
+            PageEvent::Resolved { job, found } => Ok(settle(hb, job, found)),
+        }
+    }
+
+    /// Forwards a miss to CacheMiss (a request whose client is gone is dropped).
+    fn to_miss(&self, miss: Miss, meta: Meta) {
+        if miss.job.ex.is_cancelled() {
+            return self.out.cancel(miss.job.ex);
+        }
+        self.out.hb.counters.misses.fetch_add(1, Relaxed);
+        if let Err(e) = self.miss.try_enqueue_with(miss, meta) {
+            self.out
+                .answer(e.into_inner().job.ex, Answer::Overload, meta);
         }
     }
 }

@@ -32,11 +32,13 @@ use crate::proto::{
     self, BodyFraming, ChunkLimits, ChunkedDecoder, ChunkedError, Method, RequestHead, Status,
 };
 
-/// A request on its way through the stages, with the slot of its response.
+/// A request on its way through the stages, with the slot of its response. The
+/// request is boxed: an event is moved several times per hop, and 32 bytes move
+/// cheaper than 300.
 #[derive(Debug)]
 pub(crate) struct Job {
     pub(crate) ex: Exchange,
-    pub(crate) req: HttpRequest,
+    pub(crate) req: Box<HttpRequest>,
 }
 
 /// The body of a request whose head is parsed.
@@ -85,10 +87,15 @@ pub(crate) struct HttpParse {
     pub(crate) out: Responder,
 }
 
+thread_local! {
+    /// Each thread's buffer of steps, reused (no allocation per event).
+    static STEPS: std::cell::Cell<Vec<Step>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 impl EventHandler<SocketEvent> for HttpParse {
     fn handle_events(&self, mut batch: Batch<'_, SocketEvent>, _cx: &Context<'_>) {
         let now = Instant::now();
-        let mut steps = Vec::new();
+        let mut steps = STEPS.take();
         while let Some((ev, meta)) = batch.next_with_meta() {
             let meta = meta.with_color(None);
             self.on_event(ev, now, &mut steps);
@@ -96,6 +103,7 @@ impl EventHandler<SocketEvent> for HttpParse {
                 self.dispatch(step, meta);
             }
         }
+        STEPS.set(steps);
     }
 }
 
@@ -187,7 +195,10 @@ impl HttpParse {
                                 _ => rx.buf.split_to(body_len(&w.head)).freeze(),
                             };
                             let req = HttpRequest::new(w.raw, w.head, body, c.peer, Some(w.route));
-                            steps.push(Step::Forward(Job { ex: w.ex, req }));
+                            steps.push(Step::Forward(Job {
+                                ex: w.ex,
+                                req: Box::new(req),
+                            }));
                         }
                         continue;
                     }
@@ -248,7 +259,10 @@ impl HttpParse {
                 BodyFraming::None => {
                     rx.head_started = None;
                     let req = HttpRequest::new(raw, head, Bytes::new(), c.peer, route);
-                    steps.push(Step::Forward(Job { ex, req }));
+                    steps.push(Step::Forward(Job {
+                        ex,
+                        req: Box::new(req),
+                    }));
                     continue;
                 }
                 BodyFraming::Length(n) => BodyReader::Length { left: n },
@@ -283,7 +297,10 @@ impl HttpParse {
                         ex.close_after();
                     }
                     let req = HttpRequest::new(raw, head, Bytes::new(), c.peer, None);
-                    steps.push(Step::Forward(Job { ex, req }));
+                    steps.push(Step::Forward(Job {
+                        ex,
+                        req: Box::new(req),
+                    }));
                     if expect {
                         rx.stop();
                         return;

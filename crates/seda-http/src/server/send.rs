@@ -41,5 +41,5 @@ pub(crate) fn send(hb: &Haboob, ev: SendEvent) {
     hb.counters.responses.fetch_add(1, Relaxed);
     let reply = hb.framer.frame(&slot, answer);
     slot.conn.deliver(slot.seq, reply, hb.set.max_pipelined);
-    slot.conn.touch(hb.millis(std::time::Instant::now()));
+    slot.conn.touch(hb.coarse_ms());
 }

@@ -178,11 +178,29 @@ pub(crate) struct Haboob {
     pub(crate) counters: Counters,
     /// Origin of the connections' activity clocks.
     pub(crate) epoch: Instant,
+    /// Milliseconds since `epoch`, refreshed by the sweeper (at least every 500 ms):
+    /// a clock for idle times and cache freshness that costs no system call.
+    pub(crate) clock_ms: AtomicU64,
 }
 
 impl Haboob {
     pub(crate) fn draining(&self) -> bool {
         self.framer.draining.load(Relaxed)
+    }
+
+    /// Refreshes the coarse clock (the sweeper, every period).
+    pub(crate) fn tick(&self, now: Instant) {
+        self.clock_ms.store(self.millis(now), Relaxed);
+    }
+
+    /// The coarse clock (see `clock_ms`) as milliseconds since the epoch.
+    pub(crate) fn coarse_ms(&self) -> u64 {
+        self.clock_ms.load(Relaxed)
+    }
+
+    /// The coarse clock as an instant.
+    pub(crate) fn coarse_now(&self) -> Instant {
+        self.epoch + Duration::from_millis(self.coarse_ms())
     }
 
     /// Milliseconds since the epoch at `now`.

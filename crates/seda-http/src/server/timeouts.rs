@@ -16,6 +16,7 @@ use crate::proto::Status;
 /// One sweep over every connection.
 pub(crate) fn sweep(out: &Responder, now: Instant) {
     let hb = &out.hb;
+    hb.tick(now);
     let idle_ms = u64::try_from(hb.set.idle_timeout.as_millis()).unwrap_or(u64::MAX);
     let now_ms = hb.millis(now);
     for c in hb.conns.all() {
