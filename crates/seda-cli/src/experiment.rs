@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use seda_load::experiment::colors::{self, ColorsConfig, cost::CostConfig};
 use seda_load::experiment::fig12::{self, Fig12Config};
 use seda_load::experiment::overload::{self, OverloadConfig, Scenario};
 use seda_load::experiment::server::ServerSpec;
@@ -24,6 +25,58 @@ pub enum ExperimentCommand {
     /// USITS'03 Figs. 8-11, 14-15: the Arashi mail service under emulated mail readers
     /// (load, spike, per-stage vs single controller, two classes).
     Arashi(crate::arashi::ExperimentArgs),
+    /// libasync-mp thesis 5.2: an SFS-like server that encrypts and MACs every
+    /// response, with one color for everything vs per-connection colors, on 1 and 2
+    /// workers; and the cost of colored events. Run it under
+    /// `flock /work/coord/bench.lock` on a quiet machine.
+    Colors(ColorsArgs),
+}
+
+/// Arguments of `seda experiment colors`. The defaults take about 3 minutes.
+#[derive(Debug, clap::Args)]
+pub struct ColorsArgs {
+    /// Output directory (runs.json, table.md, throughput.svg).
+    #[arg(long, default_value = "results/colors")]
+    pub out: PathBuf,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration_s: f64,
+    /// Unmeasured seconds per run before measuring.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup_s: f64,
+    /// Rounds (each runs every setup once, in rotated order).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Concurrent client connections.
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+    /// Reads outstanding per connection.
+    #[arg(long, default_value_t = 4)]
+    pub depth: usize,
+    /// KiB per read (each response seals this much).
+    #[arg(long, default_value_t = 16)]
+    pub block_kib: u32,
+    /// MiB of the served file.
+    #[arg(long, default_value_t = 64)]
+    pub file_mib: usize,
+    /// Load-generator threads.
+    #[arg(long, default_value_t = 1)]
+    pub client_threads: usize,
+    /// Events per handler batch in the server.
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    /// Also measure the per-stage thread model (seal on 1 and 2 threads of its own).
+    #[arg(long)]
+    pub per_stage: bool,
+    /// Skip the cost-of-colors pipeline benchmark.
+    #[arg(long)]
+    pub no_cost: bool,
+    /// Rounds of the cost-of-colors benchmark.
+    #[arg(long, default_value_t = 5)]
+    pub cost_rounds: usize,
+    /// A seconds-long smoke version (short runs, one round, small file).
+    #[arg(long)]
+    pub quick: bool,
 }
 
 /// Arguments of `seda experiment overload`. The defaults take about 17 minutes.
@@ -131,7 +184,57 @@ pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
         ExperimentCommand::Gnutella(a) => crate::gnutella::fig14(a),
         ExperimentCommand::GnutellaThroughput(a) => crate::gnutella::throughput(a),
         ExperimentCommand::Arashi(a) => crate::arashi::experiment(a),
+        ExperimentCommand::Colors(a) => colors_cmd(a),
     }
+}
+
+fn colors_cmd(a: ColorsArgs) -> Result<(), String> {
+    let secs = |v: f64, name: &str| {
+        if v.is_finite() && (0.05..=3600.0).contains(&v) {
+            Ok(Duration::from_secs_f64(v))
+        } else {
+            Err(format!("{name} must be in 0.05..=3600 seconds, got {v}"))
+        }
+    };
+    let mut cfg = ColorsConfig::new(a.out);
+    cfg.duration = secs(a.duration_s, "--duration-s")?;
+    cfg.warmup = secs(a.warmup_s, "--warmup-s")?;
+    if a.rounds == 0 || a.connections == 0 || a.depth == 0 || a.client_threads == 0 {
+        return Err("--rounds, --connections, --depth and --client-threads must be at least 1".into());
+    }
+    if a.client_threads > a.connections {
+        return Err("--client-threads must not exceed --connections".into());
+    }
+    if !(1..=16 * 1024).contains(&a.block_kib) {
+        return Err(format!("--block-kib must be in 1..=16384, got {}", a.block_kib));
+    }
+    if !(1..=1024).contains(&a.file_mib) || (a.file_mib as u64) * 1024 < u64::from(a.block_kib) {
+        return Err("--file-mib must be in 1..=1024 and hold at least one block".into());
+    }
+    cfg.rounds = a.rounds;
+    cfg.connections = a.connections;
+    cfg.depth = a.depth;
+    cfg.block = a.block_kib * 1024;
+    cfg.file_len = a.file_mib << 20;
+    cfg.client_threads = a.client_threads;
+    cfg.batch = a.batch;
+    cfg.per_stage = a.per_stage;
+    cfg.cost = (!a.no_cost).then(|| CostConfig {
+        rounds: a.cost_rounds.max(1),
+        ..CostConfig::default()
+    });
+    if a.quick {
+        cfg = cfg.quick();
+    }
+    let t0 = std::time::Instant::now();
+    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let result = colors::run(&cfg, &mut log)?;
+    eprintln!("wrote {}", cfg.out.display());
+    println!(
+        "speedup {:.2}x (per-connection colors on 2 workers / one color on 1 worker; thesis SFS 1.62x)",
+        result.speedup
+    );
+    Ok(())
 }
 
 fn overload_cmd(a: OverloadArgs) -> Result<(), String> {

@@ -5,8 +5,10 @@
 //! is [`crate::client::run`] with a [`crate::Schedule`], whose report carries the
 //! per-second time series and the CDF; [`plot`] writes SVG line charts. [`fig12`] is
 //! SEDA SOSP'01 Fig. 12 built from them; [`overload`] is the overload-control
-//! experiment (SEDA Fig. 13, USITS'03 section 4).
+//! experiment (SEDA Fig. 13, USITS'03 section 4); [`colors`] is libasync-mp's colors
+//! on an SFS-like sealing server (thesis 5.2).
 
+pub mod colors;
 pub mod fig12;
 pub mod overload;
 pub mod plot;
