@@ -200,13 +200,18 @@ fn colors_cmd(a: ColorsArgs) -> Result<(), String> {
     cfg.duration = secs(a.duration_s, "--duration-s")?;
     cfg.warmup = secs(a.warmup_s, "--warmup-s")?;
     if a.rounds == 0 || a.connections == 0 || a.depth == 0 || a.client_threads == 0 {
-        return Err("--rounds, --connections, --depth and --client-threads must be at least 1".into());
+        return Err(
+            "--rounds, --connections, --depth and --client-threads must be at least 1".into(),
+        );
     }
     if a.client_threads > a.connections {
         return Err("--client-threads must not exceed --connections".into());
     }
     if !(1..=16 * 1024).contains(&a.block_kib) {
-        return Err(format!("--block-kib must be in 1..=16384, got {}", a.block_kib));
+        return Err(format!(
+            "--block-kib must be in 1..=16384, got {}",
+            a.block_kib
+        ));
     }
     if !(1..=1024).contains(&a.file_mib) || (a.file_mib as u64) * 1024 < u64::from(a.block_kib) {
         return Err("--file-mib must be in 1..=1024 and hold at least one block".into());

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use seda::ThreadModel;
 use seda_load::experiment::colors::client::{ClientConfig, ClientReport, LoadClient};
 use seda_load::experiment::colors::proto::{self, HEADER_LEN, HELLO_LEN, ReadRequest};
-use seda_load::experiment::colors::server::{ColorsServer, Coloring, ServerConfig, ServerStats};
+use seda_load::experiment::colors::server::{Coloring, ColorsServer, ServerConfig, ServerStats};
 use seda_load::experiment::colors::{ColorsConfig, ColorsResult};
 
 const FILE_LEN: usize = 1 << 20;
@@ -98,7 +98,10 @@ fn a_client_pipelining_past_the_in_flight_limit_is_paused_not_cut() {
     let report = verified_load(&s, 2, 200, 1000);
     let stats = s.stop();
     assert_clean("paused", &report, &stats, 2 * 1000);
-    assert!(stats.pauses > 0, "recv never paused a connection: {stats:?}");
+    assert!(
+        stats.pauses > 0,
+        "recv never paused a connection: {stats:?}"
+    );
 }
 
 /// Reads one response from a blocking stream and opens it.
@@ -182,6 +185,8 @@ fn the_quick_experiment_writes_results_with_a_speedup() {
             .unwrap();
     assert!(raw["speedup"].is_number());
     let table = std::fs::read_to_string(dir.path().join("table.md")).unwrap();
-    assert!(table.contains("**speedup**") && table.contains("per-connection colors, shared, 2 workers"));
+    assert!(
+        table.contains("**speedup**") && table.contains("per-connection colors, shared, 2 workers")
+    );
     assert!(dir.path().join("throughput.svg").exists());
 }

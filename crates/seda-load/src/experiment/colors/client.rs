@@ -252,8 +252,11 @@ impl Worker {
     fn run(&mut self, mut conns: Vec<Conn>) -> io::Result<()> {
         let mut poll = Poll::new()?;
         for (i, c) in conns.iter_mut().enumerate() {
-            poll.registry()
-                .register(&mut c.stream, Token(i), Interest::READABLE | Interest::WRITABLE)?;
+            poll.registry().register(
+                &mut c.stream,
+                Token(i),
+                Interest::READABLE | Interest::WRITABLE,
+            )?;
             self.top_up(c);
         }
         let mut live: Vec<bool> = vec![true; conns.len()];

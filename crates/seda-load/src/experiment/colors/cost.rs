@@ -103,7 +103,11 @@ pub fn run(cfg: &CostConfig, log: &mut dyn FnMut(&str)) -> Result<Vec<CostRow>, 
                 }
             }
             let ratio = |k: usize| median(per[k].iter().zip(&per[0]).map(|(c, u)| c / u).collect());
-            let (u, c, o) = (median(per[0].clone()), median(per[1].clone()), median(per[2].clone()));
+            let (u, c, o) = (
+                median(per[0].clone()),
+                median(per[1].clone()),
+                median(per[2].clone()),
+            );
             let row = CostRow {
                 stages,
                 model: model.as_str().to_owned(),
@@ -178,7 +182,10 @@ fn measure(cfg: &CostConfig, stages: usize, model: ThreadModel, kind: Kind) -> R
         .build()
         .map_err(|e| format!("stage {name}: {}", err(e)))
     };
-    let mut next = stage(format!("s{}", stages - 1), rt.stage(&format!("s{}", stages - 1), last))?;
+    let mut next = stage(
+        format!("s{}", stages - 1),
+        rt.stage(&format!("s{}", stages - 1), last),
+    )?;
     for i in (0..stages - 1).rev() {
         let down = next.clone();
         let h = move |batch: Batch<'_, u64>, _cx: &Context<'_>| {

@@ -97,7 +97,13 @@ fn machine_busy(proc_stat: &str) -> f64 {
         .filter_map(|x| x.parse().ok())
         .collect();
     // user nice system idle iowait irq softirq steal (guest time is inside user).
-    let busy: u64 = v.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, x)| x).sum();
+    let busy: u64 = v
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, x)| x)
+        .sum();
     busy as f64 / HZ
 }
 

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use self::client::{CLIENT_THREAD, ClientConfig, ClientReport, LoadClient};
 use self::cost::{CostConfig, CostRow, median};
 use self::cpu::{CpuCores, CpuSample, load1};
-use self::server::{ColorsServer, Coloring, ServerConfig, ServerStats};
+use self::server::{Coloring, ColorsServer, ServerConfig, ServerStats};
 use super::plot::{Chart, Series, line_chart};
 
 /// The thesis's SFS figures (Fig. 5-5 and section 5.2.2), for the comparison.
@@ -89,10 +89,7 @@ impl Setup {
                 self.workers,
                 if self.workers == 1 { "" } else { "s" }
             ),
-            ThreadModel::PerStage => format!(
-                "{c}, per-stage, seal x{}",
-                self.workers
-            ),
+            ThreadModel::PerStage => format!("{c}, per-stage, seal x{}", self.workers),
         }
     }
 }
@@ -175,8 +172,16 @@ impl ColorsConfig {
         ];
         if self.per_stage {
             v.push(Setup::new(Coloring::Single, ThreadModel::PerStage, 2));
-            v.push(Setup::new(Coloring::PerConnection, ThreadModel::PerStage, 1));
-            v.push(Setup::new(Coloring::PerConnection, ThreadModel::PerStage, 2));
+            v.push(Setup::new(
+                Coloring::PerConnection,
+                ThreadModel::PerStage,
+                1,
+            ));
+            v.push(Setup::new(
+                Coloring::PerConnection,
+                ThreadModel::PerStage,
+                2,
+            ));
         }
         v
     }
@@ -258,6 +263,14 @@ pub struct ColorsResult {
     pub thesis_speedup: f64,
     /// Per-connection colors on 1 worker / one color on 1 worker (the thesis: 0.95).
     pub per_connection_1_worker_ratio: f64,
+    /// CPU time to seal one response (one thread, no I/O), microseconds.
+    pub seal_us_per_response: f64,
+    /// Sealing's share of the baseline server's CPU per response (the thesis: SFS
+    /// spent 75% in encryption, 65% once parallelised).
+    pub encryption_share: f64,
+    /// Amdahl's bound on 2 workers if only sealing runs in parallel:
+    /// 1 / ((1 - share) + share / 2).
+    pub amdahl_2_workers: f64,
     /// Per setup.
     pub setups: Vec<SetupSummary>,
     /// The cost of colors on a bare pipeline.
@@ -275,6 +288,11 @@ pub fn run(cfg: &ColorsConfig, log: &mut dyn FnMut(&str)) -> Result<ColorsResult
     std::fs::create_dir_all(&cfg.out)
         .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
     let load_start = load1();
+    let seal_us = seal_cost(cfg.block);
+    log(&format!(
+        "sealing {} bytes takes {seal_us:.1} us",
+        cfg.block
+    ));
     let setups = cfg.setups();
     let mut runs = Vec::new();
     for round in 0..cfg.rounds {
@@ -284,8 +302,13 @@ pub fn run(cfg: &ColorsConfig, log: &mut dyn FnMut(&str)) -> Result<ColorsResult
             log(&format!(
                 "round {round}: {}: {:.0} responses/s, {:.1} MiB/s, CPU server {:.2} client \
                  {:.2} others {:.2} cores, load {:.1}",
-                r.label, r.responses_per_s, r.mib_per_s, r.cpu.server, r.cpu.client,
-                r.cpu.others, r.load1
+                r.label,
+                r.responses_per_s,
+                r.mib_per_s,
+                r.cpu.server,
+                r.cpu.client,
+                r.cpu.others,
+                r.load1
             ));
             runs.push(r);
         }
@@ -294,10 +317,29 @@ pub fn run(cfg: &ColorsConfig, log: &mut dyn FnMut(&str)) -> Result<ColorsResult
         Some(c) => cost::run(c, log)?,
         None => Vec::new(),
     };
-    let result = summarise(cfg, runs, cost, (load_start, load1()));
+    let result = summarise(cfg, runs, cost, seal_us, (load_start, load1()));
     super::write_runs_and_table(&cfg.out, &result, table(&result))?;
     chart(cfg, &result)?;
     Ok(result)
+}
+
+/// Median CPU time of sealing one `block`-byte response on this thread, us.
+fn seal_cost(block: u32) -> f64 {
+    use chacha20poly1305::ChaCha20Poly1305;
+    use chacha20poly1305::aead::KeyInit;
+    let cipher = ChaCha20Poly1305::new(&[9u8; 32].into());
+    let text = proto::file_content(block as usize, 3);
+    let per_batch = (4 << 20) / (block as usize).max(1) + 1;
+    let samples = (0..7u64)
+        .map(|b| {
+            let t = Instant::now();
+            for i in 0..per_batch as u64 {
+                std::hint::black_box(proto::seal(&cipher, b * 1_000_000 + i, 0, &text));
+            }
+            t.elapsed().as_secs_f64() * 1e6 / per_batch as f64
+        })
+        .collect();
+    median(samples)
 }
 
 fn run_one(cfg: &ColorsConfig, setup: Setup, round: usize) -> Result<Run, String> {
@@ -324,7 +366,11 @@ fn run_one(cfg: &ColorsConfig, setup: Setup, round: usize) -> Result<Run, String
         seed: round as u64 + 1,
     })?;
     std::thread::sleep(cfg.warmup);
-    let (c0, cpu0, t0) = (client.report(), CpuSample::now(CLIENT_THREAD), Instant::now());
+    let (c0, cpu0, t0) = (
+        client.report(),
+        CpuSample::now(CLIENT_THREAD),
+        Instant::now(),
+    );
     std::thread::sleep(cfg.duration);
     let (c1, cpu1, secs) = (
         client.report(),
@@ -382,6 +428,7 @@ fn summarise(
     cfg: &ColorsConfig,
     runs: Vec<Run>,
     cost: Vec<CostRow>,
+    seal_us: f64,
     load: (f64, f64),
 ) -> ColorsResult {
     let setups = cfg
@@ -412,6 +459,12 @@ fn summarise(
         })
         .collect();
     let speedup_by_round = ratio_by_round(&runs, PARALLEL, BASELINE);
+    let share = median(
+        runs.iter()
+            .filter(|r| r.setup == BASELINE && r.server_cpu_us_per_response > 0.0)
+            .map(|r| (seal_us / r.server_cpu_us_per_response).min(1.0))
+            .collect(),
+    );
     ColorsResult {
         experiment: "colors".to_owned(),
         date: super::date_utc(),
@@ -430,6 +483,9 @@ fn summarise(
             Setup::new(Coloring::PerConnection, ThreadModel::Shared, 1),
             BASELINE,
         )),
+        seal_us_per_response: seal_us,
+        encryption_share: share,
+        amdahl_2_workers: 1.0 / ((1.0 - share) + share / 2.0),
         setups,
         cost,
         runs,
@@ -469,11 +525,18 @@ fn table(r: &ColorsResult) -> String {
             s.server_cpu_us_per_response
         );
     }
-    let rounds: Vec<String> = r.speedup_by_round.iter().map(|x| format!("{x:.2}")).collect();
+    let rounds: Vec<String> = r
+        .speedup_by_round
+        .iter()
+        .map(|x| format!("{x:.2}"))
+        .collect();
     t += &format!(
         "\n**speedup** (per-connection colors on 2 workers / one color on 1 worker, \
          within each round): **{:.2}x** (rounds: {}); thesis, SFS on 2 CPUs: {:.2}x. \
          Per-connection colors on 1 worker / one color: {:.2}x (thesis: {:.2}x).\n\n\
+         Sealing one response takes {:.1} us of CPU, {:.0}% of the baseline server's CPU \
+         per response (thesis: SFS spent 75% in encryption); if only sealing ran in \
+         parallel, Amdahl's bound on 2 workers would be {:.2}x.\n\n\
          CPU columns are cores (1.0 = one core all the time) over the measured window: \
          the server's threads, the load generator's, and everything else on the machine.\n",
         r.speedup,
@@ -481,6 +544,9 @@ fn table(r: &ColorsResult) -> String {
         r.thesis_speedup,
         r.per_connection_1_worker_ratio,
         THESIS_SFS_1CPU_RATIO,
+        r.seal_us_per_response,
+        r.encryption_share * 100.0,
+        r.amdahl_2_workers,
     );
     if !r.cost.is_empty() {
         t += "\n## The cost of colors (bare pipeline, events/s, medians)\n\n\
@@ -509,8 +575,16 @@ fn chart(cfg: &ColorsConfig, r: &ColorsResult) -> Result<(), String> {
     let mut series: Vec<Series> = Vec::new();
     for (coloring, model, name) in [
         (Coloring::Single, ThreadModel::Shared, "one color (shared)"),
-        (Coloring::PerConnection, ThreadModel::Shared, "per-connection colors (shared)"),
-        (Coloring::PerConnection, ThreadModel::PerStage, "per-connection colors (per-stage)"),
+        (
+            Coloring::PerConnection,
+            ThreadModel::Shared,
+            "per-connection colors (shared)",
+        ),
+        (
+            Coloring::PerConnection,
+            ThreadModel::PerStage,
+            "per-connection colors (per-stage)",
+        ),
     ] {
         let points: Vec<(f64, f64)> = r
             .setups

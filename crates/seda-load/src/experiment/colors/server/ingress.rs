@@ -51,7 +51,9 @@ impl EventHandler<SocketEvent> for Ingress {
                 SocketEvent::Data { bytes, .. } => {
                     (self.table.read().get(&id).cloned(), Input::Data(bytes))
                 }
-                SocketEvent::Resumed { .. } => (self.table.read().get(&id).cloned(), Input::Resumed),
+                SocketEvent::Resumed { .. } => {
+                    (self.table.read().get(&id).cloned(), Input::Resumed)
+                }
                 SocketEvent::Closed { .. } => (self.table.write().remove(&id), Input::Closed),
                 // Backlog notices are not asked for (the sockets pause instead).
                 _ => continue,

@@ -103,7 +103,11 @@ impl EventHandler<ServeEvent> for Serve {
 impl FileSystem {
     fn read(&mut self, id: ConnId, r: ReadRequest) -> Reply {
         let size = self.file.len() as u64;
-        let Some(end) = r.offset.checked_add(u64::from(r.len)).filter(|&e| e <= size) else {
+        let Some(end) = r
+            .offset
+            .checked_add(u64::from(r.len))
+            .filter(|&e| e <= size)
+        else {
             return Reply::Error(format!(
                 "read of {} bytes at {} is past the end of the {size}-byte file",
                 r.len, r.offset
