@@ -15,15 +15,16 @@
 //! - [`raise_fd_limit`] lifts the open-files limit to the hard limit (done by
 //!   [`Sockets::start`]).
 //!
-//! # API notes (relative to the shape agreed with seda-http)
-//! All agreed names exist as agreed. Additions: `SocketConfig` also has
-//! `listen_backlog`, `send_buffer`, `nodelay`, `stage_name`; `SocketHandle` has
-//! `stats()` and `stage_name()`; `Writer::queued`; `WriteError::{NoConnection,
-//! Closed, Backlog, InvalidRange, Io}`; `FileHelper::{submit_with, submit_to_with}`
-//! take the request's `Meta` so completions keep `born`, class and color;
-//! `submit`/`submit_to` return `Err(SubmitError { op, reason })` on overload;
-//! `submit_to`/`submit_to_with` take an `undelivered` callback that gets the
-//! completion back if the caller's sink will not take it.
+//! # Flow control (for servers facing hostile clients)
+//! [`Sockets::bind`] then [`BoundSockets::start`] gives the application a [`Writer`]
+//! before the stage the sockets feed is built. [`Writer::pause_reading`] /
+//! [`Writer::resume_reading`] (then a `Resumed` event) bound the work one connection
+//! has in flight; [`BacklogAction::Pause`] (the default) stops reading a connection
+//! whose output is backed up instead of closing it; [`SocketConfig::send_timeout`]
+//! closes a peer that takes nothing; [`SocketConfig::refusal`] answers connections
+//! over `max_connections`; [`SocketConfig::domain`] lets the loops hand events to
+//! the application's stage inline. A fixed port already in use is an error that
+//! names it, even when the other listener uses `SO_REUSEPORT`.
 //!
 //! ```no_run
 //! use seda::{Batch, Context, Runtime};

@@ -1,0 +1,188 @@
+//! [`Writer`]: output from any thread, written at once when nothing is queued
+//! before it, the rest queued for the connection's loop (see the module docs of
+//! `socket` for the bounds and the backlog actions).
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::conn::{Segment, WriteState};
+use super::event_loop::Cmd;
+use super::{BacklogAction, CloseReason, ConnId, Outgoing, Shared, WriteError};
+
+/// Sends output on connections. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Writer {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Writer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer").finish_non_exhaustive()
+    }
+}
+
+impl Writer {
+    /// Sends `out` on `conn`: writes at once from this thread (`writev`, `sendfile`)
+    /// if nothing is queued before it, queues what the socket does not take, and the
+    /// connection's event loop flushes the rest on `EPOLLOUT`. Output of one
+    /// connection goes out in the order of `send` calls.
+    ///
+    /// Past the write threshold the connection is closed (`Err(Backlog)`) or the
+    /// application notified, per [`super::SocketConfig::on_backlog`].
+    pub fn send(&self, conn: ConnId, out: Outgoing) -> Result<(), WriteError> {
+        let c = self
+            .shared
+            .conns
+            .get(conn)
+            .ok_or(WriteError::NoConnection)?;
+        if let Outgoing::File { file, offset, len } = &out {
+            let size = file.metadata().map_err(|e| WriteError::Io(e.kind()))?.len();
+            if offset.checked_add(*len).is_none_or(|end| end > size) {
+                return Err(WriteError::InvalidRange);
+            }
+        }
+        let counters = &self.shared.counters;
+        let mut o = c.out.lock();
+        if o.state != WriteState::Open {
+            return Err(WriteError::Closed);
+        }
+        let was_empty = o.queue.is_empty();
+        match out {
+            Outgoing::Bytes(b) if !b.is_empty() => o.push(Segment::Bytes(b)),
+            Outgoing::Bytes(_) => {}
+            Outgoing::Vectored(v) => v
+                .into_iter()
+                .filter(|b| !b.is_empty())
+                .for_each(|b| o.push(Segment::Bytes(b))),
+            Outgoing::File { len: 0, .. } => {}
+            Outgoing::File { file, offset, len } => o.push(Segment::File {
+                file,
+                offset,
+                remaining: len,
+            }),
+        }
+        if was_empty && !o.queue.is_empty() {
+            match o.flush(&c.stream, &counters.bytes_written) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    counters.deferred_writes.fetch_add(1, Relaxed);
+                }
+                Err(e) => {
+                    o.state = WriteState::Closed;
+                    o.clear();
+                    drop(o);
+                    self.shared
+                        .command(c.owner, Cmd::Close(conn, CloseReason::Error(e.kind())));
+                    return Err(WriteError::Io(e.kind()));
+                }
+            }
+        }
+        if o.queued > self.shared.cfg.write_threshold {
+            match self.shared.cfg.on_backlog {
+                BacklogAction::Pause => {
+                    if !c.backed_up.swap(true, Relaxed) {
+                        counters.backlog_pauses.fetch_add(1, Relaxed);
+                    }
+                }
+                BacklogAction::Close => {
+                    o.state = WriteState::Closed;
+                    o.clear();
+                    drop(o);
+                    counters.backlog_closes.fetch_add(1, Relaxed);
+                    self.shared
+                        .command(c.owner, Cmd::Close(conn, CloseReason::Backlog));
+                    return Err(WriteError::Backlog);
+                }
+                BacklogAction::Notify if !o.notified => {
+                    o.notified = true;
+                    let queued = o.queued;
+                    drop(o);
+                    counters.backlog_notices.fetch_add(1, Relaxed);
+                    self.shared.command(c.owner, Cmd::Backlog(conn, queued));
+                }
+                BacklogAction::Notify => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands an already connected stream (an outgoing connection the application
+    /// opened itself) to the event loops. From then on it is a connection like an
+    /// accepted one: `Accepted { conn, peer }` is its first event, `Closed` its last.
+    /// The id is returned before the loop announces the connection. Errors: the
+    /// sockets are stopping, or the stream's peer address cannot be read.
+    pub fn adopt(&self, stream: std::net::TcpStream) -> io::Result<ConnId> {
+        if self.shared.stopping() {
+            return Err(io::Error::other("socket stages are stopping"));
+        }
+        let peer = stream.peer_addr()?;
+        stream.set_nonblocking(true)?;
+        let id = ConnId::next();
+        let owner = (id.0 as usize) % self.shared.loops.len().max(1);
+        let stream = mio::net::TcpStream::from_std(stream);
+        self.shared.command(owner, Cmd::Adopt(id, stream, peer));
+        Ok(id)
+    }
+
+    /// Stops reading `conn` until [`Writer::resume_reading`]: the peer's further
+    /// bytes wait in the kernel (TCP flow control slows it). Events already read are
+    /// still delivered. No-op for an unknown connection.
+    pub fn pause_reading(&self, conn: ConnId) {
+        if let Some(c) = self.shared.conns.get(conn) {
+            c.read_paused.store(true, Relaxed);
+        }
+    }
+
+    /// Starts reading `conn` again after [`Writer::pause_reading`]; the application
+    /// then gets one `Resumed` event (after the connection's earlier events). No-op
+    /// if reading was not paused or the connection is unknown.
+    pub fn resume_reading(&self, conn: ConnId) {
+        if let Some(c) = self.shared.conns.get(conn)
+            && c.read_paused.swap(false, Relaxed)
+        {
+            self.shared.command(c.owner, Cmd::Resume(conn));
+        }
+    }
+
+    /// Closes `conn` once its queued output is flushed (at once if none is). No-op
+    /// for an unknown or already closing connection.
+    pub fn close(&self, conn: ConnId) {
+        let Some(c) = self.shared.conns.get(conn) else {
+            return;
+        };
+        let mut o = c.out.lock();
+        match o.state {
+            WriteState::Open if !o.queue.is_empty() => o.state = WriteState::Closing,
+            WriteState::Open => {
+                o.state = WriteState::Closed;
+                drop(o);
+                self.shared
+                    .command(c.owner, Cmd::Close(conn, CloseReason::Local));
+            }
+            WriteState::Closing | WriteState::Closed => {}
+        }
+    }
+
+    /// Closes `conn` now, dropping queued output.
+    pub fn abort(&self, conn: ConnId) {
+        let Some(c) = self.shared.conns.get(conn) else {
+            return;
+        };
+        let mut o = c.out.lock();
+        if o.state == WriteState::Closed {
+            return;
+        }
+        o.state = WriteState::Closed;
+        o.clear();
+        drop(o);
+        self.shared
+            .command(c.owner, Cmd::Close(conn, CloseReason::Local));
+    }
+
+    /// Bytes queued on `conn` waiting for the socket (`None` if it is not open).
+    pub fn queued(&self, conn: ConnId) -> Option<usize> {
+        self.shared.conns.get(conn).map(|c| c.out.lock().queued)
+    }
+}
