@@ -6,13 +6,16 @@
 # build.sh; gtk-gnutella runs as user "gnut" under a faked 2025 clock (builds over
 # two years old refuse ultrapeer mode).
 #
-# Usage: scripts/gtk-gnutella/interop.sh [OUT]   (SEDA=path/to/seda to override)
+# Usage: scripts/gtk-gnutella/interop.sh [OUT]
+#   SEDA=path/to/seda to override the binary; WAIT=seconds to hold the connections
+#   after the query (default 180: several of gtk's 20 s alive-ping periods).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 SEDA=${SEDA:-$HERE/../../target/release/seda}
 OUT=${1:-/tmp/gnutella-interop}
 PREFIX=${PREFIX:-/home/gnut/inst}
 RUNAS=gnut
+WAIT=${WAIT:-180}
 FAKE='2025-06-01 12:00:00'
 RPORT=16400
 HOME_DIR=$(getent passwd "$RUNAS" | cut -d: -f6)
@@ -28,7 +31,14 @@ shell() { # shell N COMMANDS: one gtk shell session
 }
 
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+cleanup() {
+    # gtk-gnutella runs under su and faketime: stop it by the pid it records.
+    for n in 1 2; do
+        f="$HOME_DIR/interop-g$n/gtk-gnutella.pid"
+        [ -s "$f" ] && kill "$(head -1 "$f")" 2>/dev/null || true
+    done
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+}
 trap cleanup EXIT
 
 for n in 1 2; do
@@ -76,8 +86,8 @@ shell 2 "node add 127.0.0.1 $RPORT" >> "$OUT/transcript.txt"
 sleep 10
 echo "== third peer: query through the router" >> "$OUT/transcript.txt"
 python3 "$HERE/inject.py" $RPORT "seda interop" >> "$OUT/transcript.txt" 2>&1
-echo "== waiting 60 s (alive pings, keep-alive) before reading every side's counters" >> "$OUT/transcript.txt"
-sleep 60
+echo "== waiting $WAIT s (alive pings, keep-alive) before reading every side's counters" >> "$OUT/transcript.txt"
+sleep "$WAIT"
 for n in 1 2; do
     echo "== gtk g$n: nodes" >> "$OUT/transcript.txt"
     shell "$n" "nodes" >> "$OUT/transcript.txt"

@@ -61,6 +61,14 @@ pub struct GnutellaArgs {
     /// Router queue length above which the controller adds a thread.
     #[arg(long, default_value_t = 1000)]
     pub queue_threshold: usize,
+    /// Admission on the router queue: refuse (drop, count) reads while it holds
+    /// this many events (SEDA 5.2.3's thresholding).
+    #[arg(long, conflicts_with = "router_red")]
+    pub router_queue_limit: Option<usize>,
+    /// Admission on the router queue: RED between MIN and MAX queued events, e.g.
+    /// 1000,5000 (drop probability up to 0.5 at MAX).
+    #[arg(long)]
+    pub router_red: Option<String>,
     /// Socket event loops [default: one per core].
     #[arg(long)]
     pub event_loops: Option<usize>,
@@ -119,6 +127,18 @@ pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
         ..RouterConfig::default()
     };
     cfg.max_backoff = cfg.max_backoff.max(cfg.backoff);
+    if let Some(n) = a.router_queue_limit {
+        cfg.router_admission = seda_gnutella::RouterAdmission::QueueThreshold(n);
+    }
+    if let Some(red) = &a.router_red {
+        let bad = || format!("--router-red: expected MIN,MAX, got {red:?}");
+        let (min, max) = red.split_once(',').ok_or_else(bad)?;
+        cfg.router_admission = seda_gnutella::RouterAdmission::Red {
+            min: min.trim().parse().map_err(|_| bad())?,
+            max: max.trim().parse().map_err(|_| bad())?,
+            max_p: 0.5,
+        };
+    }
     cfg.routing.max_ttl = a.max_ttl;
     cfg.routing.table_entries = a.route_entries;
     cfg.routing.table_ttl = secs("--route-ttl-s", a.route_ttl_s)?;

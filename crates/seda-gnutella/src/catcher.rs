@@ -218,6 +218,21 @@ impl Catcher {
                 w.abort(conn);
             }
         }
+        // A dialled connection the sockets never announced (they were stopping, or
+        // the socket died before its loop took it) must not hold its host forever.
+        let lost: Vec<SocketAddr> = {
+            let mut dialing = node.dialing.lock();
+            let gone: Vec<SocketAddr> = dialing
+                .iter()
+                .filter(|(_, t)| now.saturating_duration_since(**t) > node.cfg.handshake_timeout)
+                .map(|(a, _)| *a)
+                .collect();
+            dialing.retain(|a, _| !gone.contains(a));
+            gone
+        };
+        for addr in lost {
+            node.hosts.lock().failed(addr, now);
+        }
         crate::router::rearm_if_stale(cx.runtime(), node, Duration::from_secs(2));
         self.dial(now);
     }

@@ -5,6 +5,29 @@ use std::time::Duration;
 
 use crate::routing::RoutingConfig;
 
+/// Admission control on the router stage's queue (SEDA 5.2.3 names both: "threshold
+/// each stage's incoming event queue and drop packets when the threshold has been
+/// exceeded", or drop "probabilistically based on the length of the input queue"
+/// as RED does). A refused read is dropped and counted as `router_overload`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum RouterAdmission {
+    /// Only the queue's capacity.
+    #[default]
+    None,
+    /// Refuse while the queue holds this many events.
+    QueueThreshold(usize),
+    /// Random early detection between `min` and `max` queued events, refusing with
+    /// probability up to `max_p` (queue length averaged with weight 0.2).
+    Red {
+        /// Below this average length nothing is refused.
+        min: usize,
+        /// At and above this average length everything is refused.
+        max: usize,
+        /// Refusal probability reached at `max`.
+        max_p: f64,
+    },
+}
+
 /// Settings of a Gnutella router. `Default` gives a router on an ephemeral loopback
 /// port with the values documented per field.
 #[derive(Clone, Debug)]
@@ -65,6 +88,8 @@ pub struct RouterConfig {
     pub router_queue_threshold: usize,
     /// Router stage queue capacity. Default 65,536 events.
     pub router_capacity: usize,
+    /// Admission control on the router stage's queue. Default none.
+    pub router_admission: RouterAdmission,
     /// Socket event loops. Default: one per core.
     pub event_loops: Option<usize>,
     /// `SO_SNDBUF` of connections; default: the kernel's (which grows to megabytes,
@@ -96,6 +121,7 @@ impl Default for RouterConfig {
             router_pool_controller: false,
             router_queue_threshold: 1000,
             router_capacity: 65_536,
+            router_admission: RouterAdmission::None,
             event_loops: None,
             send_buffer: None,
         }

@@ -42,7 +42,7 @@ pub mod proto;
 pub mod routing;
 
 pub use crate::catcher::CatcherEvent;
-pub use crate::config::RouterConfig;
+pub use crate::config::{RouterAdmission, RouterConfig};
 pub use crate::node::{CATCHER_STAGE, Error, Gnutella, ROUTER_STAGE, SERVER_STAGE, StatsHandle};
 pub use crate::outq::{OutQueue, Pushed, Value};
 pub use crate::router::RouterEvent;

@@ -20,12 +20,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use seda::admission::{QueueThreshold, Red};
 use seda::control::ThreadPoolConfig;
 use seda::{Runtime, Sink, ThreadModel};
 use seda_io::{BacklogAction, ConnId, SocketConfig, SocketHandle, Sockets, Writer};
 
 use crate::catcher::{self, CatcherEvent, HostCache};
-use crate::config::RouterConfig;
+use crate::config::{RouterAdmission, RouterConfig};
 use crate::peer::{Peer, Peers, Pending};
 use crate::proto::handshake::Block;
 use crate::proto::message::{Guid, Header, MsgType, bye_payload, pong_payload, usable};
@@ -273,6 +274,13 @@ impl Gnutella {
         if !cfg.router_pool_controller {
             router_stage = router_stage.fixed_threads(cfg.router_threads.0);
         }
+        router_stage = match cfg.router_admission {
+            RouterAdmission::None => router_stage,
+            RouterAdmission::QueueThreshold(n) => router_stage.admission(QueueThreshold::new(n)),
+            RouterAdmission::Red { min, max, max_p } => {
+                router_stage.admission(Red::new(min, max, max_p, 0.2))
+            }
+        };
         let router_sink = router_stage.build().map_err(stage_err)?;
         let _ = node.router.set(router_sink);
         let catcher_sink = rt

@@ -147,3 +147,33 @@ fn the_catcher_backs_off_after_a_refused_handshake() {
     assert_eq!(r.router.stats().peers, 0);
     assert!(r.router.stats().event("refused_by_peer") >= 2);
 }
+
+#[test]
+fn admission_on_the_router_queue_drops_and_counts_while_pings_still_flow() {
+    // 50 ms per query and a queue threshold of 2: a burst of queries overflows it.
+    let r = TestRouter::start(RouterConfig {
+        query_delay: Some(Duration::from_millis(50)),
+        router_admission: seda_gnutella::RouterAdmission::QueueThreshold(2),
+        ..RouterConfig::default()
+    });
+    let mut v = peers(&r, 2);
+    for i in 0..30 {
+        v[0].send(&Msg::new(QUERY, 3, 0, query(&format!("burst {i}"))));
+        thread::sleep(Duration::from_millis(2));
+    }
+    r.wait("refused reads counted", |s| s.drops("router_overload") > 0);
+    let got = v[1]
+        .drain(Duration::from_secs(2))
+        .iter()
+        .filter(|m| m.kind == QUERY)
+        .count();
+    assert!(got < 30, "every query passed a threshold of 2");
+    // Once the burst is gone the router routes again.
+    thread::sleep(Duration::from_millis(500));
+    let p = Msg::new(PING, 2, 0, vec![]);
+    v[0].send(&p);
+    assert_eq!(
+        v[1].recv_kind(PING, T).expect("ping after the burst").guid,
+        p.guid
+    );
+}
