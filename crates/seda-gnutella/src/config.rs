@@ -59,6 +59,10 @@ pub struct RouterConfig {
     /// A connection whose handshake has not finished after this long is closed.
     /// Default 15 s.
     pub handshake_timeout: Duration,
+    /// Silence on a link after which we send a one-hop keep-alive ping. Servents
+    /// probe a quiet link themselves and close it when their probes go unanswered
+    /// (gtk-gnutella: alive pings after 20 s of quiet, Bye 406 after 6). Default 15 s.
+    pub keepalive: Duration,
     /// Offer and accept `deflate` on the stream. Default true.
     pub deflate: bool,
     /// Largest payload accepted; a peer announcing more gets a Bye and is closed.
@@ -110,6 +114,7 @@ impl Default for RouterConfig {
             max_backoff: Duration::from_secs(600),
             connect_timeout: Duration::from_secs(3),
             handshake_timeout: Duration::from_secs(15),
+            keepalive: Duration::from_secs(15),
             deflate: true,
             max_payload: crate::proto::message::DEFAULT_MAX_PAYLOAD,
             routing: RoutingConfig::default(),

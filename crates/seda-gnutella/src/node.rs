@@ -136,7 +136,25 @@ impl Node {
             },
             payload,
         );
+        peer.touch_tx(self.millis());
         peer.send(w, &mut p, Instant::now());
+    }
+
+    /// A one-hop ping of ours (its pong comes back `Local`).
+    pub(crate) fn send_keepalive(&self, peer: &Peer) {
+        let guid = Guid::random();
+        self.routes.originate(guid, MsgType::Ping, Instant::now());
+        self.send_own(
+            peer,
+            Header {
+                guid,
+                kind: MsgType::Ping,
+                ttl: 1,
+                hops: 0,
+                len: 0,
+            },
+            &[],
+        );
     }
 
     /// Our pong answering a ping `h` from `peer`, if our address may be named to
@@ -151,6 +169,7 @@ impl Node {
         // (TTL 1, hops 0), which servents match by GUID before they look at the
         // address; anywhere else it would be counted as an unusable pong.
         if !(usable(ip) || (h.hops == 0 && h.ttl == 1)) {
+            tracing::debug!(guid = %h.guid, ttl = h.ttl, hops = h.hops, "own pong withheld: our address is not usable");
             self.counters.event(Event::PongSuppressed);
             return None;
         }

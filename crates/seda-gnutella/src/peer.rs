@@ -107,6 +107,8 @@ pub struct Peer {
     pub(crate) received: AtomicU64,
     pub(crate) sent: AtomicU64,
     pub(crate) dropped: AtomicU64,
+    /// When we last sent it anything, ms since the node's epoch.
+    last_tx_ms: AtomicU64,
 }
 
 impl Peer {
@@ -136,6 +138,7 @@ impl Peer {
             received: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            last_tx_ms: AtomicU64::new(0),
         }
     }
 
@@ -157,6 +160,16 @@ impl Peer {
     /// Whether it is closing.
     pub fn is_closing(&self) -> bool {
         self.closing.load(Relaxed)
+    }
+
+    /// When we last sent it anything (ms since the node's epoch).
+    pub fn last_tx_ms(&self) -> u64 {
+        self.last_tx_ms.load(Relaxed)
+    }
+
+    /// Records that we sent it something at `ms`.
+    pub fn touch_tx(&self, ms: u64) {
+        self.last_tx_ms.store(ms, Relaxed);
     }
 
     /// Bytes in our queue for it.

@@ -75,7 +75,17 @@ impl Router {
         }
         let Some(w) = self.node.writer() else { return };
         let now = Instant::now();
+        let ms = self.node.millis();
         for peer in &self.node.peers.snapshot().list {
+            // Keep-alive: a link we have been silent on gets a one-hop ping. Servents
+            // probe a quiet link with "alive" pings and close it after a few go
+            // unanswered (gtk-gnutella: 20 s quiet, 6 pings, Bye 406); traffic of ours
+            // spares both sides the probing.
+            if ms.saturating_sub(peer.last_tx_ms()) >= self.node.cfg.keepalive.as_millis() as u64
+                && !peer.is_closing()
+            {
+                self.node.send_keepalive(peer);
+            }
             if peer.queued_bytes() == 0 {
                 continue;
             }
@@ -166,6 +176,7 @@ impl EventHandler<RouterEvent> for Router {
         if let Some(w) = node.writer() {
             for (i, pending) in out.iter_mut().enumerate() {
                 if !pending.is_empty() {
+                    snap.list[i].touch_tx(node.millis());
                     let sent = snap.list[i].send(w, pending, now);
                     t.slow_drops(&sent.dropped);
                 }

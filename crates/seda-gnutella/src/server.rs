@@ -386,21 +386,7 @@ impl Server {
             self.send_messages_supported(&peer, st);
         }
         // A one-hop ping: its pong tells the catcher the peer's listening address.
-        let guid = Guid::random();
-        self.node
-            .routes
-            .originate(guid, MsgType::Ping, Instant::now());
-        self.node.send_own(
-            &peer,
-            Header {
-                guid,
-                kind: MsgType::Ping,
-                ttl: 1,
-                hops: 0,
-                len: 0,
-            },
-            &[],
-        );
+        self.node.send_keepalive(&peer);
     }
 
     fn send_messages_supported(&self, peer: &Peer, st: &mut ConnState) {

@@ -236,3 +236,21 @@ fn a_peer_that_says_bye_is_closed() {
         s.event("bye_received") == 1 && s.peers == 0
     });
 }
+
+#[test]
+fn a_quiet_link_gets_keepalive_pings_and_their_pongs_count_as_ours() {
+    let r = TestRouter::start(RouterConfig {
+        keepalive: Duration::from_millis(300),
+        ..RouterConfig::default()
+    });
+    let mut v = peers(&r, 1);
+    // Silence from the router for longer than the keep-alive: a one-hop ping.
+    let ping = v[0].recv_kind(PING, T).expect("keep-alive ping");
+    assert_eq!((ping.ttl, ping.hops, ping.payload.len()), (1, 0, 0));
+    // Our answer is a reply to the router itself: consumed, not routed.
+    v[0].send(&Msg {
+        guid: ping.guid,
+        ..Msg::new(PONG, 1, 0, pong([10, 0, 0, 3], 6346))
+    });
+    r.wait("host learned from the pong", |s| s.known_hosts >= 1);
+}
