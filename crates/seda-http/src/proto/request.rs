@@ -15,7 +15,9 @@
 //! - `Transfer-Encoding: chunked` (as the final and only coding) frames the body;
 //!   another coding is a 501; `Transfer-Encoding` together with `Content-Length`,
 //!   or in an HTTP/1.0 request, is a 400 (a smuggling vector), as are conflicting
-//!   `Content-Length` values.
+//!   `Content-Length` values. A field whose name spells one of the two in its letters
+//!   without being it (`Transfer_Encoding`, `Content--Length`) is a 400 too: a peer
+//!   that folds `_` into `-` would frame the body by it.
 //! - `HTTP/1.x` with `x > 1` is handled as HTTP/1.1 (RFC 9110 2.5); other versions
 //!   are a 505.
 //! - An HTTP/1.1 request needs exactly one valid `Host` (a `uri-host [":" port]`);
@@ -398,6 +400,8 @@ fn parse_validated(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, P
             head.range = Some(at(value));
         } else if name.eq_ignore_ascii_case(b"if-range") {
             head.if_range = Some(at(value));
+        } else if framing_near_miss(name) {
+            return Err(ParseError::Malformed);
         }
     }
     // RFC 9112 3.2: an HTTP/1.1 request without Host is a 400.
@@ -481,6 +485,27 @@ fn valid_host(v: &[u8]) -> bool {
             )
     };
     host.iter().all(|&c| reg_name(c)) && port.len() <= 5 && port.iter().all(u8::is_ascii_digit)
+}
+
+/// Whether a field name other than `Content-Length` and `Transfer-Encoding` spells one
+/// of them in its letters (`Transfer_Encoding`, `Content--Length`): a peer in front that
+/// folds `_` into `-` or drops punctuation would frame the body by it, and we would not
+/// (a request-smuggling vector listed by http_desync_guardian as ambiguous).
+fn framing_near_miss(name: &[u8]) -> bool {
+    const LONGEST: usize = b"transferencoding".len();
+    if name.len() < b"contentlength".len() {
+        return false;
+    }
+    let mut letters = [0u8; LONGEST];
+    let mut n = 0;
+    for &c in name.iter().filter(|c| c.is_ascii_alphabetic()) {
+        if n == LONGEST {
+            return false;
+        }
+        letters[n] = c.to_ascii_lowercase();
+        n += 1;
+    }
+    matches!(&letters[..n], b"contentlength" | b"transferencoding")
 }
 
 /// Where the minor digit of an `HTTP/1.x` version with `x` in 2..=9 is in a request

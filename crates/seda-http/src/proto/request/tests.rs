@@ -191,6 +191,44 @@ fn host_must_be_a_valid_authority() {
 }
 
 #[test]
+fn desync_guardian_near_miss_framing_names_are_rejected() {
+    // http_desync_guardian, ambiguous.yaml: "Transfer_Encoding with underscore.",
+    // "Content_Length with underscore.", "... multiple hyphens", "... multiple delimiters".
+    for name in [
+        &b"Transfer_Encoding"[..],
+        b"Content_Length",
+        b"Transfer---Encoding",
+        b"Transfer___Encoding",
+        b"content.length",
+    ] {
+        let mut req = b"POST / HTTP/1.1\r\nHost: h\r\n".to_vec();
+        req.extend_from_slice(name);
+        req.extend_from_slice(b": chunked\r\n\r\n");
+        assert_eq!(
+            parse(&req),
+            Err(ParseError::Malformed),
+            "{}",
+            String::from_utf8_lossy(name)
+        );
+    }
+    // Ordinary long names, and names that only contain a framing name, still pass.
+    for name in [
+        &b"Accept-Language"[..],
+        b"X-Content-Length-Hint",
+        b"Content-Type",
+    ] {
+        let mut req = b"GET / HTTP/1.1\r\nHost: h\r\n".to_vec();
+        req.extend_from_slice(name);
+        req.extend_from_slice(b": 1\r\n\r\n");
+        assert!(
+            parse(&req).unwrap().is_some(),
+            "{}",
+            String::from_utf8_lossy(name)
+        );
+    }
+}
+
+#[test]
 fn later_minor_versions_are_http11_and_other_majors_505() {
     let (.., v, ka, _, _) = parse(b"GET / HTTP/1.2\r\nHost: h\r\n\r\n")
         .unwrap()
