@@ -528,12 +528,21 @@ fn looks_like_request_start(buf: &[u8]) -> bool {
     token_end <= 32 && buf[..token_end].iter().all(|&c| c.is_ascii_graphic())
 }
 
-/// Distinguishes an unsupported but well-formed version (505) from garbage (400).
+/// Distinguishes an unsupported but well-formed version (505) from garbage (400): a
+/// 505 needs a request line of exactly three parts, so a target with a space in it
+/// (`GET /a b HTTP/1.1`, where httparse reads `b` as the version) is a 400.
 fn version_error(buf: &[u8]) -> ParseError {
     let line_end = memchr(b'\n', buf).unwrap_or(buf.len());
-    let line = trim(&buf[..line_end]);
-    let last = line.rsplit(|&c| c == b' ').next().unwrap_or(b"");
-    match last.strip_prefix(b"HTTP/") {
+    let line = buf[..line_end]
+        .strip_suffix(b"\r")
+        .unwrap_or(&buf[..line_end]);
+    let mut parts = line.split(|&c| c == b' ');
+    let (Some(_method), Some(_target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return ParseError::Malformed;
+    };
+    match version.strip_prefix(b"HTTP/") {
         Some([major, b'.', minor]) if major.is_ascii_digit() && minor.is_ascii_digit() => {
             ParseError::VersionNotSupported
         }

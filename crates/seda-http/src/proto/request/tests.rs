@@ -229,6 +229,17 @@ fn desync_guardian_near_miss_framing_names_are_rejected() {
 }
 
 #[test]
+fn desync_guardian_space_in_uri_is_400_not_505() {
+    // http_desync_guardian, uri-specific-test-cases.yaml: "[space] in URI". httparse
+    // reads `escaped` as the version; the line is malformed, not of another version.
+    let req = b"GET /endpoint_a?param=not escaped spaces HTTP/1.1\r\nHost: h\r\n\r\n";
+    assert_eq!(code(req), 400);
+    assert_eq!(code(b"GET /a HTTP/1.1 HTTP/2.0\r\nHost: h\r\n\r\n"), 400);
+    assert_eq!(code(b"GET /a HTTP/2.0\r\nHost: h\r\n\r\n"), 505);
+    assert_eq!(code(b"GET /a HTTP/0.9\r\n\r\n"), 505);
+}
+
+#[test]
 fn later_minor_versions_are_http11_and_other_majors_505() {
     let (.., v, ka, _, _) = parse(b"GET / HTTP/1.2\r\nHost: h\r\n\r\n")
         .unwrap()
