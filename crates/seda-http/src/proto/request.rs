@@ -30,6 +30,9 @@
 //! - A head that is still incomplete is bounded: once the request line passes
 //!   `max_request_line` bytes without its end the answer is 414, once the head passes
 //!   `max_head_bytes` it is 431, so a connection cannot grow its buffer without bound.
+//! - The answer does not depend on how the bytes arrived: for every prefix of a
+//!   buffer the answer is "incomplete" or the answer for the whole buffer (the
+//!   `request_head` fuzz target checks this).
 //! - Every range of a parsed head lies inside `..head_len`, and `head_len` is at most
 //!   `max_head_bytes`.
 
@@ -286,7 +289,11 @@ fn parse_validated(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, P
     let max_headers = limits.max_headers.clamp(1, MAX_HEADERS);
     let mut scratch = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
-    let status = match req.parse_with_uninit_headers(buf, &mut scratch[..max_headers]) {
+    // Only the bytes a head may occupy are parsed: whatever lies past the limit (the
+    // rest of an over-long head, and any error in it) is a 431 however the bytes
+    // arrive, as it is when they arrive in pieces.
+    let window = &buf[..buf.len().min(limits.max_head_bytes)];
+    let status = match req.parse_with_uninit_headers(window, &mut scratch[..max_headers]) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadersTooLarge),
         Err(httparse::Error::Version) => return Err(version_error(buf)),
@@ -302,9 +309,6 @@ fn parse_validated(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, P
         }
         httparse::Status::Complete(n) => n,
     };
-    if head_len > limits.max_head_bytes {
-        return Err(ParseError::HeadersTooLarge);
-    }
     if has_bare_lf(&buf[..head_len]) {
         return Err(ParseError::Malformed);
     }
