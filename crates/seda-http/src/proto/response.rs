@@ -9,7 +9,7 @@ use std::fmt;
 use std::io::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::request::{parse_decimal, trim};
+use super::request::trim;
 
 /// An HTTP status code with its reason phrase.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -233,7 +233,7 @@ pub fn parse_range(header: &[u8], len: u64) -> RangeRequest {
         (true, true) => return RangeRequest::Full,
         (true, false) => {
             // Suffix range: the last n bytes.
-            let Some(n) = parse_decimal(b) else {
+            let Some(n) = range_position(b) else {
                 return RangeRequest::Full;
             };
             if n == 0 || len == 0 {
@@ -245,13 +245,13 @@ pub fn parse_range(header: &[u8], len: u64) -> RangeRequest {
             }
         }
         (false, _) => {
-            let Some(start) = parse_decimal(a) else {
+            let Some(start) = range_position(a) else {
                 return RangeRequest::Full;
             };
             let end = if b.is_empty() {
                 u64::MAX
             } else {
-                match parse_decimal(b) {
+                match range_position(b) {
                     Some(e) if e >= start => e,
                     _ => return RangeRequest::Full,
                 }
@@ -266,6 +266,18 @@ pub fn parse_range(header: &[u8], len: u64) -> RangeRequest {
         }
     };
     RangeRequest::Partial(range)
+}
+
+/// A position or suffix length of a byte range: `1*DIGIT`, saturating at `u64::MAX`
+/// (a number past it still means "past the end", or "all of it" as a suffix, which
+/// is what RFC 9110 14.1.2 makes of any number larger than the representation).
+fn range_position(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(s.iter().fold(0u64, |acc, &c| {
+        acc.saturating_mul(10).saturating_add(u64::from(c - b'0'))
+    }))
 }
 
 /// Writes a response head: status line, the given fields, `Content-Length` (unless
@@ -351,6 +363,27 @@ mod tests {
         assert_eq!(p("bytes=x-1"), RangeRequest::Full);
         assert_eq!(parse_range(b"bytes=0-0", 0), RangeRequest::Unsatisfiable);
         assert_eq!(ByteRange { start: 3, end: 3 }.len(), 1);
+    }
+
+    #[test]
+    fn fuzz_range_positions_past_u64_are_read_as_past_the_end() {
+        // fuzz/artifacts/range/crash-c9e845ef: `bytes=-18446744073709551615` (20
+        // digits) was ignored (200) where `bytes=-9999999999999999999` (19) gave the
+        // whole representation as a 206.
+        let p = |h: &str| parse_range(h.as_bytes(), 16);
+        let all = RangeRequest::Partial(ByteRange { start: 0, end: 15 });
+        assert_eq!(p("bytes=-18446744073709551615"), all);
+        assert_eq!(p("bytes=-9999999999999999999"), all);
+        assert_eq!(p("bytes=-123456789012345678901234567890"), all);
+        assert_eq!(p("bytes=0-123456789012345678901234567890"), all);
+        assert_eq!(
+            p("bytes=123456789012345678901234567890-"),
+            RangeRequest::Unsatisfiable
+        );
+        assert_eq!(
+            p("bytes=123456789012345678901234567890-5"),
+            RangeRequest::Full
+        );
     }
 
     #[test]
