@@ -265,12 +265,14 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, Pa
     // target is a 414 however it ends.
     let window = &buf[..buf.len().min(limits.max_request_line.saturating_add(1))];
     let Some(line_end) = memchr(b'\n', window) else {
-        return if buf.len() > limits.max_request_line {
-            Err(ParseError::UriTooLong)
-        } else if looks_like_request_start(buf) {
-            Ok(None)
-        } else {
+        // Garbage is a 400 however long it is (checked first, so that its answer does
+        // not depend on how much of it arrived).
+        return if !looks_like_request_start(buf) {
             Err(ParseError::Malformed)
+        } else if buf.len() > limits.max_request_line {
+            Err(ParseError::UriTooLong)
+        } else {
+            Ok(None)
         };
     };
     match later_minor_version(&buf[..line_end]) {
@@ -528,8 +530,10 @@ fn later_minor_version(line: &[u8]) -> Option<usize> {
 /// Whether an incomplete first line could still become a request line: a method token
 /// so far. Rejecting garbage early keeps a confused client from waiting for a timeout.
 fn looks_like_request_start(buf: &[u8]) -> bool {
-    let token_end = buf.iter().position(|&c| c == b' ').unwrap_or(buf.len());
-    token_end <= 32 && buf[..token_end].iter().all(|&c| c.is_ascii_graphic())
+    const LONGEST_METHOD: usize = 32;
+    let start = &buf[..buf.len().min(LONGEST_METHOD + 1)];
+    let token_end = start.iter().position(|&c| c == b' ').unwrap_or(start.len());
+    token_end <= LONGEST_METHOD && start[..token_end].iter().all(|&c| c.is_ascii_graphic())
 }
 
 /// Distinguishes an unsupported but well-formed version (505) from garbage (400): a
