@@ -275,6 +275,11 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, Pa
             Ok(None)
         };
     };
+    // The same test as for a line still arriving, so that a method token too long to
+    // be one is a 400 whether or not its line end came with it.
+    if !looks_like_request_start(&buf[..line_end]) {
+        return Err(ParseError::Malformed);
+    }
     match later_minor_version(&buf[..line_end]) {
         // `HTTP/1.2` and later: parse a copy that says 1.1 (same length, so every
         // range found in the copy is valid in `buf`). Rare, so the copy is fine.
@@ -527,8 +532,9 @@ fn later_minor_version(line: &[u8]) -> Option<usize> {
     .then_some(v + 7)
 }
 
-/// Whether an incomplete first line could still become a request line: a method token
-/// so far. Rejecting garbage early keeps a confused client from waiting for a timeout.
+/// Whether a first line, complete or still arriving, starts as a request line can: a
+/// method token of at most 32 bytes (the longest registered method has 17). Rejecting
+/// garbage early keeps a confused client from waiting for a timeout.
 fn looks_like_request_start(buf: &[u8]) -> bool {
     const LONGEST_METHOD: usize = 32;
     let start = &buf[..buf.len().min(LONGEST_METHOD + 1)];
