@@ -35,7 +35,15 @@ for t in "${targets[@]}"; do
     fi
 done
 
-(cd fuzz && cargo +nightly fuzz build 2>&1 | tail -1) || exit 1
+mkdir -p fuzz/scratch
+# Build once, then run the binaries themselves: `cargo fuzz run` would rebuild (and
+# fail the run) if the tree is edited while the targets run.
+if ! (cd fuzz && cargo +nightly fuzz build) >fuzz/scratch/build.log 2>&1; then
+    tail -20 fuzz/scratch/build.log >&2
+    echo "fuzz/run.sh: build failed (fuzz/scratch/build.log)" >&2
+    exit 1
+fi
+bin=fuzz/target/$(rustc +nightly -vV | sed -n 's/^host: //p')/release
 
 failed=0
 summary=()
@@ -47,9 +55,9 @@ for t in "${targets[@]}"; do
     [ -f "fuzz/dict/$t.dict" ] && dict=(-dict="dict/$t.dict")
     echo "== $t: $secs s" >&2
     start=$(date +%s)
-    (cd fuzz && cargo +nightly fuzz run "$t" "scratch/$t" "corpus/$t" -- \
+    (cd fuzz && "../$bin/$t" -artifact_prefix="artifacts/$t/" \
         -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-        "${dict[@]}") >"$log" 2>&1
+        "${dict[@]}" "scratch/$t" "corpus/$t") >"$log" 2>&1
     rc=$?
     took=$(($(date +%s) - start))
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
