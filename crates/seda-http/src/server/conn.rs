@@ -77,6 +77,13 @@ pub(crate) struct RecvState {
     pub(crate) closing: bool,
     /// The body of the request being read, if its head is parsed.
     pub(crate) body: Option<BodyInProgress>,
+    /// `born` of the request at the front of `buf`: when its first byte was read
+    /// (the connection's accept, for its first request). `None` when nothing of the
+    /// next request has arrived.
+    pub(crate) born: Option<Instant>,
+    /// When the last read happened and how many bytes it brought (what remains of
+    /// `buf` after a request, if no longer than this, arrived then).
+    pub(crate) last_read: Option<(Instant, usize)>,
 }
 
 impl RecvState {
@@ -86,6 +93,28 @@ impl RecvState {
         self.buf = BytesMut::new();
         self.body = None;
         self.head_started = None;
+        self.born = None;
+    }
+
+    /// Bytes read at `at` arrived. The request they begin, if `buf` held nothing,
+    /// was born then (unless the accept already set it).
+    pub(crate) fn arrived(&mut self, at: Instant, len: usize) {
+        if self.buf.is_empty() && self.body.is_none() && self.born.is_none() {
+            self.born = Some(at);
+        }
+        self.last_read = Some((at, len));
+    }
+
+    /// The request at the front of `buf` has been taken whole: returns its `born`
+    /// (`fallback` if unknown) and moves `born` to the next request's first byte.
+    pub(crate) fn take_born(&mut self, fallback: Instant) -> Instant {
+        let born = self.born.unwrap_or(fallback);
+        self.born = match self.last_read {
+            _ if self.buf.is_empty() => None,
+            Some((at, len)) if self.buf.len() <= len => Some(at.max(born)),
+            _ => Some(born),
+        };
+        born
     }
 
     /// Nothing is buffered or half read.

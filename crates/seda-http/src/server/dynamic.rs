@@ -2,16 +2,25 @@
 //! pool, under its own admission controller, and hands the response to HttpSend. A
 //! panic in the handler is caught and answered `500`; a request whose client is gone
 //! is dropped before the handler runs.
+//!
+//! # Early refusal (USITS'03 6)
+//! [`submit`] is called by HttpParse as soon as a request for a handler is parsed:
+//! it classifies the request and offers it to the handler's stage, whose admission
+//! policy decides there and then. A refused request goes straight to HttpSend with
+//! the server's pre-built `503` (or the registration's redirect or degraded answer):
+//! it never enters HttpRecv's or the handler's queue, so a flash crowd's refusals
+//! cost a parse, a classification and a write, not a trip through the pipeline.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering::Relaxed;
 
-use seda::{Batch, Context, EventHandler, InitError};
+use seda::{Batch, Context, EventHandler, InitError, Meta};
 
 use super::answer::Answer;
 use super::conn::Exchange;
-use super::state::Responder;
-use crate::handler::{HandlerContext, HandlerRegistration, Request, Response};
+use super::parse::Job;
+use super::state::{Responder, Route};
+use crate::handler::{HandlerContext, HandlerRegistration, OverloadAction, Request, Response};
 use crate::proto::Status;
 
 /// A request for a dynamic handler.
@@ -51,5 +60,30 @@ impl EventHandler<DynJob> for DynamicStage {
             };
             self.out.answer(job.ex, Answer::Dynamic(resp), meta);
         }
+    }
+}
+
+/// Classifies a parsed request for `route`'s handler and offers it to the handler's
+/// stage; a refusal is answered at once (module docs, "Early refusal").
+pub(crate) fn submit(out: &Responder, route: &Route, job: Job, meta: Meta) {
+    out.hb.counters.dynamic.fetch_add(1, Relaxed);
+    let req = job.req.to_handler_request();
+    let class = route.reg.classifier.as_ref().map_or(0, |f| f(&req));
+    let ev = DynJob { ex: job.ex, req };
+    if let Err(e) = route.sink.try_enqueue_with(ev, meta.with_class(class)) {
+        let ev = e.into_inner();
+        let answer = match route.reg.on_overload {
+            OverloadAction::Reject503 { retry_after_secs }
+                if retry_after_secs == out.hb.framer.retry_after_secs =>
+            {
+                // Counted by `Responder::answer`.
+                Answer::Overload
+            }
+            _ => {
+                out.hb.counters.overload.fetch_add(1, Relaxed);
+                Answer::Dynamic(route.reg.overload_response(&ev.req))
+            }
+        };
+        out.answer(ev.ex, answer, meta);
     }
 }

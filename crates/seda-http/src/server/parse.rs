@@ -2,7 +2,9 @@
 //! requests, in order, for HttpRecv.
 //!
 //! Socket events of one connection carry its color, so they run one at a time and in
-//! order. For each request HttpParse numbers the response slot ([`Exchange`]), decides
+//! order. A request for a dynamic handler goes from here straight to the handler's
+//! stage, whose admission decides at once (early refusal, see `dynamic.rs`); every
+//! other request goes to HttpRecv. For each request HttpParse numbers the response slot ([`Exchange`]), decides
 //! once whether a dynamic handler owns the path (only a handler reads a body: any
 //! other request's body is skipped as it arrives, never buffered), reads or skips the
 //! body (`Content-Length` or chunked, within [`Limits::max_body`]), and answers
@@ -15,6 +17,13 @@
 //!   socket layer's `Resumed` event brings HttpParse back to the bytes it held.
 //!   A connection's buffer is thus bounded by a read chunk plus one request.
 //! - A body is buffered only for a handler, up to `max_body`.
+//!
+//! # `born`
+//! A request's `born` (from which every stage measures its response time, USITS'03
+//! 3.2) is when its first byte was read from the socket, or, for a connection's
+//! first request, when the connection was accepted: the client's clock starts at
+//! its connect, so the server's p90 covers what the client waits for, including
+//! the socket layer's and this stage's queues.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -55,6 +64,7 @@ pub(crate) struct BodyInProgress {
 #[derive(Debug)]
 struct Waiting {
     ex: Exchange,
+    born: Instant,
     raw: Bytes,
     head: RequestHead,
     route: Arc<Route>,
@@ -75,7 +85,8 @@ impl BodyInProgress {
 
 /// What parsing produced, dispatched once the connection is unlocked.
 enum Step {
-    Forward(Job),
+    /// A request and its `born` (see the module docs).
+    Forward(Job, Instant),
     Answer(Exchange, Answer),
 }
 
@@ -98,7 +109,7 @@ impl EventHandler<SocketEvent> for HttpParse {
         let mut steps = STEPS.take();
         while let Some((ev, meta)) = batch.next_with_meta() {
             let meta = meta.with_color(None);
-            self.on_event(ev, now, &mut steps);
+            self.on_event(ev, meta.born, now, &mut steps);
             for step in steps.drain(..) {
                 self.dispatch(step, meta);
             }
@@ -108,7 +119,9 @@ impl EventHandler<SocketEvent> for HttpParse {
 }
 
 impl HttpParse {
-    fn on_event(&self, ev: SocketEvent, now: Instant, steps: &mut Vec<Step>) {
+    /// `read_at` is the event's `born`: when the socket layer read its bytes (or
+    /// accepted the connection).
+    fn on_event(&self, ev: SocketEvent, read_at: Instant, now: Instant, steps: &mut Vec<Step>) {
         let hb = &self.hb;
         match ev {
             SocketEvent::Accepted { conn, peer } => {
@@ -118,6 +131,7 @@ impl HttpParse {
                     return;
                 }
                 let c = Conn::new(conn, peer, hb.writer.clone(), hb.millis(now));
+                c.rx.lock().born = Some(read_at);
                 hb.conns.insert(Arc::new(c));
             }
             SocketEvent::Data { conn, bytes } => {
@@ -129,6 +143,7 @@ impl HttpParse {
                     return;
                 }
                 c.touch(hb.millis(now));
+                rx.arrived(read_at, bytes.len());
                 if rx.buf.is_empty() {
                     // The read buffer itself, no copy (it is uniquely owned).
                     rx.buf = Bytes::from(bytes)
@@ -159,7 +174,11 @@ impl HttpParse {
 
     fn dispatch(&self, step: Step, meta: Meta) {
         match step {
-            Step::Forward(job) => {
+            Step::Forward(job, born) => {
+                let meta = Meta { born, ..meta };
+                if let Some(route) = job.req.route.clone() {
+                    return super::dynamic::submit(&self.out, &route, job, meta);
+                }
                 if let Err(e) = self.recv.try_enqueue_with(job, meta) {
                     let job = e.into_inner();
                     self.out.answer(job.ex, Answer::Overload, meta);
@@ -195,10 +214,11 @@ impl HttpParse {
                                 _ => rx.buf.split_to(body_len(&w.head)).freeze(),
                             };
                             let req = HttpRequest::new(w.raw, w.head, body, c.peer, Some(w.route));
-                            steps.push(Step::Forward(Job {
+                            let job = Job {
                                 ex: w.ex,
                                 req: Box::new(req),
-                            }));
+                            };
+                            steps.push(Step::Forward(job, w.born));
                         }
                         continue;
                     }
@@ -249,6 +269,7 @@ impl HttpParse {
             };
             hb.counters.requests.fetch_add(1, Relaxed);
             let raw = rx.buf.split_to(head.head_len).freeze();
+            let born = rx.take_born(now);
             let route = hb.routes.find(head.path(&raw));
             let head_only = head.method == Method::Head;
             let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
@@ -259,10 +280,11 @@ impl HttpParse {
                 BodyFraming::None => {
                     rx.head_started = None;
                     let req = HttpRequest::new(raw, head, Bytes::new(), c.peer, route);
-                    steps.push(Step::Forward(Job {
+                    let job = Job {
                         ex,
                         req: Box::new(req),
-                    }));
+                    };
+                    steps.push(Step::Forward(job, born));
                     continue;
                 }
                 BodyFraming::Length(n) => BodyReader::Length { left: n },
@@ -280,6 +302,7 @@ impl HttpParse {
                     rx.body = Some(BodyInProgress {
                         waiting: Some(Waiting {
                             ex,
+                            born,
                             raw,
                             head,
                             route,
@@ -297,10 +320,11 @@ impl HttpParse {
                         ex.close_after();
                     }
                     let req = HttpRequest::new(raw, head, Bytes::new(), c.peer, None);
-                    steps.push(Step::Forward(Job {
+                    let job = Job {
                         ex,
                         req: Box::new(req),
-                    }));
+                    };
+                    steps.push(Step::Forward(job, born));
                     if expect {
                         rx.stop();
                         return;

@@ -1,20 +1,15 @@
-//! HttpRecv (SEDA 5.1): routes each parsed request. A request for a dynamic handler
-//! goes to that handler's stage with its class (the stage's admission controller may
-//! refuse it: the registration's overload action answers at once); a GET or HEAD of
-//! a file goes to PageCache; any other method gets `405` (a method of RFC 9110) or
-//! `501` (a token we do not know). A refused enqueue is answered `503` with
+//! HttpRecv (SEDA 5.1): routes each parsed request. Requests for a dynamic handler
+//! do not come here: HttpParse offers them to the handler's stage itself (early
+//! refusal, `dynamic.rs`). A GET or HEAD of a file goes to PageCache; any other
+//! method gets `405` (a method of RFC 9110) or `501` (a token we do not know). A refused enqueue is answered `503` with
 //! `Retry-After`, never dropped.
-
-use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 use seda::{Batch, Context, EventHandler, Meta, Sink};
 
 use super::answer::Answer;
-use super::dynamic::DynJob;
 use super::page_cache::PageEvent;
 use super::parse::Job;
-use super::state::{Responder, Route};
+use super::state::Responder;
 use crate::proto::{Method, Status};
 
 /// The HttpRecv stage.
@@ -38,7 +33,8 @@ impl HttpRecv {
             return self.out.cancel(job.ex);
         }
         if let Some(route) = job.req.route.clone() {
-            return self.dynamic(&route, job, meta);
+            // HttpParse submits these itself; kept for any other producer.
+            return super::dynamic::submit(&self.out, &route, job, meta);
         }
         match job.req.method() {
             Method::Get | Method::Head => {
@@ -54,19 +50,6 @@ impl HttpRecv {
             _ => self
                 .out
                 .answer(job.ex, Answer::Error(Status::METHOD_NOT_ALLOWED), meta),
-        }
-    }
-
-    fn dynamic(&self, route: &Arc<Route>, job: Job, meta: Meta) {
-        self.out.hb.counters.dynamic.fetch_add(1, Relaxed);
-        let req = job.req.to_handler_request();
-        let class = route.reg.classifier.as_ref().map_or(0, |f| f(&req));
-        let ev = DynJob { ex: job.ex, req };
-        if let Err(e) = route.sink.try_enqueue_with(ev, meta.with_class(class)) {
-            let ev = e.into_inner();
-            let resp = route.reg.overload_response(&ev.req);
-            self.out.hb.counters.overload.fetch_add(1, Relaxed);
-            self.out.answer(ev.ex, Answer::Dynamic(resp), meta);
         }
     }
 }
