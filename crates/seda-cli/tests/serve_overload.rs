@@ -151,6 +151,8 @@ fn bottleneck_answers_with_its_quality_and_stats_follow_the_contract() {
         "5",
         "--rt-target-ms",
         "500",
+        "--admission",
+        "response-time",
         "--class-header",
         "X-Class",
     ]);

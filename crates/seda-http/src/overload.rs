@@ -10,6 +10,7 @@
 //! | [`Admission`] | law (see `seda::admission` for each one's equations) | needs |
 //! |---|---|---|
 //! | `none` | admit all; only the queue capacity (1024) bounds the stage | - |
+//! | `delay-budget` | refuse when the predicted response time `(queue_len + 1) * service / handling` exceeds a budget; the p90 loop of USITS'03 3.2 sets the budget; lower classes get half the budget of the class above while it is present | target |
 //! | `response-time` | token bucket, rate AIMD-tuned from the smoothed p90 since `born` (USITS'03 3.2) | target |
 //! | `multiclass` | one bucket and controller per class; lower classes cut by `adjlo_d` = 10 first (USITS'03 3.3) | target |
 //! | `queue-threshold` | admit while `queue_len < threshold` (SEDA 3.2; default threshold 100) | - |
@@ -17,8 +18,11 @@
 //! | `gradient` | concurrency limit `limit * clamp(1.5 * long / short, 0.5, 1) + sqrt(limit)`, smoothed | - |
 //! | `aimd` | concurrency limit, +1 per fast completion, x0.9 when in-stage latency > timeout | - |
 //!
-//! When no policy is named, a response-time target selects `response-time`; otherwise
-//! `none`. `response-time` with classes configured becomes `multiclass`, each class's
+//! When no policy is named, a response-time target selects `delay-budget` (it holds
+//! the target from the first second of a spike, where the paper's controller learns
+//! of the spike only from completions; `docs/overload/README.md` has the comparison),
+//! or `multiclass` when per-class targets are given; without a target, `none`.
+//! `response-time` with classes configured becomes `multiclass`, each class's
 //! target defaulting to the single target. The `aimd` timeout is the response-time
 //! target if one is set, else 1 s (USITS'03's targets are of that order).
 //!
@@ -37,8 +41,9 @@ use std::time::Duration;
 
 use seda::Class;
 use seda::admission::{
-    AdmissionPolicy, AimdLimit, AimdLimitConfig, CoDel, CoDelConfig, GradientLimit,
-    GradientLimitConfig, MulticlassPolicy, QueueThreshold, ResponseTimePolicy,
+    AdmissionPolicy, AimdLimit, AimdLimitConfig, CoDel, CoDelConfig, DelayBudget,
+    DelayBudgetConfig, GradientLimit, GradientLimitConfig, MulticlassPolicy, QueueThreshold,
+    ResponseTimePolicy,
 };
 use seda::control::{MulticlassConfig, QualityConfig, ResponseTimeConfig};
 
@@ -50,6 +55,8 @@ use crate::server::ServerError;
 pub enum Admission {
     /// No admission control (the queue's capacity still applies).
     None,
+    /// Predicted response time against a budget the p90 loop sets (the default).
+    DelayBudget,
     /// USITS'03 3.2 response-time controller.
     ResponseTime,
     /// USITS'03 3.3 multiclass controller.
@@ -66,7 +73,8 @@ pub enum Admission {
 
 impl Admission {
     /// Every policy, in the order `--help` lists them.
-    pub const ALL: [Admission; 7] = [
+    pub const ALL: [Admission; 8] = [
+        Admission::DelayBudget,
         Admission::ResponseTime,
         Admission::Multiclass,
         Admission::CoDel,
@@ -80,6 +88,7 @@ impl Admission {
     pub fn name(self) -> &'static str {
         match self {
             Admission::None => "none",
+            Admission::DelayBudget => "delay-budget",
             Admission::ResponseTime => "response-time",
             Admission::Multiclass => "multiclass",
             Admission::CoDel => "codel",
@@ -91,7 +100,10 @@ impl Admission {
 
     /// Whether the policy cannot work without a response-time target.
     pub fn needs_target(self) -> bool {
-        matches!(self, Admission::ResponseTime | Admission::Multiclass)
+        matches!(
+            self,
+            Admission::ResponseTime | Admission::Multiclass | Admission::DelayBudget
+        )
     }
 }
 
@@ -259,8 +271,9 @@ pub struct HandlerTargets {
 /// `Retry-After: 1` when a queue is full.
 #[derive(Clone, Debug)]
 pub struct OverloadControl {
-    /// Policy of every dynamic stage; `None`: `response-time` on the stages that have
-    /// a target, no admission control on the others.
+    /// Policy of every dynamic stage; `None`: `delay-budget` (or `multiclass` with
+    /// per-class targets) on the stages that have a target, no admission control on
+    /// the others.
     pub admission: Option<Admission>,
     /// p90 response-time target of every dynamic stage.
     pub rt_target: Option<Duration>,
@@ -272,6 +285,8 @@ pub struct OverloadControl {
     /// Parameters of the response-time controllers (their `target` is replaced by
     /// the stage's target). Default: the paper's (USITS'03 Fig. 4).
     pub response_time: ResponseTimeConfig,
+    /// Parameters of `delay-budget` (its `target` is replaced by the stage's).
+    pub delay_budget: DelayBudgetConfig,
     /// Threshold of `queue-threshold`, events. Default 100.
     pub queue_threshold: usize,
     /// Parameters of `codel`. Default target 5 ms, interval 100 ms.
@@ -296,6 +311,7 @@ impl Default for OverloadControl {
             class_targets: Vec::new(),
             handlers: Vec::new(),
             response_time: ResponseTimeConfig::with_target(Duration::from_secs(1)),
+            delay_budget: DelayBudgetConfig::with_target(Duration::from_secs(1)),
             queue_threshold: 100,
             codel: CoDelConfig::default(),
             gradient: GradientLimitConfig::default(),
@@ -314,11 +330,12 @@ fn config_err(msg: impl Into<String>) -> ServerError {
 impl OverloadControl {
     /// The policy of `handler`'s stage, named or implied: without a name, a target
     /// for that handler (its own, the global one, or class targets) implies
-    /// `response-time`, else `none`.
+    /// `delay-budget` (`multiclass` with per-class targets), else `none`.
     pub fn policy_kind(&self, handler: &str) -> Admission {
         match self.admission {
             Some(a) => a,
-            None if self.target_for(handler).is_some() => Admission::ResponseTime,
+            None if !self.targets_of(handler).1.is_empty() => Admission::Multiclass,
+            None if self.target_for(handler).is_some() => Admission::DelayBudget,
             None => Admission::None,
         }
     }
@@ -359,6 +376,11 @@ impl OverloadControl {
                 && (!self.classes.is_empty() || !class_targets.is_empty()));
         let policy: Arc<dyn AdmissionPolicy> = match kind {
             Admission::None => return Ok(None),
+            Admission::DelayBudget => {
+                let mut cfg = self.delay_budget.clone();
+                cfg.target = target.unwrap_or(cfg.target);
+                Arc::new(DelayBudget::new(cfg).map_err(err)?)
+            }
             Admission::ResponseTime | Admission::Multiclass => {
                 let mut base = self.response_time.clone();
                 base.target = target.unwrap_or(base.target);
@@ -542,14 +564,21 @@ mod tests {
             rt_target: Some(Duration::from_millis(500)),
             ..OverloadControl::default()
         };
-        assert_eq!(oc.policy_kind("a"), Admission::ResponseTime);
+        assert_eq!(oc.policy_kind("a"), Admission::DelayBudget);
         let a = oc.policy_for("a").unwrap().unwrap();
         let b = oc.policy_for("b").unwrap().unwrap();
         assert!(!Arc::ptr_eq(&a, &b));
-        assert_eq!(a.name(), "response-time");
+        assert_eq!(a.name(), "delay-budget");
         assert_eq!(a.state().target_ms, Some(500.0));
         oc.classes.header = Some("X-Class".into());
+        assert_eq!(
+            oc.policy_for("a").unwrap().unwrap().name(),
+            "delay-budget",
+            "the default policy ranks classes itself"
+        );
+        oc.admission = Some(Admission::ResponseTime);
         assert_eq!(oc.policy_for("a").unwrap().unwrap().name(), "multiclass");
+        oc.admission = None;
         oc.handlers.push(HandlerTargets {
             name: "a".into(),
             rt_target: Some(Duration::from_millis(100)),
@@ -576,7 +605,11 @@ mod tests {
 
     #[test]
     fn a_policy_that_needs_a_target_refuses_to_build_without_one() {
-        for kind in [Admission::ResponseTime, Admission::Multiclass] {
+        for kind in [
+            Admission::ResponseTime,
+            Admission::Multiclass,
+            Admission::DelayBudget,
+        ] {
             let oc = OverloadControl {
                 admission: Some(kind),
                 ..OverloadControl::default()

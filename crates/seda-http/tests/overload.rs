@@ -62,6 +62,19 @@ fn closed_loop(
     run: Duration,
     backoff: Duration,
 ) -> Vec<Outcome> {
+    closed_loop_conns(addr, path, per_group, run, backoff, false)
+}
+
+/// [`closed_loop`], with a new connection for every request when `fresh` (its
+/// latency then includes the connect, as a browser's first request does).
+fn closed_loop_conns(
+    addr: SocketAddr,
+    path: &str,
+    per_group: &[(usize, &str)],
+    run: Duration,
+    backoff: Duration,
+    fresh: bool,
+) -> Vec<Outcome> {
     let end = Instant::now() + run;
     let mut threads = Vec::new();
     for (group, &(n, headers)) in per_group.iter().enumerate() {
@@ -70,8 +83,13 @@ fn closed_loop(
             threads.push(std::thread::spawn(move || {
                 let mut out = Vec::new();
                 let mut c = connect(addr);
+                let mut used = false;
                 while Instant::now() < end {
                     let sent = Instant::now();
+                    if fresh && used {
+                        c = connect(addr);
+                    }
+                    used = true;
                     c.send(raw.as_bytes());
                     let resp = c.read_response(false);
                     let latency = sent.elapsed();
@@ -134,6 +152,7 @@ fn a_burst_gets_quick_503s_and_admitted_requests_keep_a_bounded_p90() {
     // clients would queue ~2 s each; with a 300 ms target they must not.
     let target = Duration::from_millis(300);
     let control = OverloadControl {
+        admission: Some(Admission::ResponseTime),
         rt_target: Some(target),
         response_time: ResponseTimeConfig {
             nreq: 10,
@@ -200,6 +219,7 @@ fn a_burst_gets_quick_503s_and_admitted_requests_keep_a_bounded_p90() {
 fn the_low_class_is_rejected_before_the_high_class() {
     let target = Duration::from_millis(50);
     let control = OverloadControl {
+        admission: Some(Admission::ResponseTime),
         rt_target: Some(target),
         // A bucket of 4 tokens: two clients of a class arriving together are not a
         // burst to refuse.
@@ -279,6 +299,7 @@ fn degradation_lowers_quality_before_any_request_is_rejected() {
     // admission control comes back at the lowest quality.
     let target = Duration::from_millis(3);
     let control = OverloadControl {
+        admission: Some(Admission::ResponseTime),
         rt_target: Some(target),
         response_time: ResponseTimeConfig {
             nreq: 10,
@@ -443,4 +464,203 @@ fn every_dynamic_stage_gets_its_own_policy_and_stats_show_none_without_one() {
     let st = stage_stats(s.admin_addr(), "handler:plain");
     assert_eq!(st["admission"]["policy"], "none", "{st}");
     assert_eq!(st["admission"]["enabled"], false);
+}
+
+/// The stage's cumulative response-time p90 once a stats tick has folded the last
+/// window in, and its sample count.
+fn server_p90(s: &support::TestServer, stage: &str, want: u64) -> (f64, u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let st = stage_stats(s.admin_addr(), stage);
+        let rt = &st["response_time"];
+        let n = rt["count"].as_u64().unwrap_or(0);
+        if n >= want || Instant::now() > deadline {
+            return (rt["p90_ms"].as_f64().unwrap_or(0.0), n);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_servers_p90_agrees_with_the_clients_within_ten_percent() {
+    // Issue 14: `born` is the accept (first request of a connection) or the read of
+    // a request's first byte, so the server's p90 covers what the client waits for.
+    // 24 clients, a new connection per request, on 2 threads x 20 ms: each waits
+    // ~240 ms, nearly all of it in queues before the handler runs.
+    let reg = HandlerRegistration::new("/slow", slow(20)).thread_pool(fixed_threads(2));
+    let s = start(|c| c.handlers.push(reg));
+    let out = closed_loop_conns(
+        s.addr,
+        "/slow",
+        &[(24, "")],
+        Duration::from_millis(2500),
+        Duration::ZERO,
+        true,
+    );
+    let ok: Vec<Duration> = out
+        .iter()
+        .filter(|o| status_of(o) == Some(200))
+        .map(|o| o.latency)
+        .collect();
+    assert_eq!(ok.len(), out.len(), "no admission control: all served");
+    let client = p90(ok.clone()).as_secs_f64() * 1000.0;
+    let (server, n) = server_p90(&s, "handler:slow", ok.len() as u64);
+    eprintln!("p90: client {client:.1} ms, server {server:.1} ms over {n} requests");
+    assert_eq!(n, ok.len() as u64, "the server counted every request");
+    assert!(
+        client > 100.0,
+        "the stage was queueing: client p90 {client} ms"
+    );
+    assert!(
+        (server - client).abs() <= 0.1 * client,
+        "server p90 {server:.1} ms vs client {client:.1} ms"
+    );
+}
+
+#[test]
+fn a_refused_request_never_reaches_the_handlers_stage_and_gets_the_configured_retry_after() {
+    // One thread x 200 ms and a queue threshold of 1: of 8 simultaneous clients
+    // most are refused, at HttpParse, from the pre-built 503.
+    let control = OverloadControl {
+        admission: Some(Admission::QueueThreshold),
+        queue_threshold: 1,
+        on_overload: OverloadAction::Reject503 {
+            retry_after_secs: 7,
+        },
+        ..OverloadControl::default()
+    };
+    let reg = HandlerRegistration::new("/slow", slow(200)).thread_pool(fixed_threads(1));
+    let reg = control.apply(reg).unwrap();
+    let s = start(|c| {
+        c.retry_after_secs = 7;
+        c.handlers.push(reg);
+    });
+    let out = closed_loop(
+        s.addr,
+        "/slow",
+        &[(8, "")],
+        Duration::from_millis(1200),
+        Duration::from_millis(100),
+    );
+    let ok = out.iter().filter(|o| status_of(o) == Some(200)).count() as u64;
+    let refused: Vec<&Resp> = out
+        .iter()
+        .filter(|o| status_of(o) == Some(503))
+        .filter_map(|o| o.resp.as_ref())
+        .collect();
+    assert_eq!(
+        ok + refused.len() as u64,
+        out.len() as u64,
+        "only 200 and 503"
+    );
+    assert!(refused.len() >= 8, "{} refused", refused.len());
+    for r in &refused {
+        assert_eq!(r.header("retry-after"), Some("7"), "{r:?}");
+        assert_eq!(
+            r.body.len().to_string(),
+            r.header("content-length").unwrap()
+        );
+        assert!(r.header("date").is_some());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let handler = stage_stats(s.admin_addr(), "handler:slow");
+    let recv = stage_stats(s.admin_addr(), "HttpRecv");
+    assert_eq!(
+        handler["processed"].as_u64(),
+        Some(ok),
+        "the handler's stage ran exactly the admitted requests: {handler}"
+    );
+    assert!(
+        handler["classes"][0]["rejected"].as_u64().unwrap() >= refused.len() as u64,
+        "{handler}"
+    );
+    assert_eq!(
+        recv["processed"].as_u64(),
+        Some(0),
+        "dynamic requests, admitted or refused, never pass HttpRecv: {recv}"
+    );
+}
+
+#[test]
+fn the_default_policy_holds_the_target_through_a_burst() {
+    // `--rt-target-ms` alone: delay-budget. 2 threads x 50 ms = 40 requests/s; 60
+    // clients with no think time would wait 1.5 s each without control.
+    let target = Duration::from_millis(300);
+    let control = OverloadControl {
+        rt_target: Some(target),
+        ..OverloadControl::default()
+    };
+    assert_eq!(control.policy_kind("slow"), Admission::DelayBudget);
+    let reg = HandlerRegistration::new("/slow", slow(50)).thread_pool(fixed_threads(2));
+    let reg = control.apply(reg).unwrap();
+    let s = start(|c| c.handlers.push(reg));
+    let run = Duration::from_millis(3000);
+    let t0 = Instant::now();
+    let out = closed_loop(
+        s.addr,
+        "/slow",
+        &[(60, "")],
+        run,
+        Duration::from_millis(200),
+    );
+    let after_1s: Vec<Duration> = out
+        .iter()
+        .filter(|o| status_of(o) == Some(200) && o.sent >= t0 + Duration::from_secs(1))
+        .map(|o| o.latency)
+        .collect();
+    let served = out.iter().filter(|o| status_of(o) == Some(200)).count();
+    let refused = out.iter().filter(|o| status_of(o) == Some(503)).count();
+    let p = p90(after_1s);
+    let capacity = 40.0 * run.as_secs_f64();
+    eprintln!(
+        "default policy: p90 after 1 s {p:?} (target {target:?}), {served} served of a \
+         capacity of {capacity:.0}, {refused} refused"
+    );
+    assert!(refused > 0, "the burst is refused in part");
+    // Generous for a loaded 2-core box; the experiment measures the real figures.
+    assert!(p < 2 * target, "p90 {p:?} vs target {target:?}");
+    assert!(
+        served as f64 >= 0.6 * capacity,
+        "{served} served, capacity {capacity}"
+    );
+    let st = stage_stats(s.admin_addr(), "handler:slow");
+    assert_eq!(st["admission"]["policy"], "delay-budget", "{st}");
+}
+
+#[test]
+fn with_the_default_policy_a_high_class_that_fits_loses_almost_nothing() {
+    // 4 threads x 20 ms: 200 requests/s. Two high-class clients fit (at most
+    // 100/s); twelve low-class clients on top overload the stage.
+    let target = Duration::from_millis(100);
+    let control = OverloadControl {
+        rt_target: Some(target),
+        classes: ClassRules {
+            header: Some("X-Class".into()),
+            ..ClassRules::default()
+        },
+        ..OverloadControl::default()
+    };
+    let reg = HandlerRegistration::new("/slow", slow(20)).thread_pool(fixed_threads(4));
+    let reg = control.apply(reg).unwrap();
+    let s = start(|c| c.handlers.push(reg));
+    let out = closed_loop(
+        s.addr,
+        "/slow",
+        &[(12, "X-Class: 0\r\n"), (2, "X-Class: 1\r\n")],
+        Duration::from_millis(3000),
+        Duration::from_millis(20),
+    );
+    let frac = |g: usize| {
+        let mine: Vec<_> = out.iter().filter(|o| o.group == g).collect();
+        let rej = mine.iter().filter(|o| status_of(o) == Some(503)).count();
+        (rej as f64 / mine.len().max(1) as f64, rej, mine.len())
+    };
+    let (low, low_rej, low_n) = frac(0);
+    let (high, high_rej, high_n) = frac(1);
+    eprintln!("default, classes: low rejected {low_rej}/{low_n}, high {high_rej}/{high_n}");
+    assert!(low_rej > 0, "the low class is cut");
+    assert!(
+        high <= 0.1 && low > high,
+        "low class rejected {low_rej}/{low_n}, high class {high_rej}/{high_n}"
+    );
 }

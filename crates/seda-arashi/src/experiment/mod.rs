@@ -72,6 +72,8 @@ impl Control {
         let t = oc.rt_target.unwrap_or(Duration::from_secs(1));
         (
             OverloadControl {
+                // The paper's controller (USITS'03 3.2), not the server's default.
+                admission: oc.rt_target.map(|_| seda_http::Admission::ResponseTime),
                 response_time: crate::service::controller_config(t),
                 ..oc
             },

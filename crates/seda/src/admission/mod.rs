@@ -29,7 +29,9 @@
 //! | [`CoDel`] | shed when the queue delay stayed above target for an interval | Nichols & Jacobson 2012; adaptive CoDel |
 //! | [`GradientLimit`] | concurrency limit from the ratio of long to short latency | Netflix concurrency-limits, Gradient2 |
 //! | [`AimdLimit`] | concurrency limit, +1 on success, x backoff on slow responses | Netflix concurrency-limits, AIMD |
+//! | [`DelayBudget`] | refuse when the predicted response time exceeds a budget the p90 loop sets | USITS'03 3.2's loop on a queue-delay actuator |
 
+mod budget;
 mod codel;
 mod limit;
 mod response_time;
@@ -42,6 +44,7 @@ use serde::Serialize;
 
 use crate::envelope::Class;
 
+pub use budget::{BudgetLoop, DelayBudget, DelayBudgetConfig};
 pub use codel::{CoDel, CoDelConfig};
 pub use limit::{AimdLimit, AimdLimitConfig, GradientLimit, GradientLimitConfig};
 pub use response_time::{MulticlassPolicy, ResponseTimePolicy};
