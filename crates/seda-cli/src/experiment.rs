@@ -79,19 +79,27 @@ pub struct ColorsArgs {
     pub quick: bool,
 }
 
-/// Arguments of `seda experiment overload`. The defaults take about 17 minutes.
+/// Arguments of `seda experiment overload`. The defaults take about 22 minutes.
 #[derive(Debug, clap::Args)]
 pub struct OverloadArgs {
     /// Output directory (runs.json, table.md, *.svg).
     #[arg(long, default_value = "results/overload")]
     pub out: PathBuf,
-    /// Scenarios, comma-separated: fig13, spike, degrade, classes, policies.
+    /// Scenarios, comma-separated: knee, refusal, fig13, spike, degrade, classes,
+    /// policies.
     #[arg(
         long,
-        default_value = "fig13,spike,degrade,classes,policies",
+        default_value = "knee,refusal,policies,classes",
         value_delimiter = ','
     )]
     pub scenarios: Vec<String>,
+    /// Runs of each configuration (tables give the median and the spread)
+    /// [default: 3; quick: 1].
+    #[arg(long)]
+    pub repeats: Option<usize>,
+    /// High-class users in scenario classes [default: 32; quick: 8].
+    #[arg(long)]
+    pub high_users: Option<u64>,
     /// A small, fast version (10 ms bottleneck, 200 ms target, 3/6/3 s phases, a
     /// fifth of the users) for smoke tests.
     #[arg(long)]
@@ -114,7 +122,7 @@ pub struct OverloadArgs {
     /// Users of scenario fig13 [default: 1024; quick: 200].
     #[arg(long)]
     pub fig13_users: Option<u64>,
-    /// Users per class in scenario classes [default: 128; quick: 32].
+    /// Low-class users in scenario classes [default: 128; quick: 32].
     #[arg(long)]
     pub class_users: Option<u64>,
     /// Wait after a 503 or a failed request, ms [default: 5000; quick: 1000].
@@ -278,6 +286,12 @@ fn overload_cmd(a: OverloadArgs) -> Result<(), String> {
     }
     if let Some(v) = a.class_users {
         cfg.class_users = v;
+    }
+    if let Some(v) = a.high_users {
+        cfg.high_users = v;
+    }
+    if let Some(v) = a.repeats {
+        cfg.repeats = v;
     }
     if let Some(v) = a.retry_wait_ms {
         cfg.retry_wait = Duration::from_millis(v);

@@ -44,6 +44,27 @@ const COLORS: [RGBColor; 8] = [
 /// Series longer than this are drawn as lines without point markers.
 const MARKERS_UP_TO: usize = 40;
 
+/// A tick label as a person writes the number: at most three significant digits,
+/// no float noise (`0.3`, not `0.30000000000000004`; `1`, not `0.9999999999999`),
+/// thousands without a fraction.
+pub fn tick(v: f64) -> String {
+    if !v.is_finite() {
+        return String::new();
+    }
+    let a = v.abs();
+    if a >= 1000.0 || a == 0.0 {
+        return format!("{v:.0}");
+    }
+    let digits = (2 - a.log10().floor() as i32).max(0) as usize;
+    let s = format!("{v:.digits$}");
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    };
+    if s == "-0" { "0".into() } else { s }
+}
+
 /// Write `series` as an SVG line chart to `path`.
 pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(), String> {
     let tx = |x: f64| if chart.x_log { x.max(1e-9).log10() } else { x };
@@ -96,30 +117,8 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
         .build_cartesian_2d((x0 - pad)..(x1 + pad), y0..y1)
         .map_err(|e| err(&e))?;
     let x_log = chart.x_log;
-    let fmt_x = move |v: &f64| {
-        if x_log {
-            let x = 10f64.powf(*v);
-            if x >= 10.0 {
-                format!("{x:.0}")
-            } else {
-                format!("{x:.2}")
-            }
-        } else {
-            format!("{v}")
-        }
-    };
-    let fmt_y = move |v: &f64| {
-        if y_log {
-            let y = 10f64.powf(*v);
-            if y >= 10.0 {
-                format!("{y:.0}")
-            } else {
-                format!("{y:.2}")
-            }
-        } else {
-            format!("{v}")
-        }
-    };
+    let fmt_x = move |v: &f64| tick(if x_log { 10f64.powf(*v) } else { *v });
+    let fmt_y = move |v: &f64| tick(if y_log { 10f64.powf(*v) } else { *v });
     c.configure_mesh()
         .x_desc(chart.x_label)
         .y_desc(chart.y_label)
@@ -163,6 +162,20 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ticks_read_as_people_write_numbers() {
+        use super::tick;
+        assert_eq!(tick(0.30000000000000004), "0.3");
+        assert_eq!(tick(0.9999999999999), "1");
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(1500.0), "1500");
+        assert_eq!(tick(12.5), "12.5");
+        assert_eq!(tick(0.05), "0.05");
+        assert_eq!(tick(0.123456), "0.123");
+        assert_eq!(tick(-2.0), "-2");
+        assert_eq!(tick(250.0), "250");
+    }
+
     use super::*;
 
     #[test]

@@ -36,6 +36,20 @@ pub enum ServerKind {
     },
     /// Apache httpd with Debian's default event MPM settings.
     ApacheEvent,
+    /// nginx as a reverse proxy to `upstream` (keep-alive upstream connections), with
+    /// `http` added to the `http` block and `location` to the proxied location: how
+    /// an operator sheds load in front of a service today (`limit_req`, `limit_conn`,
+    /// upstream `max_conns`).
+    NginxProxy {
+        /// worker_processes.
+        workers: u32,
+        /// The proxied server.
+        upstream: SocketAddr,
+        /// Directives for the `http` block.
+        http: String,
+        /// Directives for `location /`.
+        location: String,
+    },
 }
 
 /// A named server configuration.
@@ -101,13 +115,24 @@ impl ServerSpec {
                     version("apache")
                 )
             }
+            ServerKind::NginxProxy {
+                workers,
+                upstream,
+                http,
+                location,
+            } => format!(
+                "nginx {} proxy to {upstream}, {workers} workers: {} {}",
+                version("nginx"),
+                http.trim(),
+                location.trim()
+            ),
         }
     }
 
     fn package(&self) -> Option<(&'static str, &'static str)> {
         match self.kind {
             ServerKind::Haboob { .. } => None,
-            ServerKind::Nginx { .. } => Some(("nginx", NGINX)),
+            ServerKind::Nginx { .. } | ServerKind::NginxProxy { .. } => Some(("nginx", NGINX)),
             ServerKind::ApachePrefork { .. } | ServerKind::ApacheEvent => Some(("apache2", APACHE)),
         }
     }
@@ -246,14 +271,30 @@ impl ServerProcess {
             ServerKind::Nginx { workers } => {
                 let conf = d.join("nginx.conf");
                 write(&conf, &nginx_conf(d, &root, port, *workers, root_user))?;
-                let mut c = Command::new(NGINX);
-                c.arg("-p")
-                    .arg(d)
-                    .arg("-e")
-                    .arg(d.join("error.log"))
-                    .arg("-c")
-                    .arg(&conf);
-                c
+                nginx_cmd(d, &conf)
+            }
+            ServerKind::NginxProxy {
+                workers,
+                upstream,
+                http,
+                location,
+            } => {
+                let conf = d.join("nginx.conf");
+                let site = format!(
+                    "{http}\n\x20 upstream backend {{ server {upstream}; keepalive 256; }}\n\
+                     \x20 server {{\n\
+                     \x20   listen 127.0.0.1:{port} backlog=4096;\n\
+                     \x20   location / {{\n\
+                     \x20     proxy_pass http://backend;\n\
+                     \x20     proxy_http_version 1.1;\n\
+                     \x20     proxy_set_header Connection \"\";\n\
+                     \x20     proxy_read_timeout 120s;\n\
+                     \x20     {location}\n\
+                     \x20   }}\n\
+                     \x20 }}\n"
+                );
+                write(&conf, &nginx_conf_with(d, *workers, root_user, &site))?;
+                nginx_cmd(d, &conf)
             }
             ServerKind::ApachePrefork { workers } => {
                 let conf = d.join("httpd.conf");
@@ -413,7 +454,33 @@ fn tail(text: &str, n: usize) -> String {
     text[start..].trim().to_string()
 }
 
+fn nginx_cmd(d: &Path, conf: &Path) -> Command {
+    let mut c = Command::new(NGINX);
+    c.arg("-p")
+        .arg(d)
+        .arg("-e")
+        .arg(d.join("error.log"))
+        .arg("-c")
+        .arg(conf);
+    c
+}
+
 fn nginx_conf(d: &Path, root: &Path, port: u16, workers: u32, root_user: bool) -> String {
+    let site = format!(
+        "\x20 sendfile on;\n\
+         \x20 tcp_nopush on;\n\
+         \x20 server {{\n\
+         \x20   listen 127.0.0.1:{port};\n\
+         \x20   root {root};\n\
+         \x20   location / {{ }}\n\
+         \x20 }}\n",
+        root = root.display()
+    );
+    nginx_conf_with(d, workers, root_user, &site)
+}
+
+/// nginx's main configuration with `site` inside its `http` block.
+fn nginx_conf_with(d: &Path, workers: u32, root_user: bool, site: &str) -> String {
     let d = d.display();
     let user = if root_user {
         "user www-data www-data;\n"
@@ -429,8 +496,6 @@ fn nginx_conf(d: &Path, root: &Path, port: u16, workers: u32, root_user: bool) -
          events {{ worker_connections 8192; }}\n\
          http {{\n\
          \x20 access_log off;\n\
-         \x20 sendfile on;\n\
-         \x20 tcp_nopush on;\n\
          \x20 keepalive_timeout 65;\n\
          \x20 keepalive_requests 1000;\n\
          \x20 default_type application/octet-stream;\n\
@@ -439,13 +504,8 @@ fn nginx_conf(d: &Path, root: &Path, port: u16, workers: u32, root_user: bool) -
          \x20 fastcgi_temp_path {d}/fastcgi;\n\
          \x20 uwsgi_temp_path {d}/uwsgi;\n\
          \x20 scgi_temp_path {d}/scgi;\n\
-         \x20 server {{\n\
-         \x20   listen 127.0.0.1:{port};\n\
-         \x20   root {root};\n\
-         \x20   location / {{ }}\n\
-         \x20 }}\n\
-         }}\n",
-        root = root.display()
+         {site}\
+         }}\n"
     )
 }
 
