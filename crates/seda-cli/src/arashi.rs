@@ -55,9 +55,9 @@ pub struct ServeArgs {
     /// p90 target of one request type, TYPE=MS, e.g. search=2000 (repeatable).
     #[arg(long = "target")]
     pub targets: Vec<String>,
-    /// Admission policy of the request stages: response-time, multiclass, codel,
-    /// gradient, aimd, queue-threshold, none [default: response-time with a target,
-    /// else none].
+    /// Admission policy of the request stages: delay-budget, response-time,
+    /// multiclass, codel, gradient, aimd, queue-threshold, none [default:
+    /// delay-budget with a target (multiclass with per-class targets), else none].
     #[arg(long)]
     pub admission: Option<Admission>,
     /// per-stage (one controller per request type, the paper's) or single (one

@@ -123,12 +123,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MS")]
     bottleneck_ms: Option<f64>,
     /// 90th-percentile response-time target of every dynamic stage, milliseconds
-    /// (selects the response-time admission controller unless --admission says).
+    /// (selects the delay-budget admission policy unless --admission says).
     #[arg(long, value_name = "MS")]
     rt_target_ms: Option<f64>,
-    /// Admission policy of every dynamic stage: response-time, multiclass, codel,
-    /// gradient, aimd, queue-threshold or none [default: response-time with a target,
-    /// else none].
+    /// Admission policy of every dynamic stage: delay-budget, response-time (the
+    /// USITS'03 controller), multiclass, codel, gradient, aimd, queue-threshold or
+    /// none [default: delay-budget with a target (multiclass with per-class
+    /// targets), else none].
     #[arg(long, value_name = "POLICY")]
     admission: Option<Admission>,
     /// Threshold of --admission queue-threshold, requests [default: 100].

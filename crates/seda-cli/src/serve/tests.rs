@@ -145,10 +145,7 @@ fn overload_settings_from_flags_and_toml() {
         ..ServeArgs::default()
     })
     .unwrap();
-    assert_eq!(
-        s.overload.policy_kind("bottleneck"),
-        Admission::ResponseTime
-    );
+    assert_eq!(s.overload.policy_kind("bottleneck"), Admission::DelayBudget);
     assert_eq!(
         s.overload.on_overload,
         OverloadAction::Reject503 {
