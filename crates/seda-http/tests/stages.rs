@@ -48,7 +48,9 @@ fn admin_endpoints_show_stages_graph_and_metrics_on_their_own_listener() {
     }
     assert!(doc.stage("HttpParse").unwrap().processed >= 3);
     assert!(doc.has_edge("sock-io", "HttpParse"), "{:?}", doc.edges);
-    assert!(doc.has_edge("HttpRecv", "handler:dyn"), "{:?}", doc.edges);
+    // Dynamic requests are offered to their handler's stage by HttpParse itself
+    // (early refusal, USITS'03 6).
+    assert!(doc.has_edge("HttpParse", "handler:dyn"), "{:?}", doc.edges);
     let haboob: seda_http::HaboobStats = doc.section("haboob").unwrap();
     assert!(haboob.requests >= 2);
     assert!(doc.sections.contains_key("sockets"));

@@ -287,6 +287,8 @@ fn run_one(
                 v.push((t0.elapsed().as_secs_f64(), cpu_now() - cpu0));
                 std::thread::sleep(CPU_SAMPLE);
             }
+            // The last sample comes after the load: every phase ends before it.
+            v.push((t0.elapsed().as_secs_f64(), cpu_now() - cpu0));
             v
         });
         let reports = handles
