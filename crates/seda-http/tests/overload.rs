@@ -130,6 +130,13 @@ fn p90(mut v: Vec<Duration>) -> Duration {
     v[((v.len() as f64 * 0.9).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
+/// Group `g`'s share of 503s, its 503s and its requests.
+fn rejected_share(out: &[Outcome], g: usize) -> (f64, usize, usize) {
+    let mine: Vec<_> = out.iter().filter(|o| o.group == g).collect();
+    let rej = mine.iter().filter(|o| status_of(o) == Some(503)).count();
+    (rej as f64 / mine.len().max(1) as f64, rej, mine.len())
+}
+
 fn status_of(o: &Outcome) -> Option<u16> {
     o.resp.as_ref().map(|r| r.status)
 }
@@ -251,11 +258,7 @@ fn the_low_class_is_rejected_before_the_high_class() {
         out.iter().all(|o| o.resp.is_some()),
         "every request answered"
     );
-    let frac = |g: usize| {
-        let mine: Vec<_> = out.iter().filter(|o| o.group == g).collect();
-        let rej = mine.iter().filter(|o| status_of(o) == Some(503)).count();
-        (rej as f64 / mine.len().max(1) as f64, rej, mine.len())
-    };
+    let frac = |g: usize| rejected_share(&out, g);
     let (low, low_rej, low_n) = frac(0);
     let (high, high_rej, high_n) = frac(1);
     eprintln!("classes: low rejected {low_rej}/{low_n}, high {high_rej}/{high_n}");
@@ -650,11 +653,7 @@ fn with_the_default_policy_a_high_class_that_fits_loses_almost_nothing() {
         Duration::from_millis(3000),
         Duration::from_millis(20),
     );
-    let frac = |g: usize| {
-        let mine: Vec<_> = out.iter().filter(|o| o.group == g).collect();
-        let rej = mine.iter().filter(|o| status_of(o) == Some(503)).count();
-        (rej as f64 / mine.len().max(1) as f64, rej, mine.len())
-    };
+    let frac = |g: usize| rejected_share(&out, g);
     let (low, low_rej, low_n) = frac(0);
     let (high, high_rej, high_n) = frac(1);
     eprintln!("default, classes: low rejected {low_rej}/{low_n}, high {high_rej}/{high_n}");
