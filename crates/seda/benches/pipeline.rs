@@ -181,18 +181,23 @@ impl Drop for Staged {
 
 /// Events/s of pushing `EVENTS` events from one thread while this one drains.
 fn throughput(p: &(dyn Pipeline + Sync)) -> f64 {
+    push_through(p, EVENTS)
+}
+
+/// Events/s of pushing `n` events from one thread while this one drains.
+fn push_through(p: &(dyn Pipeline + Sync), n: u64) -> f64 {
     let start = Instant::now();
     std::thread::scope(|s| {
         s.spawn(|| {
-            for i in 0..EVENTS {
+            for i in 0..n {
                 p.push(i);
             }
         });
-        for _ in 0..EVENTS {
+        for _ in 0..n {
             p.out().recv().expect("pipeline output");
         }
     });
-    EVENTS as f64 / start.elapsed().as_secs_f64()
+    n as f64 / start.elapsed().as_secs_f64()
 }
 
 /// Median round-trip time of one event, microseconds.
@@ -291,6 +296,29 @@ fn main() {
                 .map(Some),
         )
         .collect();
+    // SEDA_BENCH_COUNT=N: push N events once through each selected pipeline and
+    // stop (for instruction counts: bench/callgrind/hops.sh runs two N under
+    // callgrind and divides the difference).
+    if let Some(n) = std::env::var("SEDA_BENCH_COUNT")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        let stages = std::env::var("SEDA_BENCH_STAGES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(5);
+        for c in &all {
+            if c.is_none() && !only.is_empty() && only != "crossbeam" {
+                continue;
+            }
+            let p: Box<dyn Pipeline + Sync> = match c {
+                None => Box::new(Raw::new(stages)),
+                Some(c) => Box::new(Staged::new(stages, *c)),
+            };
+            push_through(p.as_ref(), n);
+        }
+        return;
+    }
     let lengths: Vec<usize> = match std::env::var("SEDA_BENCH_STAGES")
         .ok()
         .and_then(|s| s.parse().ok())
