@@ -46,12 +46,38 @@ pub(super) fn with_runtime<R>(
     }
 }
 
-/// What the stats need of an event after its handler consumed it.
+/// What the stats need of a run of consecutive events of a batch after their
+/// handler consumed them: events of one upstream batch share their enqueue instant
+/// (its batch clock), events handed over inline share everything, so a batch is
+/// usually a few runs and the per-event work is one comparison.
 #[derive(Clone, Copy, Debug)]
 struct Stamp {
     born: Instant,
     enqueued: Instant,
     class: Class,
+    n: u32,
+}
+
+impl Stamp {
+    /// Adds an event to the last run if it shares it, else starts a run.
+    fn push(runs: &mut Vec<Stamp>, born: Instant, enqueued: Instant, class: Class) {
+        match runs.last_mut() {
+            Some(r)
+                if r.enqueued == enqueued
+                    && r.born == born
+                    && r.class == class
+                    && r.n < u32::MAX =>
+            {
+                r.n += 1;
+            }
+            _ => runs.push(Stamp {
+                born,
+                enqueued,
+                class,
+                n: 1,
+            }),
+        }
+    }
 }
 
 /// Reusable buffers of one worker (or of one shared-pool batch).
@@ -188,14 +214,12 @@ impl<E: Send + 'static> StageCore<E> {
         }
         let start = Instant::now();
         s.stamps.clear();
-        s.stamps.extend(s.envs.iter().map(|e| Stamp {
-            born: e.meta.born,
-            enqueued: e.enqueued,
-            class: e.meta.class,
-        }));
+        for e in &s.envs {
+            Stamp::push(&mut s.stamps, e.meta.born, e.enqueued, e.meta.class);
+        }
         let first = s.envs[0].meta;
         self.invoke(Items::Drain(s.envs.drain(..)), first, start, 0, rt);
-        self.complete(start, &s.stamps, false);
+        self.complete(start, n, &s.stamps, false);
         for (color, last) in s.held.drain(..) {
             self.colors.release(color, last);
         }
@@ -216,17 +240,10 @@ impl<E: Send + 'static> StageCore<E> {
             born: meta.born,
             enqueued: start,
             class: meta.class,
+            n: u32::try_from(n).unwrap_or(u32::MAX),
         };
         self.invoke(items, meta, start, depth, rt);
-        let stamps = [stamp];
-        let many;
-        let stamps: &[Stamp] = if n == 1 {
-            &stamps
-        } else {
-            many = vec![stamp; n];
-            &many
-        };
-        self.complete(start, stamps, true);
+        self.complete(start, n, &[stamp], true);
     }
 
     /// Calls the handler with the thread marked as this stage's; catches a panic.
@@ -276,10 +293,14 @@ impl<E: Send + 'static> StageCore<E> {
 
     /// Records a finished batch (inline: no queueing delay) and feeds the admission
     /// policy its completions.
-    fn complete(&self, start: Instant, stamps: &[Stamp], inline: bool) {
+    fn complete(&self, start: Instant, n: usize, stamps: &[Stamp], inline: bool) {
         let end = Instant::now();
-        let n = stamps.len();
-        let service = (end - start) / u32::try_from(n).unwrap_or(u32::MAX);
+        let batch = end.saturating_duration_since(start);
+        // No 64-bit division for the usual one-event batch (an inline hop).
+        let service = match n {
+            0 | 1 => batch,
+            n => batch / u32::try_from(n).unwrap_or(u32::MAX),
+        };
         let queue_delay = |s: &Stamp| {
             if inline {
                 Duration::ZERO
@@ -287,16 +308,16 @@ impl<E: Send + 'static> StageCore<E> {
                 start.saturating_duration_since(s.enqueued)
             }
         };
-        // Events of one upstream batch share their enqueue instant (its batch clock),
-        // and a batch handed over inline shares `born`: reuse the last difference
-        // instead of doing Instant arithmetic twice per event.
+        // Runs that differ only in `born` (one upstream batch of distinct requests)
+        // share their enqueue instant: reuse the last queueing delay.
         let mut last_qd: Option<(Instant, Duration)> = None;
-        let mut last_rt: Option<(Instant, Duration)> = None;
         self.stats.record(
             service,
             n,
+            inline,
             stamps.iter().map(|s| {
                 let qd = match last_qd {
+                    _ if inline => Duration::ZERO,
                     Some((at, d)) if at == s.enqueued => d,
                     _ => {
                         let d = queue_delay(s);
@@ -304,15 +325,7 @@ impl<E: Send + 'static> StageCore<E> {
                         d
                     }
                 };
-                let rt = match last_rt {
-                    Some((at, d)) if at == s.born => d,
-                    _ => {
-                        let d = end.saturating_duration_since(s.born);
-                        last_rt = Some((s.born, d));
-                        d
-                    }
-                };
-                (qd, rt)
+                (qd, end.saturating_duration_since(s.born), s.n)
             }),
         );
         // Completions feed the policy only while admission control is on: events that
@@ -326,14 +339,17 @@ impl<E: Send + 'static> StageCore<E> {
         {
             let in_flight = self.queue.word().in_flight();
             for s in stamps {
-                policy.on_complete(&Completion {
+                let c = Completion {
                     class: s.class,
                     response_time: end.saturating_duration_since(s.born),
                     queue_delay: queue_delay(s),
                     service_time: service,
                     in_flight,
                     now: end,
-                });
+                };
+                for _ in 0..s.n {
+                    policy.on_complete(&c);
+                }
             }
         }
     }

@@ -306,10 +306,6 @@ impl<E: Send + 'static> StageCore<E> {
             return Inline::Refused(());
         }
         self.stats.admitted(meta.class, n as u64);
-        self.stats
-            .counters()
-            .inlined
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         self.record_edge(origin);
         let ticket = held.map_or(0, |(_, t)| t);
         let wrap = |event| Envelope {

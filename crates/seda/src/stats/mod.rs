@@ -107,16 +107,17 @@ impl StageStats {
         self.recorder.totals()
     }
 
-    /// Records a finished batch of `n` events (see [`recorder`]).
+    /// Records a finished batch of `n` events, given as runs of `(queue delay,
+    /// response time, events)` (see [`recorder`]).
     pub(crate) fn record(
         &self,
         service: Duration,
         n: usize,
-        events: impl Iterator<Item = (Duration, Duration)>,
+        inline: bool,
+        runs: impl Iterator<Item = (Duration, Duration, u32)>,
     ) {
-        self.counters().processed.fetch_add(n as u64, Relaxed);
         self.recorder
-            .record(service, n, events, |p| self.hist.lock().merge(p));
+            .record(service, n, inline, runs, |p| self.hist.lock().merge(p));
     }
 
     /// Moves every pending sample into the histograms.
@@ -304,9 +305,9 @@ mod tests {
     fn a_tick_closes_the_window_with_every_completion_recorded_before_it() {
         let s = StageStats::new();
         // Recorded from two threads, so two slots hold pending samples.
-        s.record(ms(1), 9, (0..9).map(|_| (ms(0), ms(10))));
+        s.record(ms(1), 9, false, std::iter::once((ms(0), ms(10), 9)));
         std::thread::scope(|t| {
-            t.spawn(|| s.record(ms(1), 1, std::iter::once((ms(0), ms(500)))));
+            t.spawn(|| s.record(ms(1), 1, false, std::iter::once((ms(0), ms(500), 1))));
         });
         assert_eq!(s.recent_p90(), None, "no window closed yet");
         s.rotate_window();
@@ -314,7 +315,7 @@ mod tests {
         assert!(p90 >= ms(10) && p90 < ms(11), "p90 {p90:?}");
         // The next window holds only what came after the tick.
         for _ in 0..10 {
-            s.record(ms(1), 1, std::iter::once((ms(0), ms(500))));
+            s.record(ms(1), 1, false, std::iter::once((ms(0), ms(500), 1)));
         }
         s.rotate_window();
         let p90 = s.recent_p90().unwrap();
@@ -329,7 +330,7 @@ mod tests {
         let s = StageStats::new();
         s.admitted(2, 5);
         s.rejected(2);
-        s.record(ms(2), 5, (0..5).map(|i| (ms(i), ms(10 + i))));
+        s.record(ms(2), 5, false, (0..5).map(|i| (ms(i), ms(10 + i), 1)));
         let h = {
             s.drain();
             let h = s.hist.lock();

@@ -11,7 +11,9 @@
 //!
 //! # Error this introduces in the controllers' inputs
 //! - Counters (admitted, rejected, processed, ...) are sums over slots read with
-//!   relaxed loads: each is exact at some instant during the read, none is lost.
+//!   relaxed loads (`processed` and `inlined` under the slot's lock, where a batch
+//!   records them with its samples): each is exact at some instant during the read,
+//!   none is lost.
 //! - Histograms and the stats window behind [`super::StageStats::recent_p90`] lag
 //!   the completions by at most one control interval (default 50 ms): the tick
 //!   drains every slot *before* it closes a window, so a window's p90 covers every
@@ -77,6 +79,11 @@ pub(crate) struct Pending {
     pub(crate) service: Vec<(u32, u32)>,
     /// Events recorded since the last merge.
     pub(crate) events: usize,
+    /// Events processed (cumulative: a merge keeps it). Counted here, under the
+    /// lock the batch's samples take anyway, instead of with one more atomic add.
+    pub(crate) processed: u64,
+    /// Of those, events run inline (cumulative).
+    pub(crate) inlined: u64,
 }
 
 /// Appends `n` samples of `v` to `runs`.
@@ -92,6 +99,7 @@ impl Pending {
         self.service.is_empty()
     }
 
+    /// Forgets the merged samples (not the cumulative counts).
     pub(crate) fn clear(&mut self) {
         self.queue_delay.clear();
         self.response.clear();
@@ -108,8 +116,6 @@ pub(crate) struct Counters {
     pub(crate) full: AtomicU64,
     pub(crate) closed: AtomicU64,
     pub(crate) dropped: AtomicU64,
-    pub(crate) processed: AtomicU64,
-    pub(crate) inlined: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -163,26 +169,32 @@ impl Recorder {
         &self.slots[slot_index()].counters
     }
 
-    /// Records one batch in this thread's slot: `events` yields each event's
-    /// `(queue delay, response time)`. Returns the pending buffer when it is full,
-    /// for the caller to merge.
+    /// Records one batch of `n` events (run inline if `inline`) in this thread's
+    /// slot: `runs` yields `(queue delay, response time, events)` for runs of events
+    /// that share both (their counts add up to `n`). Hands the pending buffer to
+    /// `merge` when it is full.
     pub(crate) fn record(
         &self,
         service: Duration,
         n: usize,
-        events: impl Iterator<Item = (Duration, Duration)>,
+        inline: bool,
+        runs: impl Iterator<Item = (Duration, Duration, u32)>,
         merge: impl FnOnce(&mut Pending),
     ) {
         let mut p = self.slots[slot_index()].pending.lock();
         let p = &mut *p;
+        p.processed += n as u64;
+        if inline {
+            p.inlined += n as u64;
+        }
         push_run(
             &mut p.service,
             micros(service),
             u32::try_from(n).unwrap_or(u32::MAX),
         );
-        for (qd, rt) in events {
-            push_run(&mut p.queue_delay, micros(qd), 1);
-            push_run(&mut p.response, micros(rt), 1);
+        for (qd, rt, k) in runs {
+            push_run(&mut p.queue_delay, micros(qd), k);
+            push_run(&mut p.response, micros(rt), k);
         }
         p.events += n;
         if p.response.len().max(p.queue_delay.len()) >= FLUSH_AT {
@@ -212,8 +224,9 @@ impl Recorder {
             t.full += c.full.load(Relaxed);
             t.closed += c.closed.load(Relaxed);
             t.dropped += c.dropped.load(Relaxed);
-            t.processed += c.processed.load(Relaxed);
-            t.inlined += c.inlined.load(Relaxed);
+            let p = s.pending.lock();
+            t.processed += p.processed;
+            t.inlined += p.inlined;
         }
         t
     }
