@@ -44,7 +44,7 @@ impl Lifecycle {
 }
 
 thread_local! {
-    static CURRENT: Cell<Current> = const { Cell::new(Current::OUTSIDE) };
+    static CURRENT: Cell<Frame> = const { Cell::new(Current::OUTSIDE.frame()) };
     /// `Current::meta`, kept apart: a batch sets it once per event, and a small cell
     /// is cheaper to write than the whole `Current`.
     static META: Cell<Option<Meta>> = const { Cell::new(None) };
@@ -69,7 +69,28 @@ pub(crate) struct Current {
     pub(crate) clock: Option<Instant>,
 }
 
+/// [`Current`] without its event: what every enqueue reads (a smaller copy).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Frame {
+    pub(crate) runtime: u64,
+    pub(crate) stage: Option<usize>,
+    pub(crate) domain: Option<u64>,
+    pub(crate) depth: u8,
+    pub(crate) clock: Option<Instant>,
+}
+
 impl Current {
+    /// Everything but the event.
+    pub(crate) const fn frame(&self) -> Frame {
+        Frame {
+            runtime: self.runtime,
+            stage: self.stage,
+            domain: self.domain,
+            depth: self.depth,
+            clock: self.clock,
+        }
+    }
+
     pub(crate) const OUTSIDE: Current = Current {
         runtime: 0,
         stage: None,
@@ -81,16 +102,21 @@ impl Current {
 
     /// The calling thread's state.
     pub(crate) fn get() -> Current {
+        let f = CURRENT.with(Cell::get);
         Current {
+            runtime: f.runtime,
+            stage: f.stage,
             meta: META.with(Cell::get),
-            ..CURRENT.with(Cell::get)
+            domain: f.domain,
+            depth: f.depth,
+            clock: f.clock,
         }
     }
 
     /// Runs `f` with `cur` as the thread's state, restoring the previous one after
     /// (also if `f` panics).
     pub(crate) fn scope<R>(cur: Current, f: impl FnOnce() -> R) -> R {
-        struct Restore(Current, Option<Meta>);
+        struct Restore(Frame, Option<Meta>);
         impl Drop for Restore {
             fn drop(&mut self) {
                 CURRENT.with(|c| c.set(self.0));
@@ -98,7 +124,7 @@ impl Current {
             }
         }
         let _restore = Restore(
-            CURRENT.with(|c| c.replace(cur)),
+            CURRENT.with(|c| c.replace(cur.frame())),
             META.with(|m| m.replace(cur.meta)),
         );
         f()
@@ -126,7 +152,7 @@ impl Current {
 /// runtime; graph edges are recorded from the origin stage.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Origin {
-    pub(crate) cur: Current,
+    pub(crate) cur: Frame,
     /// Whether the metadata was made fresh for this enqueue.
     fresh: bool,
 }
@@ -134,8 +160,8 @@ pub(crate) struct Origin {
 impl Origin {
     /// The calling thread's origin and the metadata a new event inherits from it.
     pub(crate) fn current() -> (Meta, Origin) {
-        let cur = Current::get();
-        match cur.meta {
+        let cur = CURRENT.with(Cell::get);
+        match META.with(Cell::get) {
             Some(meta) => (meta, Origin { cur, fresh: false }),
             None => (Meta::new(), Origin { cur, fresh: true }),
         }
@@ -144,7 +170,7 @@ impl Origin {
     /// The caller's origin, for an enqueue with explicit metadata.
     pub(crate) fn here() -> Origin {
         Origin {
-            cur: Current::get(),
+            cur: CURRENT.with(Cell::get),
             fresh: false,
         }
     }
@@ -152,7 +178,7 @@ impl Origin {
     /// The same origin after a wait for space: its enqueue instant is read anew.
     pub(crate) fn waited(self) -> Origin {
         Origin {
-            cur: Current {
+            cur: Frame {
                 clock: None,
                 ..self.cur
             },
