@@ -21,7 +21,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::proto::{Status, Validators};
 
 /// FNV-1a: a fast hash for short keys that no client chooses the bucket of on its own
-/// (file identities, connection ids; the maps are bounded).
+/// (connection ids; the maps are bounded).
 #[derive(Default, Clone, Copy)]
 pub(crate) struct Fnv(u64);
 
@@ -56,8 +56,6 @@ impl Hasher for Fnv {
         self.0 = h;
     }
 }
-
-type FnvBuild = BuildHasherDefault<Fnv>;
 
 /// Identity of one version of a file: a page is valid only for the same identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -288,7 +286,9 @@ pub struct PageCacheStats {
 
 /// The page cache: file bytes bounded in total size, exact LRU. See the module docs.
 pub struct PageCache {
-    lru: Mutex<Lru<FileKey, Bytes, FnvBuild>>,
+    /// Keys are file identities (four integers): foldhash hashes them in a few
+    /// multiplications, where FNV went byte by byte over 40 bytes.
+    lru: Mutex<Lru<FileKey, Bytes, foldhash::fast::RandomState>>,
     capacity: u64,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -307,7 +307,7 @@ impl PageCache {
     /// A cache holding at most `capacity_bytes` of file bodies.
     pub fn new(capacity_bytes: u64) -> Self {
         PageCache {
-            lru: Mutex::new(Lru::new(FnvBuild::default())),
+            lru: Mutex::new(Lru::new(foldhash::fast::RandomState::default())),
             capacity: capacity_bytes,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
