@@ -197,6 +197,14 @@ pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
 }
 
 fn colors_cmd(a: ColorsArgs) -> Result<(), String> {
+    // The server logs shed connections and overlaps as warnings and errors.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
     let secs = |v: f64, name: &str| {
         if v.is_finite() && (0.05..=3600.0).contains(&v) {
             Ok(Duration::from_secs_f64(v))

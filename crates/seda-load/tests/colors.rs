@@ -72,15 +72,21 @@ fn assert_clean(what: &str, report: &ClientReport, stats: &ServerStats, expected
 /// entry; the client authenticates every response under its expected nonce.
 #[test]
 fn per_connection_state_is_never_entered_by_two_handlers_at_once() {
-    for (coloring, model) in [
-        (Coloring::PerConnection, ThreadModel::Shared),
-        (Coloring::Single, ThreadModel::Shared),
-        (Coloring::PerConnection, ThreadModel::PerStage),
+    for (coloring, model, workers) in [
+        (Coloring::PerConnection, ThreadModel::Shared, 2),
+        (Coloring::Single, ThreadModel::Shared, 2),
+        (Coloring::PerConnection, ThreadModel::PerStage, 2),
+        (Coloring::PerConnection, ThreadModel::PerStage, 1),
     ] {
-        let s = server(coloring, model, 2);
+        let s = server(coloring, model, workers);
         let report = verified_load(&s, 8, 16, 200);
         let stats = s.stop();
-        assert_clean(&format!("{coloring:?} {model}"), &report, &stats, 8 * 200);
+        assert_clean(
+            &format!("{coloring:?} {model} x{workers}"),
+            &report,
+            &stats,
+            8 * 200,
+        );
         assert_eq!(stats.connections, 8);
         assert_eq!(stats.bytes_sealed, 8 * 200 * u64::from(BLOCK));
     }

@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 
 /// How the benchmark's events are colored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
+    /// No color.
     Uncolored,
     /// Event `i` has color `i % 64`.
     Colors64,
@@ -28,6 +29,21 @@ enum Kind {
 }
 
 const KINDS: [Kind; 3] = [Kind::Uncolored, Kind::Colors64, Kind::OneColor];
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "uncolored" => Ok(Kind::Uncolored),
+            "colors64" => Ok(Kind::Colors64),
+            "one-color" => Ok(Kind::OneColor),
+            other => Err(format!(
+                "unknown kind '{other}' (expected uncolored, colors64 or one-color)"
+            )),
+        }
+    }
+}
 
 impl Kind {
     fn meta(self, i: u64) -> Meta {
@@ -150,8 +166,17 @@ struct Finish {
     tx: mpsc::SyncSender<()>,
 }
 
-/// Events per second of one pipeline, after a warm-up.
-fn measure(cfg: &CostConfig, stages: usize, model: ThreadModel, kind: Kind) -> Result<f64, String> {
+/// Events per second of one pipeline of `stages` stages with `kind` events, after a
+/// warm-up of a tenth as many (for one configuration alone, e.g. under callgrind).
+pub fn measure(
+    cfg: &CostConfig,
+    stages: usize,
+    model: ThreadModel,
+    kind: Kind,
+) -> Result<f64, String> {
+    if cfg.events < 1000 || stages == 0 {
+        return Err("the cost pipeline needs at least 1,000 events and 1 stage".to_owned());
+    }
     let warm = cfg.events / 10;
     let capacity = (cfg.events + warm) as usize;
     let rt = Runtime::builder()

@@ -2,11 +2,17 @@
 //! machine: per-thread CPU time from `/proc/self/task/*/stat`, split by thread name
 //! into generator and server, and the whole machine's busy time from `/proc/stat`,
 //! so that what other processes took during a run is reported beside it.
+//!
+//! Per thread it also finds the busiest server thread of an interval. Its CPU time
+//! per response bounds the throughput the server would reach were each of its
+//! threads on a core of its own, which other processes on a shared machine do not
+//! move much (they delay a thread; they do not make its work longer).
 
+use std::collections::HashMap;
 use std::fs;
 
 /// CPU seconds at one instant.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct CpuSample {
     /// Threads of this process whose names start with the client prefix.
     pub client: f64,
@@ -14,6 +20,8 @@ pub struct CpuSample {
     pub server: f64,
     /// Busy time of the whole machine (all cores, all processes).
     pub machine: f64,
+    /// Each server thread's name and CPU seconds, by thread id.
+    pub server_threads: HashMap<String, (String, f64)>,
 }
 
 /// Clock ticks per second of `/proc` times (USER_HZ, 100 on Linux).
@@ -23,6 +31,7 @@ impl CpuSample {
     /// Samples now; threads named `client_prefix*` count as the client.
     pub fn now(client_prefix: &str) -> CpuSample {
         let (mut client, mut server) = (0.0, 0.0);
+        let mut server_threads = HashMap::new();
         if let Ok(tasks) = fs::read_dir("/proc/self/task") {
             for t in tasks.flatten() {
                 let Ok(stat) = fs::read_to_string(t.path().join("stat")) else {
@@ -35,6 +44,8 @@ impl CpuSample {
                     client += secs;
                 } else {
                     server += secs;
+                    let tid = t.file_name().to_string_lossy().into_owned();
+                    server_threads.insert(tid, (name.to_owned(), secs));
                 }
             }
         }
@@ -42,7 +53,20 @@ impl CpuSample {
             client,
             server,
             machine: machine_busy(&fs::read_to_string("/proc/stat").unwrap_or_default()),
+            server_threads,
         }
+    }
+
+    /// The server thread that used the most CPU between `earlier` and `self`: its
+    /// name and CPU seconds (a thread started in between counts from 0).
+    pub fn busiest_since(&self, earlier: &CpuSample) -> (String, f64) {
+        self.server_threads
+            .iter()
+            .map(|(tid, (name, secs))| {
+                let before = earlier.server_threads.get(tid).map_or(0.0, |t| t.1);
+                (name.clone(), secs - before)
+            })
+            .fold((String::new(), 0.0), |a, b| if b.1 > a.1 { b } else { a })
     }
 
     /// CPU used between `earlier` and `self`, in cores over `secs` of wall time.
@@ -125,6 +149,22 @@ mod tests {
         let (name, secs) = thread_cpu(line).unwrap();
         assert_eq!(name, "colors-client) 0");
         assert!((secs - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_busiest_thread_is_the_one_that_used_most_since() {
+        let sample = |a: f64, b: f64| CpuSample {
+            server_threads: [
+                ("1".to_owned(), ("w-0".to_owned(), a)),
+                ("2".to_owned(), ("w-1".to_owned(), b)),
+            ]
+            .into(),
+            ..CpuSample::default()
+        };
+        // w-0 used more in total, w-1 more in the interval.
+        let (name, secs) = sample(10.5, 3.0).busiest_since(&sample(10.0, 1.0));
+        assert_eq!(name, "w-1");
+        assert!((secs - 2.0).abs() < 1e-9);
     }
 
     #[test]
