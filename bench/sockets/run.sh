@@ -1,13 +1,28 @@
 #!/usr/bin/env bash
-# SEDA Fig. 11 on loopback: seda-io socket stages vs a thread-per-connection server,
-# N = 1, 4, 16, ... up to --max-clients (default 4096). Builds in release, runs both
-# servers in one invocation and prints MB/s, packets/s and the ratio per N.
+# SEDA Fig. 11 on loopback: seda-io socket stages (queued handoff, and inline handoff
+# in a thread-pool domain) vs a thread-per-connection server, N = 1, 4, 16, ... up to
+# --max-clients (default 16384). Builds in release, runs every server at every N in one
+# invocation and prints MB/s, the server's CPU per MB, and the ratios to tpc per N.
 #
-#   bench/sockets/run.sh [--max-clients N] [--secs S] [--warmup S]
+#   bench/sockets/run.sh [--min-clients N] [--max-clients N] [--secs S] [--warmup S]
+#                        [--only seda,inline,tpc]
 #
-# The default run (7 points x 2 servers x ~4-5 s) takes about 1-2 minutes.
+# The default run (8 points x 3 servers x ~5-10 s) takes about 3-5 minutes; it is cut
+# off after 20 minutes. The load generator is a child process, so server and
+# generator each need one descriptor per connection under the open-files limit
+# (raised to the hard limit; 16384 clients need about 16,700). It takes
+# /work/coord/bench.lock when that exists and prints the load average.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -q -p seda-io --example sockets_bench
 target="${CARGO_TARGET_DIR:-target}"
-exec "$target/release/examples/sockets_bench" "$@"
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); load before: $(cut -d' ' -f1-3 /proc/loadavg); open-files limit $(ulimit -n)"
+args=(--max-clients 16384 "$@")
+run=(timeout 1200 "$target/release/examples/sockets_bench" "${args[@]}")
+if [ -e /work/coord/bench.lock ]; then
+    flock /work/coord/bench.lock "${run[@]}"
+else
+    "${run[@]}"
+fi
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
