@@ -100,6 +100,10 @@ pub struct OverloadArgs {
     /// High-class users in scenario classes [default: 32; quick: 8].
     #[arg(long)]
     pub high_users: Option<u64>,
+    /// Only these runs of the scenarios, comma-separated ids (e.g.
+    /// knee/none,spike/default).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
     /// A small, fast version (10 ms bottleneck, 200 ms target, 3/6/3 s phases, a
     /// fifth of the users) for smoke tests.
     #[arg(long)]
@@ -301,6 +305,7 @@ fn overload_cmd(a: OverloadArgs) -> Result<(), String> {
     if let Some(v) = a.repeats {
         cfg.repeats = v;
     }
+    cfg.only = a.only;
     if let Some(v) = a.retry_wait_ms {
         cfg.retry_wait = Duration::from_millis(v);
     }

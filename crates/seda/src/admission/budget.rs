@@ -25,6 +25,10 @@
 //! `timeout`, response time measured from `born`):
 //! - `B <- clamp(B * clamp(sqrt(target / p90), 1 / max_step, max_step),
 //!   min_budget * target, max_budget * target)`;
+//! - but `B` grows only if the budget refused something since the last sample
+//!   (anti-windup: under light load the p90 is far below the target whatever `B`
+//!   is, and a budget grown then would let the next spike's first seconds queue
+//!   `max_budget` of work; the first run of the experiment showed exactly that);
 //! - an idle window (no completions, nothing in flight) leaves `B` as it is.
 //!
 //! The square root damps the correction: the prediction, not the loop, takes the
@@ -39,7 +43,7 @@
 //! | `nreq` | samples | 100 | >= 1 |
 //! | `timeout` | time | 500 ms | > 0 |
 //! | `initial_budget` | x target | 0.9 | [`min_budget`, `max_budget`] |
-//! | `min_budget`, `max_budget` | x target | 0.05, 4 | 0 < min <= max |
+//! | `min_budget`, `max_budget` | x target | 0.05, 2 | 0 < min <= max |
 //! | `max_step` | factor per sample | 1.25 | > 1 |
 //! | `lower_share` | fraction | 0.5 | (0, 1] |
 //! | `class_memory` | time | 2 s | > 0 |
@@ -84,7 +88,7 @@ impl DelayBudgetConfig {
             timeout: Duration::from_millis(500),
             initial_budget: 0.9,
             min_budget: 0.05,
-            max_budget: 4.0,
+            max_budget: 2.0,
             max_step: 1.25,
             lower_share: 0.5,
             class_memory: Duration::from_secs(2),
@@ -141,13 +145,13 @@ impl BudgetLoop {
         self.budget
     }
 
-    /// One p90 sample: moves the budget towards the one that would meet the target.
-    pub fn step(&mut self, p90: Duration) -> f64 {
+    /// One p90 sample: moves the budget towards the one that would meet the target;
+    /// it grows only if it was `binding` (refused something) since the last sample.
+    pub fn step(&mut self, p90: Duration, binding: bool) -> f64 {
         let t = self.cfg.target.as_secs_f64();
         let ratio = t / p90.as_secs_f64().max(1e-6);
-        let f = ratio
-            .sqrt()
-            .clamp(1.0 / self.cfg.max_step, self.cfg.max_step);
+        let up = if binding { self.cfg.max_step } else { 1.0 };
+        let f = ratio.sqrt().clamp(1.0 / self.cfg.max_step, up);
         self.budget = (self.budget * f).clamp(self.cfg.min_budget * t, self.cfg.max_budget * t);
         self.budget
     }
@@ -161,6 +165,16 @@ struct State {
     service_ewma: Option<f64>,
     /// Highest class offered lately and when it was last offered.
     top: Option<(Class, Instant)>,
+    /// The budget refused an offer since the last p90 sample.
+    binding: bool,
+}
+
+impl State {
+    fn sample(&mut self, p90: Duration) {
+        self.last_p90 = Some(p90);
+        self.budget.step(p90, self.binding);
+        self.binding = false;
+    }
 }
 
 /// Delay-budget admission. See the module docs for the law.
@@ -180,6 +194,7 @@ impl DelayBudget {
             last_p90: None,
             service_ewma: None,
             top: None,
+            binding: false,
         };
         Ok(Self {
             cfg,
@@ -211,14 +226,16 @@ impl AdmissionPolicy for DelayBudget {
                     && offer.now.saturating_duration_since(at) < self.cfg.class_memory => {}
             _ => s.top = Some((offer.class, offer.now)),
         }
-        match s.service_ewma {
+        let ok = match s.service_ewma {
             Some(svc) if offer.in_flight > 0 => {
                 let handling = offer.in_flight.saturating_sub(offer.queue_len).max(1);
                 let predicted = (offer.queue_len + 1) as f64 * svc / handling as f64;
                 predicted <= self.budget_of(&s, offer.class, offer.now)
             }
             _ => true,
-        }
+        };
+        s.binding |= !ok;
+        ok
     }
 
     fn on_complete(&self, done: &Completion) {
@@ -226,16 +243,14 @@ impl AdmissionPolicy for DelayBudget {
         let svc = done.service_time.as_secs_f64();
         s.service_ewma = Some(s.service_ewma.map_or(svc, |e| e + (svc - e) / 8.0));
         if let Some(p90) = s.window.push(done.response_time, done.now) {
-            s.last_p90 = Some(p90);
-            s.budget.step(p90);
+            s.sample(p90);
         }
     }
 
     fn on_tick(&self, now: Instant) {
         let mut s = self.state.lock();
         if let Some(p90) = s.window.tick(now) {
-            s.last_p90 = Some(p90);
-            s.budget.step(p90);
+            s.sample(p90);
         }
     }
 
@@ -298,17 +313,18 @@ mod tests {
         cfg.initial_budget = 1.0;
         let mut l = BudgetLoop::new(cfg).unwrap();
         // p90 four times the target: cut by the largest step, not by 4.
-        assert!((l.step(Duration::from_secs(4)) - 0.8).abs() < 1e-9);
+        assert!((l.step(Duration::from_secs(4), true) - 0.8).abs() < 1e-9);
         // p90 at target: no change.
-        assert!((l.step(Duration::from_secs(1)) - 0.8).abs() < 1e-9);
-        // p90 at 0.81 x target: grow by sqrt(1 / 0.81).
-        assert!((l.step(Duration::from_millis(810)) - 0.8 / 0.9).abs() < 1e-9);
+        assert!((l.step(Duration::from_secs(1), true) - 0.8).abs() < 1e-9);
+        // p90 at 0.81 x target: grow by sqrt(1 / 0.81), but only if binding.
+        assert!((l.step(Duration::from_millis(810), false) - 0.8).abs() < 1e-9);
+        assert!((l.step(Duration::from_millis(810), true) - 0.8 / 0.9).abs() < 1e-9);
         for _ in 0..100 {
-            l.step(Duration::from_millis(1));
+            l.step(Duration::from_millis(1), true);
         }
-        assert!((l.budget() - 4.0).abs() < 1e-9, "clamped at max_budget");
+        assert!((l.budget() - 2.0).abs() < 1e-9, "clamped at max_budget");
         for _ in 0..100 {
-            l.step(Duration::from_secs(100));
+            l.step(Duration::from_secs(100), false);
         }
         assert!((l.budget() - 0.05).abs() < 1e-9, "clamped at min_budget");
     }
@@ -366,6 +382,26 @@ mod tests {
         assert_eq!(p.state().p90_ms, Some(3000.0));
         // 100 ms on one handler: a queue of 5 is 0.6 s, over the shrunk budget.
         assert!(!p.admit(&offer(0, 5, 6, t)));
+    }
+
+    #[test]
+    fn light_load_does_not_wind_the_budget_up_before_a_spike() {
+        // Regression (first run of issue 14's experiment): 3 users for 10 s gave
+        // p90 samples far below the target; the budget grew to its maximum, and
+        // the spike's first seconds queued 4 s of work for a 1 s target.
+        let mut cfg = DelayBudgetConfig::with_target(Duration::from_secs(1));
+        cfg.nreq = 5;
+        let p = DelayBudget::new(cfg).unwrap();
+        let t = Instant::now();
+        for _ in 0..200 {
+            assert!(p.admit(&offer(0, 0, 1, t)));
+            p.on_complete(&done(40, 40, t));
+        }
+        let b = p.state().limit.unwrap();
+        assert!(
+            (b - 900.0).abs() < 1e-6,
+            "budget stayed at its start: {b} ms"
+        );
     }
 
     #[test]

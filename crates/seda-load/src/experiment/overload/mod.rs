@@ -169,6 +169,8 @@ pub struct OverloadConfig {
     pub high_users: u64,
     /// Runs of each configuration.
     pub repeats: usize,
+    /// Only the runs with these ids (`scenario/policy`); empty: all of the scenarios.
+    pub only: Vec<String>,
     /// Users of each step of scenario `knee`.
     pub knee_users: Vec<u64>,
     /// Length of each step of scenario `knee`.
@@ -217,6 +219,7 @@ impl OverloadConfig {
             class_users: 128,
             high_users: 32,
             repeats: 3,
+            only: Vec::new(),
             knee_users: vec![1, 2, 4, 8, 16, 32],
             knee_step: Duration::from_secs(3),
             refusal_users: 64,

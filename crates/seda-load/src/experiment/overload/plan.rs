@@ -202,6 +202,10 @@ pub fn plan(cfg: &OverloadConfig) -> (Vec<RunSpec>, Vec<(Scenario, Vec<String>)>
                 v
             }
         };
+        let these: Vec<RunSpec> = these
+            .into_iter()
+            .filter(|r| cfg.only.is_empty() || cfg.only.contains(&r.id))
+            .collect();
         let ids = these.iter().map(|r| r.id.clone()).collect();
         for r in these {
             if runs.iter().any(|x| x.id == r.id) {
@@ -319,5 +323,15 @@ mod tests {
             ..cfg.clone()
         };
         assert_eq!(plan(&only).0.len(), 6);
+        let picked = OverloadConfig {
+            only: vec!["knee/none".into(), "spike/default".into()],
+            ..cfg.clone()
+        };
+        let ids: Vec<String> = plan(&picked).0.into_iter().map(|r| r.id).collect();
+        assert_eq!(ids.len(), 6);
+        assert!(
+            ids.iter()
+                .all(|id| id == "knee/none" || id == "spike/default")
+        );
     }
 }

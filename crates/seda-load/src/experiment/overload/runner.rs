@@ -175,7 +175,9 @@ pub fn nginx_limit_req(rate: f64, target_ms: f64) -> (String, String) {
     let rate = rate.round().max(1.0);
     let burst = (rate * target_ms / 1000.0).round().max(1.0);
     (
-        format!("\x20 limit_req_zone $server_name zone=bottleneck:1m rate={rate}r/s;"),
+        // One key for every client (all on loopback): a limit for the whole server.
+        // (An empty key, e.g. `$server_name` without `server_name`, limits nothing.)
+        format!("\x20 limit_req_zone $binary_remote_addr zone=bottleneck:1m rate={rate}r/s;"),
         format!("limit_req zone=bottleneck burst={burst}; limit_req_status 503;"),
     )
 }
@@ -368,6 +370,10 @@ mod tests {
     fn nginx_sheds_at_the_capacity_with_one_target_of_burst() {
         let (http, location) = nginx_limit_req(47.4, 1000.0);
         assert!(http.contains("rate=47r/s"), "{http}");
+        assert!(
+            http.contains("$binary_remote_addr"),
+            "a non-empty key: {http}"
+        );
         assert!(location.contains("burst=47;") && location.contains("limit_req_status 503"));
         assert!(nginx_limit_req(0.2, 100.0).1.contains("burst=1;"));
     }
