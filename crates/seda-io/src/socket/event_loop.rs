@@ -79,6 +79,12 @@ struct LocalConn {
     bucket: Option<Bucket>,
     /// A read was skipped because reading is paused: read again once it resumes.
     parked: bool,
+    /// The peer shut down its sending side and `ReadClosed` was delivered
+    /// (`SocketConfig::half_close`): reads only look for a reset now.
+    read_eof: bool,
+    /// Epoll reported the peer's FIN (`EPOLLRDHUP`): under `half_close`, read until
+    /// end of file even after a short read, since no further edge will come.
+    peer_fin: bool,
 }
 
 /// Result of offering an event to the application.
@@ -165,6 +171,11 @@ impl EventLoop<'_> {
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                             ready.push(t as u64);
+                        }
+                        if ev.is_read_closed()
+                            && let Some(lc) = self.conns.get_mut(&(t as u64))
+                        {
+                            lc.peer_fin = true;
                         }
                     }
                 }
@@ -317,6 +328,8 @@ impl EventLoop<'_> {
                 read_turn: 0,
                 bucket,
                 parked: false,
+                read_eof: false,
+                peer_fin: false,
             },
         );
         self.deliver(
@@ -359,6 +372,15 @@ impl EventLoop<'_> {
         let res = rustix::io::read(&lc.conn.stream, spare_capacity(&mut self.buf))
             .map_err(io::Error::from);
         match res {
+            Ok(0) if lc.read_eof => {}
+            Ok(0) if self.shared.cfg.half_close => {
+                lc.read_eof = true;
+                self.deliver(
+                    id,
+                    SocketEvent::ReadClosed { conn: ConnId(id) },
+                    Instant::now(),
+                );
+            }
             Ok(0) => self.close(id, CloseReason::PeerClosed),
             Ok(n) => {
                 if let Some(b) = lc.bucket.as_mut() {
@@ -379,8 +401,9 @@ impl EventLoop<'_> {
                     bytes,
                 };
                 // A full chunk may leave more in the socket, and edge-triggered epoll
-                // will not say so again: come back next turn. A short read drained it.
-                if n == chunk {
+                // will not say so again: come back next turn. A short read drained it,
+                // but for the end of file behind it (no edge of its own).
+                if n == chunk || (lc.peer_fin && self.shared.cfg.half_close) {
                     self.again.push(id);
                 }
                 self.deliver(id, event, Instant::now());

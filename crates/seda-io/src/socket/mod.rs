@@ -45,6 +45,14 @@
 //!   sent [`SocketConfig::refusal`] (if set, best effort) and closed at once (counted
 //!   as `refused`).
 //!
+//! # End of file
+//! A read of zero bytes means the peer shut down its sending side; whether it still
+//! reads is unknown until a write fails. By default the connection closes
+//! (`Closed { reason: PeerClosed }`). With [`SocketConfig::half_close`] the loop
+//! delivers one `ReadClosed` after the connection's last `Data`, reads no more (a
+//! later event on the socket only checks it for a reset), and leaves closing to the
+//! application, which answers what it was sent first.
+//!
 //! # Shutdown
 //! [`SocketHandle::stop`] (or dropping the handle, or the runtime starting to shut
 //! down, which a watcher thread notices) stops the loops: listeners close, each open
@@ -147,6 +155,14 @@ pub enum SocketEvent {
         /// The connection.
         conn: ConnId,
     },
+    /// The peer shut down its sending side (read returned end of file) and
+    /// [`SocketConfig::half_close`] is set: nothing more will be read, but the
+    /// connection stays open for output until the application closes it. At most
+    /// once, after every `Data` of the connection.
+    ReadClosed {
+        /// The connection.
+        conn: ConnId,
+    },
     /// The connection is closed. Exactly once per accepted connection, and last.
     Closed {
         /// The connection.
@@ -163,6 +179,7 @@ impl SocketEvent {
             SocketEvent::Accepted { conn, .. }
             | SocketEvent::Data { conn, .. }
             | SocketEvent::WriteBacklog { conn, .. }
+            | SocketEvent::ReadClosed { conn }
             | SocketEvent::Resumed { conn }
             | SocketEvent::Closed { conn, .. } => *conn,
         }
@@ -218,6 +235,12 @@ pub struct SocketConfig {
     pub send_buffer: Option<usize>,
     /// Set `TCP_NODELAY` on accepted sockets. Default true.
     pub nodelay: bool,
+    /// On end of file from the peer, deliver [`SocketEvent::ReadClosed`] and keep the
+    /// connection open for output (a client that sends its requests and then
+    /// half-closes, as `nc -N` or a health check does, still gets its responses);
+    /// the application closes it. Default false: end of file closes the connection
+    /// (`Closed { reason: PeerClosed }`).
+    pub half_close: bool,
     /// Name of the event-loop stage. Default `sock-io`.
     pub stage_name: String,
     /// A thread-pool domain the event loops join ([`seda::Domain::enter`]): the
@@ -245,6 +268,7 @@ impl Default for SocketConfig {
             listen_backlog: 1024,
             send_buffer: None,
             nodelay: true,
+            half_close: false,
             stage_name: DEFAULT_STAGE.to_owned(),
             domain: None,
         }
