@@ -464,3 +464,71 @@ fn item7_absurd_limits_and_a_busy_port_are_clear_errors() {
         "{text}"
     );
 }
+
+// -------------------------------------------------------------- half-closed clients
+
+/// A client that sends its requests and then shuts down its sending side (`nc -N`,
+/// a load balancer's health check) is answered in full before the server closes.
+#[test]
+fn a_client_that_half_closes_gets_every_response_then_the_close() {
+    let s = start(|c| {
+        c.max_pipelined = 4;
+        c.handlers.push(
+            HandlerRegistration::new("/slow", |_: &Request, _: &HandlerContext<'_>| {
+                std::thread::sleep(Duration::from_millis(200));
+                Response::text(Status::OK, "slow\n")
+            })
+            .thread_pool(one_thread()),
+        )
+    });
+    // A slow dynamic response between two files, then more requests than the
+    // pipelining bound (the server stops reading at 4 in flight and sees the end of
+    // the stream only after it resumes), then the half-close.
+    let mut c = s.connect();
+    c.send(NEXT);
+    c.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.send(&NEXT.repeat(10));
+    // The end of the stream as a segment of its own, while /slow runs.
+    std::thread::sleep(Duration::from_millis(50));
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let r = c.read_response(false).expect("the first GET is answered");
+    assert_eq!(r.status, 200);
+    let r = c.read_response(false).expect("the slow GET is answered");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"slow\n"[..]));
+    for _ in 0..10 {
+        next_still_parses(&mut c);
+    }
+    assert!(
+        c.is_closed(),
+        "the server closes once everything is answered"
+    );
+
+    // One request and the half-close at once, as `printf ... | nc -N` sends it.
+    let mut c = s.connect();
+    c.send(NEXT);
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    next_still_parses(&mut c);
+    assert!(c.is_closed());
+
+    // A half-close in the middle of a head or a body: that request can never
+    // complete, so the earlier one is answered and the broken one gets a 400.
+    for tail in [
+        &b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n"[..],
+        b"POST /slow HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc",
+    ] {
+        let mut c = s.connect();
+        c.send(NEXT);
+        c.send(tail);
+        c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+        next_still_parses(&mut c);
+        let r = c
+            .read_response(false)
+            .expect("the broken request is answered");
+        assert_eq!(r.status, 400, "{:?}", String::from_utf8_lossy(tail));
+        assert!(c.is_closed());
+    }
+    // No connection is left behind.
+    assert!(wait_for(Duration::from_secs(5), || haboob(&s)
+        .connections_open
+        == 0));
+}

@@ -84,6 +84,9 @@ pub(crate) struct RecvState {
     /// When the last read happened and how many bytes it brought (what remains of
     /// `buf` after a request, if no longer than this, arrived then).
     pub(crate) last_read: Option<(Instant, usize)>,
+    /// The client shut down its sending side: `buf` is all it will send. Once
+    /// every request in it is answered, the connection closes.
+    pub(crate) peer_done: bool,
 }
 
 impl RecvState {
@@ -150,6 +153,9 @@ pub(crate) struct Conn {
     sent: AtomicU64,
     /// HttpParse stopped reading: too many requests of this connection in flight.
     pipeline_paused: AtomicBool,
+    /// The client sends nothing more and every request it sent is parsed: close
+    /// once all are answered.
+    close_when_answered: AtomicBool,
     /// Milliseconds since the server's epoch of the last request byte or response.
     last_active_ms: AtomicU64,
     pub(crate) rx: Mutex<RecvState>,
@@ -166,6 +172,7 @@ impl Conn {
             parsed: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             pipeline_paused: AtomicBool::new(false),
+            close_when_answered: AtomicBool::new(false),
             last_active_ms: AtomicU64::new(now_ms),
             rx: Mutex::new(RecvState::default()),
             tx: Mutex::new(SendState::default()),
@@ -232,6 +239,18 @@ impl Conn {
         }
     }
 
+    /// HttpParse, once a client that shut down its sending side has no request left
+    /// to parse: close the connection when every response is out (now, if they
+    /// are). HttpSend checks after each response; with both sides' `SeqCst`
+    /// accesses (flag then counts here, counts then flag there) one of them sees
+    /// the last response finished and the flag set.
+    pub(crate) fn close_when_answered(&self) {
+        self.close_when_answered.store(true, SeqCst);
+        if self.in_flight() == 0 {
+            self.writer.close(self.id);
+        }
+    }
+
     /// Request `seq` waits for `100 Continue`: send it now if every earlier response
     /// is out, else when its turn comes.
     pub(crate) fn send_continue(&self, seq: u64) {
@@ -278,6 +297,10 @@ impl Conn {
         }
         self.flush(&mut tx, &mut out);
         drop(tx);
+        if self.close_when_answered.load(SeqCst) && self.in_flight() == 0 {
+            // Closes once the output is flushed; the client reads to the end.
+            self.writer.close(self.id);
+        }
         self.resume_pipeline(pipeline_limit);
         true
     }

@@ -149,6 +149,8 @@ impl Server {
             send_timeout: Some(cfg.send_timeout),
             refusal: Some(refusal(cfg.retry_after_secs)),
             domain: Some(domain.clone()),
+            // A client that half-closes is answered before the close (parse.rs).
+            half_close: true,
             ..SocketConfig::default()
         })
         .map_err(ServerError::Io)?;

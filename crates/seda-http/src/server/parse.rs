@@ -24,6 +24,12 @@
 //! first request, when the connection was accepted: the client's clock starts at
 //! its connect, so the server's p90 covers what the client waits for, including
 //! the socket layer's and this stage's queues.
+//!
+//! # Half-close
+//! A client that shuts down its sending side (`ReadClosed`: `nc -N`, a health check)
+//! has sent all it will. Its requests are answered in order; one left incomplete gets
+//! `400`; the connection closes once every response is out
+//! ([`Conn::close_when_answered`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -160,6 +166,16 @@ impl HttpParse {
                     self.advance(&c, &mut rx, now, steps);
                 }
             }
+            SocketEvent::ReadClosed { conn } => {
+                // The client sent all it will: answer what it sent, then close.
+                if let Some(c) = hb.conns.get(conn) {
+                    let mut rx = c.rx.lock();
+                    rx.peer_done = true;
+                    if !rx.closing && !c.is_gone() {
+                        self.advance(&c, &mut rx, now, steps);
+                    }
+                }
+            }
             SocketEvent::Closed { conn, .. } => {
                 if let Some(c) = hb.conns.remove(conn) {
                     c.mark_gone();
@@ -195,7 +211,12 @@ impl HttpParse {
         let limits = &hb.set.limits;
         loop {
             if let Some(body) = rx.body.as_mut() {
-                match read_body(body, &mut rx.buf) {
+                let read = match read_body(body, &mut rx.buf) {
+                    // The rest of the body will never come.
+                    Ok(false) if rx.peer_done => Err(Status::BAD_REQUEST),
+                    read => read,
+                };
+                match read {
                     Ok(false) => {
                         rx.head_started.get_or_insert(now);
                         return;
@@ -251,9 +272,17 @@ impl HttpParse {
             rx.buf.advance(skip);
             if rx.buf.is_empty() {
                 rx.head_started = None;
+                if rx.peer_done {
+                    c.close_when_answered();
+                }
                 return;
             }
             let head = match proto::parse_head(&rx.buf, limits) {
+                // The rest of the head will never come.
+                Ok(None) if rx.peer_done => Err(proto::ParseError::Malformed),
+                other => other,
+            };
+            let head = match head {
                 Ok(None) => {
                     rx.head_started.get_or_insert(now);
                     return;
