@@ -9,6 +9,8 @@
 # assertions, overflow checks and AddressSanitizer (httparse has unsafe SIMD code). Prints
 # one line per target (executions, seconds, result) and exits non-zero if any target
 # crashed or failed to run. Needs nightly and cargo-fuzz (`cargo install cargo-fuzz`).
+# An input running longer than FUZZ_TIMEOUT seconds (default 60: wall-clock time,
+# and a niced fuzzer on a loaded machine can stall for seconds) counts as a hang.
 # Fuzzing measures no time, so on a shared machine run it niced: `nice -n 10 fuzz/run.sh 600`.
 set -uo pipefail
 
@@ -56,7 +58,7 @@ for t in "${targets[@]}"; do
     echo "== $t: $secs s" >&2
     start=$(date +%s)
     (cd fuzz && "../$bin/$t" -artifact_prefix="artifacts/$t/" \
-        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        -max_total_time="$secs" -timeout="${FUZZ_TIMEOUT:-60}" -rss_limit_mb=2048 -print_final_stats=1 \
         "${dict[@]}" "scratch/$t" "corpus/$t") >"$log" 2>&1
     rc=$?
     took=$(($(date +%s) - start))
