@@ -7,6 +7,7 @@ use seda_load::experiment::colors::{self, ColorsConfig, cost::CostConfig};
 use seda_load::experiment::fig12::{self, Fig12Config};
 use seda_load::experiment::overload::{self, OverloadConfig, Scenario};
 use seda_load::experiment::server::ServerSpec;
+use seda_load::experiment::soak::{self, SoakConfig};
 
 /// Experiments.
 #[derive(Debug, clap::Subcommand)]
@@ -30,6 +31,11 @@ pub enum ExperimentCommand {
     /// workers; and the cost of colored events. Run it under
     /// `flock /work/coord/bench.lock` on a quiet machine.
     Colors(ColorsArgs),
+    /// Haboob under cycles of overload spikes and hostile clients (slowloris, slow
+    /// readers, pipelining floods, oversized heads and bodies, half-closes, resets)
+    /// for N minutes, sampling its RSS and descriptors; fails if memory grows
+    /// without bound or a well-behaved request goes unanswered.
+    Soak(SoakArgs),
 }
 
 /// Arguments of `seda experiment colors`. The defaults take about 3 minutes.
@@ -197,6 +203,7 @@ pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
         ExperimentCommand::GnutellaThroughput(a) => crate::gnutella::throughput(a),
         ExperimentCommand::Arashi(a) => crate::arashi::experiment(a),
         ExperimentCommand::Colors(a) => colors_cmd(a),
+        ExperimentCommand::Soak(a) => soak_cmd(a),
     }
 }
 
@@ -362,4 +369,93 @@ fn fig12_cmd(a: Fig12Args) -> Result<(), String> {
     let results = fig12::run(&cfg, &mut log)?;
     println!("{}", fig12::table(&results));
     Ok(())
+}
+
+/// Arguments of `seda experiment soak`. The default runs 30 minutes.
+#[derive(Debug, clap::Args)]
+pub struct SoakArgs {
+    /// Output directory (soak.json, summary.md, rss.svg, fds.svg).
+    #[arg(long, default_value = "results/soak")]
+    pub out: PathBuf,
+    /// Minutes to run; fractions allowed [default: 30; quick: 25 s].
+    #[arg(long)]
+    pub minutes: Option<f64>,
+    /// A short soak for smoke tests: 3 s spikes of 60 users, 1 s timeouts, 4
+    /// connections per hostile kind, about 30 s.
+    #[arg(long)]
+    pub quick: bool,
+    /// Closed-loop users during a spike [default: 300; quick: 60].
+    #[arg(long)]
+    pub spike_users: Option<u64>,
+    /// Connections per hostile kind per wave [default: 20; quick: 4].
+    #[arg(long)]
+    pub per_kind: Option<usize>,
+    /// RSS the server must stay under, MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub rss_limit_mib: u64,
+    /// The `seda` binary whose `serve` is soaked [default: this one].
+    #[arg(long)]
+    pub seda: Option<PathBuf>,
+}
+
+fn soak_cmd(a: SoakArgs) -> Result<(), String> {
+    let seda = match a.seda {
+        Some(p) => p,
+        None => std::env::current_exe().map_err(|e| format!("cannot find the seda binary: {e}"))?,
+    };
+    let mut cfg = if a.quick {
+        SoakConfig::quick(a.out, seda)
+    } else {
+        SoakConfig::new(a.out, seda, 30.0)
+    };
+    if let Some(m) = a.minutes {
+        if !(m.is_finite() && m > 0.0 && m <= 7.0 * 24.0 * 60.0) {
+            return Err(format!("--minutes must be in (0, 10080], got {m}"));
+        }
+        cfg.duration = Duration::from_secs_f64(m * 60.0);
+    }
+    if let Some(u) = a.spike_users {
+        cfg.spike_users = u;
+    }
+    if let Some(n) = a.per_kind {
+        cfg.per_kind = n;
+    }
+    cfg.rss_limit_mib = a.rss_limit_mib;
+    let t0 = std::time::Instant::now();
+    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let r = soak::run(&cfg, &mut log)?;
+    let v = &r.verdict;
+    let mib = |k: u64| k as f64 / 1024.0;
+    println!(
+        "RSS start {:.1} MiB, peak {:.1} MiB, end {:.1} MiB; descriptors start {}, peak {}, last calm {}",
+        mib(v.rss_start_kib),
+        mib(v.rss_peak_kib),
+        mib(v.rss_end_kib),
+        v.fds_start,
+        v.fds_peak,
+        v.fds_end_calm
+    );
+    let w = &v.well_behaved;
+    let h = &v.hostile;
+    println!(
+        "well-behaved: {} answered, {} refused cleanly, {} unanswered; hostile: {} answered, {} refused, {} closed, {} abandoned, {} unanswered",
+        w.answered,
+        w.refused,
+        w.unanswered,
+        h.answered,
+        h.refused,
+        h.closed,
+        h.abandoned,
+        h.unanswered
+    );
+    eprintln!(
+        "wrote {}/{{soak.json,summary.md,rss.svg,fds.svg}}",
+        cfg.out.display()
+    );
+    if r.passed() {
+        println!("soak passed ({} cycles)", r.cycles.len());
+        Ok(())
+    } else {
+        Err(format!("soak failed: {}", v.failures.join("; ")))
+    }
 }

@@ -6,13 +6,15 @@
 //! per-second time series and the CDF; [`plot`] writes SVG line charts. [`fig12`] is
 //! SEDA SOSP'01 Fig. 12 built from them; [`overload`] is the overload-control
 //! experiment (SEDA Fig. 13, USITS'03 section 4); [`colors`] is libasync-mp's colors
-//! on an SFS-like sealing server (thesis 5.2).
+//! on an SFS-like sealing server (thesis 5.2); [`soak`] holds Haboob under cycles
+//! of overload and hostile clients and watches its memory (issue 11).
 
 pub mod colors;
 pub mod fig12;
 pub mod overload;
 pub mod plot;
 pub mod server;
+pub mod soak;
 
 /// Writes an experiment's `runs.json` (every run, pretty JSON) and `table.md` to `out`.
 pub fn write_runs_and_table<T: serde::Serialize>(
