@@ -96,8 +96,9 @@ pub struct ServeArgs {
     /// stage on the same thread when its queue is empty) or queued [default: inline].
     #[arg(long, value_name = "inline|queued")]
     handoff: Option<HandoffArg>,
-    /// Address of the admin listener (stats, stage graph, metrics), or `none`
-    /// [default: 127.0.0.1 on a free port, printed at start].
+    /// Address of the admin listener (/_seda/stats, graph, metrics), or `none` to
+    /// have none [default: 127.0.0.1 on a free port, printed at start as `admin at
+    /// http://ADDR/_seda/`; never on the service port].
     #[arg(long, value_name = "ADDR|none")]
     admin_listen: Option<AdminListen>,
     /// Seconds a client may take none of its pending response before it is
