@@ -5,13 +5,13 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `/_seda/` | an index of the endpoints |
+//! | `/_seda/` | the live dashboard (stage graph, per-stage charts; see [`dashboard`]) |
 //! | `/_seda/stats` | [`StatsDoc`] as JSON: every stage, the graph, the application's sections |
 //! | `/_seda/graph` | the stage graph observed at run time, Graphviz DOT |
 //! | `/_seda/graph.json` | the same graph as JSON |
 //! | `/_seda/metrics` | Prometheus text exposition |
 //!
-//! More pages (a dashboard) are mounted with [`AdminBuilder::endpoint`].
+//! More pages are mounted with [`AdminBuilder::endpoint`].
 //!
 //! # Serving
 //! The admin listener runs outside the runtime on threads of its own, so it answers
@@ -19,6 +19,8 @@
 //! served on a short-lived thread (keep-alive, GET and HEAD only, 5 s read timeout),
 //! at most [`MAX_CLIENTS`] at once: more get a `503` and are closed.
 
+mod agent;
+mod dashboard;
 mod doc;
 
 use std::fmt;
@@ -32,6 +34,7 @@ use std::time::Duration;
 use seda::Runtime;
 use serde::Serialize;
 
+pub use agent::{AgentConfig, AgentReply, AgentServer, DrainReason};
 pub use doc::{AdmissionView, ClassCount, ClassTarget, Latency, StageStats, StatsDoc};
 
 use crate::handler::{Request, Response};
@@ -143,7 +146,7 @@ impl AdminBuilder {
 
     fn respond(&self, path: &[u8], req: &Request) -> Response {
         let resp = match path {
-            b"/_seda" | b"/_seda/" => Response::ok("text/html; charset=utf-8", self.index()),
+            b"/_seda" | b"/_seda/" => dashboard::page(self.links()),
             b"/_seda/stats" => Response::ok(
                 "application/json",
                 serde_json::to_string(&self.stats()).unwrap_or_default(),
@@ -164,15 +167,16 @@ impl AdminBuilder {
             }
             _ => match self.endpoints.iter().find(|(p, _)| p.as_bytes() == path) {
                 Some((_, f)) => f(req),
-                None => Response::text(Status::NOT_FOUND, "404 Not Found\n"),
+                None => dashboard::asset(path)
+                    .unwrap_or_else(|| Response::text(Status::NOT_FOUND, "404 Not Found\n")),
             },
         };
         resp.with_header("Cache-Control", "no-store")
     }
 
-    fn index(&self) -> String {
-        let mut links = String::new();
-        for p in [
+    /// The endpoints the dashboard links to.
+    fn links(&self) -> impl Iterator<Item = &str> {
+        [
             "/_seda/stats",
             "/_seda/graph",
             "/_seda/graph.json",
@@ -180,12 +184,6 @@ impl AdminBuilder {
         ]
         .into_iter()
         .chain(self.endpoints.iter().map(|(p, _)| p.as_str()))
-        {
-            links.push_str(&format!("<li><a href=\"{p}\">{p}</a></li>\n"));
-        }
-        format!(
-            "<!doctype html>\n<title>seda admin</title>\n<h1>seda admin</h1>\n<ul>\n{links}</ul>\n"
-        )
     }
 }
 

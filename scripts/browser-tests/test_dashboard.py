@@ -1,0 +1,162 @@
+"""The live dashboard (/_seda/ on the admin listener) in a real browser during a load
+spike: the stage graph and the per-stage charts render, their values update, the
+spike shows up as rejections and per-class rows, and nothing fails in the page.
+Keeps a screenshot in docs/dashboard.png.
+
+Runs `seda serve --bottleneck-ms 10 --rt-target-ms 200 --class-header X-Class` and two
+`seda load http` groups (class 0 and class 1: 4 users, then 150 each) on loopback;
+everything stops by itself within about 90 s."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+from playwright.sync_api import sync_playwright
+
+SEDA = os.environ.get("SEDA_BIN", "target/debug/seda")
+CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
+SHOT = os.environ.get("DASHBOARD_SHOT", "docs/dashboard.png")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+STAGE = "handler:bottleneck"
+
+
+def start_server():
+    proc = subprocess.Popen(
+        [SEDA, "serve", "--listen", "127.0.0.1:0", "--bottleneck-ms", "10",
+         "--rt-target-ms", "200", "--class-header", "X-Class", "--shutdown-grace", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    url = admin = None
+    deadline = time.time() + 120
+    while time.time() < deadline and not (url and admin):
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if m := re.search(r"listening on (http://\S+)", line):
+            url = m.group(1)
+        if m := re.search(r"admin at (http://\S+/_seda/)", line):
+            admin = m.group(1)
+    if not (url and admin):
+        proc.kill()
+        raise RuntimeError("seda serve did not print its addresses")
+    return proc, url, admin
+
+
+def start_load(url, cls):
+    # 10 s of 4 users, then a spike of 150 users per class; bounded by the schedule.
+    return subprocess.Popen(
+        [SEDA, "load", "http", "--url", url, "--path", "/bottleneck", "--schedule",
+         "10s@4,60s@150", "--header", f"X-Class: {cls}", "--drain-s", "2", "--timeout-s", "10",
+         "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_for(page, js, what, timeout_s=40):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if page.evaluate(js):
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def main():
+    server, url, admin = start_server()
+    loads = []
+    problems = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+            page.goto(admin)
+            wait_for(page, "Number(document.body.dataset.samples || 0) >= 2", "the first samples")
+            loads = [start_load(url, 0), start_load(url, 1)]
+
+            # The graph: every stage is a node; the request path has edges with traffic.
+            wait_for(page, f"!!document.querySelector('#graph g.node[data-stage=\"{STAGE}\"]')",
+                     "the bottleneck's node")
+            wait_for(page, """[...document.querySelectorAll('#graph path.edge')]
+                .some(e => e.dataset.to === 'handler:bottleneck' && Number(e.dataset.rate) > 0)""",
+                     "traffic on the edge into the bottleneck")
+            nodes = page.eval_on_selector_all("#graph g.node", "n => n.map(x => x.dataset.stage)")
+            for stage in ["HttpParse", "HttpRecv", "HttpSend", STAGE]:
+                assert stage in nodes, f"{stage} missing from the graph: {nodes}"
+            edges = page.eval_on_selector_all("#graph path.edge", "e => e.length")
+            assert edges >= 3, f"only {edges} edges drawn"
+            widths = page.eval_on_selector_all(
+                "#graph path.edge", "e => e.map(x => Number(x.getAttribute('stroke-width')))")
+            assert max(widths) > min(widths), f"edges are not weighted by traffic: {widths}"
+
+            # The charts: one row per stage, every metric column drawn.
+            for metric in ["queue", "threads", "flow", "p90", "admission", "batch"]:
+                sel = f'.cell[data-stage="{STAGE}"][data-metric="{metric}"] path.s'
+                wait_for(page, f"!!document.querySelector('{sel}')", f"the {metric} chart")
+            # The spike: the bottleneck refuses, per class rows appear, the target is drawn.
+            wait_for(page, f"""Number(document.querySelector(
+                '.cell[data-stage="{STAGE}"][data-metric="flow"]').dataset.value) > 0""",
+                     "admissions at the bottleneck")
+            wait_for(page, """document.querySelector('.tile[data-key="refused / s"] .v')
+                .textContent.trim() !== '0'""", "rejections during the spike")
+            wait_for(page, f"!!document.querySelector('.cell[data-stage=\"{STAGE}#1\"]')",
+                     "the per-class rows")
+            assert page.query_selector(f'.cell[data-stage="{STAGE}"][data-metric="p90"] path.target')
+
+            # Values update: new samples, a later uptime, a redrawn chart.
+            before = page.evaluate(f"""[Number(document.body.dataset.samples),
+                Number(document.body.dataset.uptimeMs),
+                document.querySelector('.cell[data-stage="{STAGE}"][data-metric="flow"] path.s')
+                    .getAttribute('d')]""")
+            time.sleep(3.5)
+            after = page.evaluate(f"""[Number(document.body.dataset.samples),
+                Number(document.body.dataset.uptimeMs),
+                document.querySelector('.cell[data-stage="{STAGE}"][data-metric="flow"] path.s')
+                    .getAttribute('d')]""")
+            assert after[0] >= before[0] + 2, f"samples did not grow: {before[0]} -> {after[0]}"
+            assert after[1] >= before[1] + 2000, f"uptime did not advance: {before[1]} -> {after[1]}"
+            assert after[2] != before[2], "the admitted/rejected chart was not redrawn"
+            status = page.text_content("#status")
+            assert "live" in status, f"status says {status!r}"
+
+            # Hovering a chart reads that second in every chart.
+            box = page.query_selector(f'.cell[data-stage="{STAGE}"][data-metric="queue"] svg').bounding_box()
+            page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2)
+            wait_for(page, """[...document.querySelectorAll('.cell line.cross')]
+                .some(l => l.getAttribute('visibility') === 'visible')""", "the hover line", 5)
+            page.mouse.move(5, 5)
+
+            # Let the charts cover the spike, then keep a screenshot.
+            wait_for(page, "Number(document.body.dataset.samples) >= 36", "36 samples", 60)
+            os.makedirs(os.path.dirname(SHOT) or ".", exist_ok=True)
+            page.screenshot(path=SHOT, full_page=True)
+            browser.close()
+    finally:
+        for l in loads:
+            l.terminate()
+        server.terminate()
+        for proc in [*loads, server]:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    if problems:
+        raise AssertionError("; ".join(problems))
+    print(f"dashboard: graph, charts and updates OK; screenshot in {SHOT}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        sys.exit(1)
