@@ -36,6 +36,9 @@ pub enum ExperimentCommand {
     /// for N minutes, sampling its RSS and descriptors; fails if memory grows
     /// without bound or a well-behaved request goes unanswered.
     Soak(SoakArgs),
+    /// Replicas of `seda serve` behind HAProxy: throughput against replicas, and the
+    /// fleet's p90 under a spike with one replica slowed or killed.
+    ScaleOut(crate::haproxy::ScaleOutArgs),
 }
 
 /// Arguments of `seda experiment colors`. The defaults take about 3 minutes.
@@ -204,6 +207,7 @@ pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
         ExperimentCommand::Arashi(a) => crate::arashi::experiment(a),
         ExperimentCommand::Colors(a) => colors_cmd(a),
         ExperimentCommand::Soak(a) => soak_cmd(a),
+        ExperimentCommand::ScaleOut(a) => crate::haproxy::scale_out_cmd(a),
     }
 }
 

@@ -1,4 +1,4 @@
-//! The `seda` command: `serve | gnutella | load | fileset | experiment`.
+//! The `seda` command: `serve | gnutella | load | fileset | experiment | haproxy-config`.
 //!
 //! Each subcommand lives in its own module; `main` only parses and dispatches, prints
 //! a one-line error on failure and exits non-zero: 2 for a command line clap refuses
@@ -7,6 +7,7 @@
 mod arashi;
 mod experiment;
 mod gnutella;
+mod haproxy;
 mod load;
 mod serve;
 
@@ -39,6 +40,9 @@ enum Command {
     /// Rerun a figure of the papers on this machine.
     #[command(subcommand)]
     Experiment(experiment::ExperimentCommand),
+    /// Print an HAProxy configuration for `seda serve` replicas (agent checks, 503s
+    /// retried on another replica).
+    HaproxyConfig(haproxy::HaproxyConfigArgs),
 }
 
 /// Exit status of a command line clap refuses (its own convention).
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::Load(cmd) => load::run(cmd),
         Command::Fileset(args) => load::fileset(args),
         Command::Experiment(cmd) => experiment::run(cmd),
+        Command::HaproxyConfig(args) => haproxy::config_cmd(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,8 +7,10 @@
 //! parse it; `--listen 127.0.0.1:0` picks a free port), the second `admin at
 //! http://ADDR/_seda/` (the admin listener: stats, stage graph, metrics; loopback on a
 //! free port unless `--admin-listen ADDR`, absent with `--admin-listen none`).
-//! SIGINT or SIGTERM shuts down gracefully: requests in flight are answered, then the
-//! process exits.
+//! With `--agent-listen ADDR` it also answers HAProxy's agent-check there
+//! (`seda_http::AgentServer`) and prints `agent-check at ADDR` after those lines.
+//! SIGINT or SIGTERM shuts down gracefully: the agent says `drain`, requests in flight
+//! are answered, then the process exits.
 //!
 //! Values that cannot work are errors (a cache larger than the machine's memory,
 //! more connections than open files); settings that would have no effect are
@@ -50,8 +52,8 @@ use seda::ThreadModel;
 use seda::admission::{AimdLimitConfig, GradientLimitConfig};
 use seda_http::proto::Dotfiles;
 use seda_http::{
-    AddrPrefix, Admission, Bottleneck, DEFAULT_SAMPLE_PERIOD, DemoSite, HandlerTargets, Handoff,
-    OverloadAction, OverloadControl, Server, ServerConfig,
+    AddrPrefix, Admission, AgentConfig, AgentServer, Bottleneck, DEFAULT_SAMPLE_PERIOD, DemoSite,
+    HandlerTargets, Handoff, OverloadAction, OverloadControl, Server, ServerConfig,
 };
 use serde::Deserialize;
 
@@ -155,6 +157,11 @@ pub struct ServeArgs {
     /// Retry-After of a 503, seconds [default: 1].
     #[arg(long, value_name = "SECS")]
     retry_after_secs: Option<u32>,
+    /// Answer HAProxy's agent-check on this address with the admission state
+    /// (`ready N%` from the admitted fraction and p90 vs target, `drain` when refusing
+    /// or shutting down) [default: off].
+    #[arg(long, value_name = "ADDR")]
+    agent_listen: Option<SocketAddr>,
 }
 
 /// The same settings in a TOML file.
@@ -195,6 +202,7 @@ struct FileSettings {
     response_time: Option<FileResponseTime>,
     gradient: Option<FileGradient>,
     aimd: Option<FileAimd>,
+    agent_listen: Option<SocketAddr>,
 }
 
 /// Where the admin listener goes: an address, or nowhere.
@@ -380,6 +388,7 @@ struct Settings {
     grace: Duration,
     overload: OverloadControl,
     bottleneck: Option<Duration>,
+    agent_listen: Option<SocketAddr>,
 }
 
 /// The overload settings, flags over the file.
@@ -637,6 +646,7 @@ fn resolve(args: ServeArgs) -> Result<Settings, String> {
         grace,
         overload,
         bottleneck,
+        agent_listen: args.agent_listen.or(file.agent_listen),
     })
 }
 
@@ -648,6 +658,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         grace,
         overload,
         bottleneck,
+        agent_listen,
     } = resolve(args)?;
     let demo = match root {
         Some(root) => {
@@ -687,6 +698,16 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             ms.as_secs_f64() * 1000.0
         );
     }
+    let agent = match agent_listen {
+        Some(addr) => {
+            let pages = server.admin_builder();
+            let agent = AgentServer::start(addr, AgentConfig::default(), move || pages.stats())
+                .map_err(|e| format!("agent-check: {e}"))?;
+            println!("agent-check at {}", agent.local_addr());
+            Some(agent)
+        }
+        None => None,
+    };
     let _ = std::io::stdout().flush();
     eprintln!("seda serve: serving {root_shown}; Ctrl-C to stop");
     // Block until SIGINT or SIGTERM (no polling: shutdown starts as the signal lands).
@@ -695,7 +716,12 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         "seda serve: shutting down (grace {:.1} s)",
         grace.as_secs_f64()
     );
+    // A load balancer stops sending new requests while those in flight finish.
+    if let Some(a) = &agent {
+        a.set_draining(true);
+    }
     let report = server.shutdown(grace);
+    drop(agent);
     eprintln!(
         "seda serve: stopped; requests drained: {}, connections cut: {}, events unfinished: {}",
         report.requests_drained,

@@ -12,7 +12,9 @@
 //! - [`Server`] / [`ServerConfig`]: start, register handlers, graceful shutdown.
 //! - [`AdminServer`] / [`StatsDoc`]: the admin listener (`/_seda/stats`, `graph`,
 //!   `metrics`) on an address of its own, reused by the other services, and the stats
-//!   document's type, shared by the server and the experiments that read it.
+//!   document's type, shared by the server and the experiments that read it; the
+//!   live dashboard at `/_seda/`. [`AgentServer`]: HAProxy's `agent-check` answered
+//!   from the admission state (weight, `drain`), for replicas behind a load balancer.
 //! - [`Handler`] / [`HandlerRegistration`]: the dynamic handler API (HDAPI).
 //! - [`PageCache`] / [`PathCache`]: the caches.
 //! - [`DemoSite`]: the built-in demo site.
@@ -50,8 +52,8 @@ pub mod proto;
 mod server;
 
 pub use admin::{
-    AdminBuilder, AdminServer, AdmissionView, ClassCount, ClassTarget, Latency, StageStats,
-    StatsDoc,
+    AdminBuilder, AdminServer, AdmissionView, AgentConfig, AgentReply, AgentServer, ClassCount,
+    ClassTarget, DrainReason, Latency, StageStats, StatsDoc,
 };
 pub use bottleneck::{Bottleneck, DEFAULT_SAMPLE_PERIOD};
 pub use cache::{FileInfo, FileKey, PageCache, PageCacheStats, PathCache, Target};

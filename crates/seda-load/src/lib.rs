@@ -9,11 +9,14 @@
 //! - [`experiment`]: starting and stopping real servers (Haboob, nginx, Apache),
 //!   running load series, and writing JSON, tables and SVG charts; `fig12` reruns
 //!   SEDA SOSP'01 Fig. 12.
+//! - [`haproxy`]: the HAProxy configuration for `seda serve` replicas (agent checks,
+//!   retries of refused requests on other replicas).
 
 pub mod client;
 pub mod dist;
 pub mod experiment;
 pub mod fileset;
+pub mod haproxy;
 pub mod http;
 pub mod metrics;
 pub mod report;

@@ -7,12 +7,14 @@
 //! SEDA SOSP'01 Fig. 12 built from them; [`overload`] is the overload-control
 //! experiment (SEDA Fig. 13, USITS'03 section 4); [`colors`] is libasync-mp's colors
 //! on an SFS-like sealing server (thesis 5.2); [`soak`] holds Haboob under cycles
-//! of overload and hostile clients and watches its memory (issue 11).
+//! of overload and hostile clients and watches its memory (issue 11); [`scale_out`]
+//! runs replicas behind HAProxy.
 
 pub mod colors;
 pub mod fig12;
 pub mod overload;
 pub mod plot;
+pub mod scale_out;
 pub mod server;
 pub mod soak;
 

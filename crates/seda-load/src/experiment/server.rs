@@ -170,6 +170,12 @@ pub fn ensure_installed(specs: &[ServerSpec], log: &mut dyn FnMut(&str)) -> Resu
         .collect();
     missing.sort_unstable();
     missing.dedup();
+    apt_install(&missing, log)
+}
+
+/// Install Debian `packages` (none: nothing to do): `apt-get update && apt-get install
+/// -y`. Needs root; the error says what to run otherwise.
+pub fn apt_install(missing: &[&str], log: &mut dyn FnMut(&str)) -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }

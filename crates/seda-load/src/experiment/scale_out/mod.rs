@@ -1,0 +1,897 @@
+//! `seda experiment scale-out`: `seda serve` replicas behind HAProxy on loopback, each
+//! answering HAProxy's agent-check with its admission state (`seda_http::AgentServer`),
+//! HAProxy retrying refused requests on other replicas ([`crate::haproxy`]).
+//!
+//! Every replica is `seda serve --bottleneck-ms B --rt-target-ms T --agent-listen
+//! ADDR` with the USITS'03 response-time controller on its bottleneck stage; the users
+//! are the overload experiment's closed-loop users ([`crate::client`], 20 ms think
+//! time, a user answered 503 waits `retry_wait`) at `/bottleneck` through HAProxy.
+//! The replicas' `/_seda/stats` and HAProxy's statistics page are read once a second.
+//!
+//! Scenarios ([`Scenario`]):
+//! 1. `throughput`: a steady overload on N = 1, 2, 3 replicas behind HAProxy, and on
+//!    one replica without HAProxy (the proxy's cost). Replica *i* is pinned to CPU
+//!    *i* mod cores, so a replica stands for a machine of one core: on a 2-core host
+//!    N = 3 cannot beat N = 2, and HAProxy and the load generator share those cores.
+//! 2. `slowed`: a load spike on 3 replicas, one of them `slow_factor` times slower per
+//!    request; HAProxy with agent checks and `retry-on 503` (`agent`) against a plain
+//!    round robin that ignores the replicas' state and passes their 503s on (`plain`).
+//! 3. `killed`: the same spike on 3 equal replicas, one killed (SIGKILL) in the middle
+//!    of the spike; `agent` as above against `plain` (HAProxy's default retries, on
+//!    connection failures only).
+//!
+//! The figures of each run are the overload experiment's ([`super::overload::metrics`]):
+//! the fleet's p90 as the users see it against the target, goodput, rejections and
+//! errors in the judged window (the measured phase; the spike), plus each replica's
+//! share of the work and HAProxy's retries.
+
+pub mod output;
+pub mod proxy;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::overload::load_average;
+use super::overload::metrics::{self, WindowMetrics};
+use super::overload::stats::{self, BOTTLENECK_STAGE, StatsLog, StatsPoller};
+use super::server::{ServerKind, ServerProcess, ServerSpec, free_port};
+use super::{date_utc, machine_summary};
+use crate::client::{LoadConfig, Mode, RequestMix};
+use crate::haproxy::{Balance, HaproxyConfig, Replica};
+use crate::report::LoadReport;
+use crate::schedule::{Phase, Schedule};
+use proxy::{HaproxyPoller, HaproxyProcess, HaproxySample};
+
+/// The backend's name in the generated configuration.
+pub const BACKEND: &str = "seda_replicas";
+
+/// One scenario of the experiment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Throughput against the number of replicas.
+    Throughput,
+    /// A spike with one replica slowed.
+    Slowed,
+    /// A spike with one replica killed.
+    Killed,
+}
+
+impl Scenario {
+    /// All, in run order.
+    pub const ALL: [Scenario; 3] = [Scenario::Throughput, Scenario::Slowed, Scenario::Killed];
+
+    /// Name on the command line and in file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Throughput => "throughput",
+            Scenario::Slowed => "slowed",
+            Scenario::Killed => "killed",
+        }
+    }
+
+    /// Parse a name of [`Scenario::name`].
+    pub fn parse(name: &str) -> Result<Scenario, String> {
+        Scenario::ALL
+            .into_iter()
+            .find(|s| s.name() == name.trim())
+            .ok_or_else(|| format!("unknown scenario {name:?} (known: throughput, slowed, killed)"))
+    }
+}
+
+/// How HAProxy is set up in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProxyMode {
+    /// No HAProxy: the users talk to the first replica.
+    Direct,
+    /// leastconn over the agents' weights, `retry-on conn-failure empty-response 503`,
+    /// each retry on another replica.
+    Agent,
+    /// roundrobin, no agent checks, HAProxy's default `retry-on conn-failure`.
+    Plain,
+}
+
+/// One replica of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplicaSpec {
+    /// `--bottleneck-ms` of this replica.
+    pub bottleneck_ms: f64,
+    /// Pin it to this CPU.
+    pub cpu: Option<usize>,
+}
+
+/// One run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSpec {
+    /// Unique id, `scenario/label`.
+    pub id: String,
+    /// The scenario that defines it.
+    pub scenario: Scenario,
+    /// What is compared, e.g. `haproxy-2`, `agent`.
+    pub label: String,
+    /// How HAProxy is set up.
+    pub proxy: ProxyMode,
+    /// The replicas.
+    pub replicas: Vec<ReplicaSpec>,
+    /// Users over time.
+    pub schedule: Schedule,
+    /// The phase the run is judged by.
+    pub window_phase: usize,
+    /// Kill replica `.0` (index) at `.1` seconds after the load starts.
+    pub kill: Option<(usize, f64)>,
+}
+
+impl RunSpec {
+    /// Replicas behind HAProxy (1 for a direct run).
+    pub fn n(&self) -> usize {
+        self.replicas.len()
+    }
+}
+
+/// Settings of the whole experiment.
+#[derive(Debug, Clone)]
+pub struct ScaleOutConfig {
+    /// Output directory.
+    pub out: PathBuf,
+    /// The `seda` binary whose `serve` runs the replicas.
+    pub seda: PathBuf,
+    /// The haproxy binary.
+    pub haproxy: PathBuf,
+    /// Scenarios to run, in order.
+    pub scenarios: Vec<Scenario>,
+    /// Replica counts of scenario `throughput`.
+    pub replica_counts: Vec<usize>,
+    /// CPU work per request of a replica, ms.
+    pub bottleneck_ms: f64,
+    /// The slowed replica's work is this many times larger.
+    pub slow_factor: f64,
+    /// p90 target of every replica's controller, ms.
+    pub target_ms: f64,
+    /// Users of scenario `throughput`.
+    pub users: u64,
+    /// Unmeasured warm-up and measured phase of scenario `throughput`.
+    pub throughput_phases: [Duration; 2],
+    /// Users before and after the spike.
+    pub base_users: u64,
+    /// Users during the spike.
+    pub spike_users: u64,
+    /// Before, during and after the spike.
+    pub phases: [Duration; 3],
+    /// Think time between a response and the next request.
+    pub think: Duration,
+    /// Wait after a 503 or a failed request instead of the think time.
+    pub retry_wait: Duration,
+    /// Requests per connection before the client closes it.
+    pub reqs_per_conn: u32,
+    /// A request running longer fails as a timeout.
+    pub timeout: Duration,
+    /// After the schedule, how long requests still running may finish.
+    pub drain: Duration,
+    /// Pin replica *i* to CPU *i* mod cores in scenario `throughput`.
+    pub pin: bool,
+    /// Load-generator threads.
+    pub threads: usize,
+    /// Seed of the load.
+    pub seed: u64,
+}
+
+impl ScaleOutConfig {
+    /// The default experiment (about 8 minutes): a 10 ms bottleneck, a 200 ms target,
+    /// 1-3 replicas under 300 users for 5 + 20 s, spikes of 4 -> 300 -> 4 users over
+    /// 5 / 20 / 10 s, the slowed replica 4x slower.
+    pub fn new(out: PathBuf, seda: PathBuf, haproxy: PathBuf) -> ScaleOutConfig {
+        ScaleOutConfig {
+            out,
+            seda,
+            haproxy,
+            scenarios: Scenario::ALL.to_vec(),
+            replica_counts: vec![1, 2, 3],
+            bottleneck_ms: 10.0,
+            slow_factor: 4.0,
+            target_ms: 200.0,
+            users: 300,
+            throughput_phases: [Duration::from_secs(5), Duration::from_secs(20)],
+            base_users: 4,
+            spike_users: 300,
+            phases: [
+                Duration::from_secs(5),
+                Duration::from_secs(20),
+                Duration::from_secs(10),
+            ],
+            think: Duration::from_millis(20),
+            retry_wait: Duration::from_secs(1),
+            reqs_per_conn: 5,
+            timeout: Duration::from_secs(10),
+            drain: Duration::from_secs(3),
+            pin: true,
+            threads: 1,
+            seed: 1,
+        }
+    }
+
+    /// A short version for smoke tests: 3 + 6 s throughput phases, 3 / 8 / 3 s spikes,
+    /// 100 users.
+    pub fn quick(mut self) -> ScaleOutConfig {
+        self.users = 100;
+        self.spike_users = 100;
+        self.throughput_phases = [Duration::from_secs(3), Duration::from_secs(6)];
+        self.phases = [
+            Duration::from_secs(3),
+            Duration::from_secs(8),
+            Duration::from_secs(3),
+        ];
+        self.drain = Duration::from_secs(2);
+        self
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let pos = |v: f64| v.is_finite() && v > 0.0;
+        if !pos(self.bottleneck_ms) || !pos(self.target_ms) {
+            return Err("--bottleneck-ms and --target-ms must be positive".into());
+        }
+        if !(self.slow_factor.is_finite() && self.slow_factor >= 1.0) {
+            return Err("--slow-factor must be at least 1".into());
+        }
+        if self.scenarios.is_empty() {
+            return Err("no scenario to run".into());
+        }
+        if self.replica_counts.is_empty() || self.replica_counts.iter().any(|&n| n == 0 || n > 16) {
+            return Err("--replicas must be counts in 1..=16".into());
+        }
+        if self.users == 0 || self.spike_users == 0 {
+            return Err("user counts must be positive".into());
+        }
+        if self
+            .phases
+            .iter()
+            .chain(&self.throughput_phases)
+            .any(|p| p.is_zero())
+        {
+            return Err("phases must last at least 1 s".into());
+        }
+        Ok(())
+    }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The runs of `cfg`'s scenarios, in order.
+pub fn plan(cfg: &ScaleOutConfig) -> Vec<RunSpec> {
+    let cores = cores();
+    let pinned = |n: usize| -> Vec<ReplicaSpec> {
+        (0..n)
+            .map(|i| ReplicaSpec {
+                bottleneck_ms: cfg.bottleneck_ms,
+                cpu: cfg.pin.then_some(i % cores),
+            })
+            .collect()
+    };
+    let equal = |n: usize| -> Vec<ReplicaSpec> {
+        (0..n)
+            .map(|_| ReplicaSpec {
+                bottleneck_ms: cfg.bottleneck_ms,
+                cpu: None,
+            })
+            .collect()
+    };
+    let steady = Schedule {
+        phases: cfg
+            .throughput_phases
+            .iter()
+            .map(|&duration| Phase {
+                duration,
+                level: cfg.users as f64,
+            })
+            .collect(),
+    };
+    let spike = Schedule {
+        phases: cfg
+            .phases
+            .iter()
+            .zip([cfg.base_users, cfg.spike_users, cfg.base_users])
+            .map(|(&duration, l)| Phase {
+                duration,
+                level: l as f64,
+            })
+            .collect(),
+    };
+    let mid_spike = (cfg.phases[0] + cfg.phases[1] / 2).as_secs_f64();
+    let run =
+        |scenario: Scenario, label: String, proxy, replicas, schedule: &Schedule, window, kill| {
+            RunSpec {
+                id: format!("{}/{label}", scenario.name()),
+                scenario,
+                label,
+                proxy,
+                replicas,
+                schedule: schedule.clone(),
+                window_phase: window,
+                kill,
+            }
+        };
+    let mut runs = Vec::new();
+    for &sc in &cfg.scenarios {
+        match sc {
+            Scenario::Throughput => {
+                runs.push(run(
+                    sc,
+                    "direct-1".into(),
+                    ProxyMode::Direct,
+                    pinned(1),
+                    &steady,
+                    1,
+                    None,
+                ));
+                for &n in &cfg.replica_counts {
+                    runs.push(run(
+                        sc,
+                        format!("haproxy-{n}"),
+                        ProxyMode::Agent,
+                        pinned(n),
+                        &steady,
+                        1,
+                        None,
+                    ));
+                }
+            }
+            Scenario::Slowed => {
+                let mut reps = equal(3);
+                reps[2].bottleneck_ms = cfg.bottleneck_ms * cfg.slow_factor;
+                for (label, mode) in [("agent", ProxyMode::Agent), ("plain", ProxyMode::Plain)] {
+                    runs.push(run(sc, label.into(), mode, reps.clone(), &spike, 1, None));
+                }
+            }
+            Scenario::Killed => {
+                for (label, mode) in [("agent", ProxyMode::Agent), ("plain", ProxyMode::Plain)] {
+                    runs.push(run(
+                        sc,
+                        label.into(),
+                        mode,
+                        equal(3),
+                        &spike,
+                        1,
+                        Some((2, mid_spike)),
+                    ));
+                }
+            }
+        }
+    }
+    runs
+}
+
+/// Expected overhead per run: replicas' start-up with calibration, drain, stop, pause.
+const OVERHEAD: Duration = Duration::from_secs(12);
+
+/// Expected wall time of `runs`.
+pub fn eta(runs: &[RunSpec]) -> Duration {
+    runs.iter().map(|r| r.schedule.total() + OVERHEAD).sum()
+}
+
+/// One replica's side of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicaResult {
+    /// HAProxy's name for it (`r1`, ...).
+    pub name: String,
+    /// Its service address.
+    pub addr: SocketAddr,
+    /// Its agent-check address.
+    pub agent: SocketAddr,
+    /// `--bottleneck-ms`.
+    pub bottleneck_ms: f64,
+    /// The CPU it was pinned to.
+    pub cpu: Option<usize>,
+    /// Why pinning failed, if it did.
+    pub pin_error: Option<String>,
+    /// The calibration line it printed.
+    pub calibration: Option<String>,
+    /// Its bottleneck stage's stats, about once a second.
+    pub stats: StatsLog,
+    /// CPU seconds it used during the load.
+    pub cpu_s: f64,
+    /// Seconds after the start of the load it was killed.
+    pub killed_at: Option<f64>,
+}
+
+/// One run's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// The run.
+    pub spec: RunSpec,
+    /// The judged window's figures.
+    pub window: Option<WindowMetrics>,
+    /// Figures of every phase.
+    pub phases: Vec<WindowMetrics>,
+    /// The load generator's report (per-second series, CDF).
+    pub report: LoadReport,
+    /// The replicas.
+    pub replicas: Vec<ReplicaResult>,
+    /// HAProxy's statistics, about once a second.
+    pub haproxy: Vec<HaproxySample>,
+    /// HAProxy's CPU seconds during the load.
+    pub haproxy_cpu_s: f64,
+    /// Wall time of the load, seconds.
+    pub wall_s: f64,
+}
+
+impl RunResult {
+    /// Work each replica's bottleneck finished during seconds `from..to` (from the
+    /// replicas' stats), in replica order.
+    pub fn processed(&self, from: f64, to: f64) -> Vec<u64> {
+        self.replicas
+            .iter()
+            .map(|r| {
+                let at = |t: f64| {
+                    r.stats
+                        .samples
+                        .iter()
+                        .filter(|s| s.t <= t)
+                        .filter_map(|s| s.processed)
+                        .next_back()
+                        .unwrap_or(0)
+                };
+                let first = r
+                    .stats
+                    .samples
+                    .iter()
+                    .find(|s| s.t >= from)
+                    .and_then(|s| s.processed)
+                    .unwrap_or(0);
+                at(to).saturating_sub(first.min(at(to)))
+            })
+            .collect()
+    }
+
+    /// Requests HAProxy retried and redispatched in the whole run (backend totals).
+    pub fn retries(&self) -> (u64, u64) {
+        self.haproxy
+            .last()
+            .and_then(|s| s.rows.iter().find(|r| r.name == "BACKEND"))
+            .map_or((0, 0), |r| (r.retries, r.redispatches))
+    }
+}
+
+/// Everything `runs.json` holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleOutResults {
+    /// Experiment name.
+    pub experiment: &'static str,
+    /// UTC date of the run.
+    pub date: String,
+    /// Machine and settings.
+    pub setup: serde_json::Value,
+    /// Every run measured.
+    pub runs: Vec<RunResult>,
+    /// Runs that could not be measured, with the reason.
+    pub failed: Vec<(String, String)>,
+}
+
+impl ScaleOutResults {
+    /// The run with this id.
+    pub fn run(&self, id: &str) -> Option<&RunResult> {
+        self.runs.iter().find(|r| r.spec.id == id)
+    }
+}
+
+/// Run the experiment, logging progress through `log`.
+pub fn run(cfg: &ScaleOutConfig, log: &mut dyn FnMut(&str)) -> Result<ScaleOutResults, String> {
+    cfg.check()?;
+    std::fs::create_dir_all(&cfg.out)
+        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+    let runs = plan(cfg);
+    let eta = eta(&runs);
+    log(&format!(
+        "plan: {} runs; ETA {} min {} s; {}",
+        runs.len(),
+        eta.as_secs() / 60,
+        eta.as_secs() % 60,
+        proxy::haproxy_version(&cfg.haproxy)
+    ));
+    let loadavg = load_average();
+    if let Some((l1, _, _)) = loadavg {
+        log(&format!("load average before the runs: {l1:.2}"));
+    }
+    let root = tempfile::Builder::new()
+        .prefix("seda-scale-out-root-")
+        .tempdir()
+        .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+    let [p0, p1, p2] = cfg.phases.map(|d| d.as_secs_f64());
+    let mut results = ScaleOutResults {
+        experiment: "scale-out",
+        date: date_utc(),
+        setup: serde_json::json!({
+            "machine": machine_summary(),
+            "cores": cores(),
+            "haproxy": proxy::haproxy_version(&cfg.haproxy),
+            "load_average_before": loadavg.map(|(a, b, c)| [a, b, c]),
+            "bottleneck_ms": cfg.bottleneck_ms,
+            "slow_factor": cfg.slow_factor,
+            "target_ms": cfg.target_ms,
+            "users": cfg.users,
+            "throughput_phases_s": cfg.throughput_phases.map(|d| d.as_secs_f64()),
+            "base_users": cfg.base_users,
+            "spike_users": cfg.spike_users,
+            "phases_s": [p0, p1, p2],
+            "think_ms": cfg.think.as_secs_f64() * 1e3,
+            "retry_wait_ms": cfg.retry_wait.as_secs_f64() * 1e3,
+            "reqs_per_conn": cfg.reqs_per_conn,
+            "timeout_s": cfg.timeout.as_secs_f64(),
+            "pin": cfg.pin,
+            "load_threads": cfg.threads,
+            "seed": cfg.seed,
+        }),
+        runs: Vec::new(),
+        failed: Vec::new(),
+    };
+    for (i, spec) in runs.iter().enumerate() {
+        log(&format!(
+            "== [{}/{}] {}: {} replica(s), {:?}, {} s",
+            i + 1,
+            runs.len(),
+            spec.id,
+            spec.n(),
+            spec.proxy,
+            spec.schedule.total().as_secs()
+        ));
+        match run_one(cfg, spec, root.path(), i as u64) {
+            Ok(r) => {
+                log(&format!("   {}", output::progress_line(&r)));
+                results.runs.push(r);
+            }
+            Err(e) => {
+                let e = e.split_whitespace().collect::<Vec<_>>().join(" ");
+                log(&format!("   failed: {e}"));
+                results.failed.push((spec.id.clone(), e));
+            }
+        }
+        output::write_outputs(&cfg.out, &results)?;
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    if let Some((l1, _, _)) = load_average() {
+        results.setup["load_average_after"] = serde_json::json!(l1);
+        output::write_outputs(&cfg.out, &results)?;
+    }
+    log(&format!(
+        "wrote {}/{{runs.json,table.md,*.svg}}",
+        cfg.out.display()
+    ));
+    Ok(results)
+}
+
+/// The replicas of a run, started and pinned.
+struct Fleet {
+    procs: Vec<Option<ServerProcess>>,
+    results: Vec<ReplicaResult>,
+}
+
+fn start_fleet(cfg: &ScaleOutConfig, spec: &RunSpec, root: &Path) -> Result<Fleet, String> {
+    let mut fleet = Fleet {
+        procs: Vec::new(),
+        results: Vec::new(),
+    };
+    for (i, r) in spec.replicas.iter().enumerate() {
+        let agent = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let ms = r.bottleneck_ms.to_string();
+        let target = cfg.target_ms.to_string();
+        let server_spec = ServerSpec {
+            name: format!("{}-r{}", spec.id.replace('/', "-"), i + 1),
+            kind: ServerKind::Haboob {
+                seda: cfg.seda.clone(),
+                cache_mb: 16,
+                extra: [
+                    "--bottleneck-ms",
+                    &ms,
+                    "--rt-target-ms",
+                    &target,
+                    "--agent-listen",
+                    &agent.to_string(),
+                    "--shutdown-grace",
+                    "1",
+                ]
+                .map(String::from)
+                .to_vec(),
+            },
+        };
+        let p = ServerProcess::start(&server_spec, root)?;
+        let probe = stats::http_get(p.addr(), "/bottleneck", Duration::from_secs(10))
+            .map_err(|e| format!("GET /bottleneck on replica {}: {e}", i + 1))?;
+        if probe.status != 200 {
+            return Err(format!(
+                "replica {} answered {} to /bottleneck: {}",
+                i + 1,
+                probe.status,
+                p.log_tail()
+            ));
+        }
+        let pin_error = r.cpu.and_then(|c| proxy::pin_to_cpu(p.pid(), c).err());
+        fleet.results.push(ReplicaResult {
+            name: format!("r{}", i + 1),
+            addr: p.addr(),
+            agent,
+            bottleneck_ms: r.bottleneck_ms,
+            cpu: r.cpu,
+            pin_error,
+            calibration: p
+                .log_tail()
+                .lines()
+                .find(|l| l.starts_with("bottleneck:"))
+                .map(|l| l.trim().to_owned()),
+            stats: StatsLog::default(),
+            cpu_s: 0.0,
+            killed_at: None,
+        });
+        fleet.procs.push(Some(p));
+    }
+    Ok(fleet)
+}
+
+fn haproxy_config(
+    cfg: &ScaleOutConfig,
+    spec: &RunSpec,
+    fleet: &Fleet,
+    bind: SocketAddr,
+    stats: SocketAddr,
+) -> HaproxyConfig {
+    let agent = spec.proxy == ProxyMode::Agent;
+    let replicas = fleet
+        .results
+        .iter()
+        .map(|r| Replica {
+            addr: r.addr.to_string(),
+            agent_port: agent.then_some(r.agent.port()),
+        })
+        .collect();
+    let mut h = HaproxyConfig::new(&bind.to_string(), replicas);
+    h.stats = Some(stats.to_string());
+    h.timeout_server = cfg.timeout;
+    h.timeout_client = cfg.timeout + Duration::from_secs(5);
+    h.check_inter = Duration::from_secs(1);
+    if !agent {
+        h.balance = Balance::RoundRobin;
+        h.retry_503 = false;
+        h.retry_empty_response = false;
+        h.retries = 3;
+    }
+    h
+}
+
+/// Waits up to 10 s until HAProxy sees every replica up (health and agent checks done).
+fn wait_all_up(stats: SocketAddr, n: usize) -> Result<(), String> {
+    let t0 = Instant::now();
+    let mut last = Vec::new();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if let Ok(rows) = proxy::read_stats(stats, BACKEND) {
+            let up = rows
+                .iter()
+                .filter(|r| r.name != "BACKEND" && r.status.starts_with("UP"))
+                .count();
+            if up == n {
+                return Ok(());
+            }
+            last = rows;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!(
+        "haproxy did not see all {n} replicas up within 10 s: {last:?}"
+    ))
+}
+
+fn run_one(
+    cfg: &ScaleOutConfig,
+    spec: &RunSpec,
+    root: &Path,
+    index: u64,
+) -> Result<RunResult, String> {
+    let mut fleet = start_fleet(cfg, spec, root)?;
+    let mut haproxy = None;
+    let mut target = fleet.results[0].addr;
+    let mut stats_addr = None;
+    if spec.proxy != ProxyMode::Direct {
+        let bind = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let stats = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let text = haproxy_config(cfg, spec, &fleet, bind, stats).render()?;
+        let h = HaproxyProcess::start(&cfg.haproxy, &text, bind)?;
+        wait_all_up(stats, spec.n()).map_err(|e| format!("{e}; haproxy: {}", h.log_tail()))?;
+        let _ = std::fs::create_dir_all(cfg.out.join("haproxy"));
+        let _ = std::fs::write(
+            cfg.out
+                .join("haproxy")
+                .join(format!("{}.cfg", spec.id.replace('/', "-"))),
+            &text,
+        );
+        target = bind;
+        stats_addr = Some(stats);
+        haproxy = Some(h);
+    }
+    let t0 = Instant::now();
+    let cpu0: Vec<f64> = fleet
+        .procs
+        .iter()
+        .flatten()
+        .map(ServerProcess::cpu_seconds)
+        .collect();
+    let hcpu0 = haproxy.as_ref().map_or(0.0, HaproxyProcess::cpu_seconds);
+    let pollers = fleet
+        .procs
+        .iter()
+        .flatten()
+        .map(|p| {
+            let admin = p.admin_addr().ok_or("a replica has no admin listener")?;
+            StatsPoller::start(admin, BOTTLENECK_STAGE, t0)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let hpoller = stats_addr
+        .map(|a| HaproxyPoller::start(a, BACKEND, t0))
+        .transpose()?;
+    let load = LoadConfig {
+        addr: target,
+        host: target.to_string(),
+        mode: Mode::Closed {
+            think: cfg.think,
+            reqs_per_conn: cfg.reqs_per_conn,
+        },
+        requests: RequestMix::Path("/bottleneck".into()),
+        headers: Vec::new(),
+        schedule: spec.schedule.clone(),
+        timeout: cfg.timeout,
+        drain: cfg.drain,
+        threads: cfg.threads,
+        seed: cfg.seed.wrapping_add(index * 16),
+        rt_target: Some(Duration::from_secs_f64(cfg.target_ms / 1e3)),
+        retry_wait: Some(cfg.retry_wait),
+    };
+    let (report, killed) = std::thread::scope(|s| {
+        let h = s.spawn(|| crate::client::run(&load, |_, _| {}));
+        let mut killed = None;
+        if let Some((i, at)) = spec.kill {
+            let when = t0 + Duration::from_secs_f64(at);
+            while Instant::now() < when && !h.is_finished() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if let Some(p) = fleet.procs.get(i).and_then(Option::as_ref) {
+                proxy::signal_group(p.pid(), rustix::process::Signal::KILL);
+                killed = Some((i, t0.elapsed().as_secs_f64()));
+            }
+        }
+        let r = h
+            .join()
+            .unwrap_or_else(|_| Err("the load generator panicked".into()));
+        (r, killed)
+    });
+    let wall_s = t0.elapsed().as_secs_f64();
+    let report = report?;
+    for (k, (p, poller)) in fleet.procs.iter().flatten().zip(pollers).enumerate() {
+        fleet.results[k].stats = poller.finish();
+        fleet.results[k].cpu_s = p.cpu_seconds() - cpu0[k];
+    }
+    if let Some((i, at)) = killed {
+        fleet.results[i].killed_at = Some(at);
+    }
+    let haproxy_samples = hpoller.map(HaproxyPoller::finish).unwrap_or_default();
+    let haproxy_cpu_s = haproxy.as_ref().map_or(0.0, |h| h.cpu_seconds() - hcpu0);
+    if let Some(h) = haproxy {
+        h.stop();
+    }
+    for p in fleet.procs.iter_mut() {
+        if let Some(p) = p.take() {
+            let _ = p.stop();
+        }
+    }
+    let phases = (0..report.phases.len())
+        .filter_map(|i| metrics::phase_metrics(&report, i, cfg.target_ms))
+        .collect();
+    Ok(RunResult {
+        spec: spec.clone(),
+        window: metrics::phase_metrics(&report, spec.window_phase, cfg.target_ms),
+        phases,
+        report,
+        replicas: fleet.results,
+        haproxy: haproxy_samples,
+        haproxy_cpu_s,
+        wall_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_compares_what_the_issue_asks_for() {
+        let cfg = ScaleOutConfig::new("o".into(), "seda".into(), "haproxy".into());
+        let runs = plan(&cfg);
+        let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "throughput/direct-1",
+                "throughput/haproxy-1",
+                "throughput/haproxy-2",
+                "throughput/haproxy-3",
+                "slowed/agent",
+                "slowed/plain",
+                "killed/agent",
+                "killed/plain",
+            ]
+        );
+        // Throughput: replicas pinned round the cores.
+        let three = &runs[3];
+        assert_eq!(three.n(), 3);
+        assert_eq!(three.replicas[0].cpu, Some(0));
+        assert_eq!(three.replicas[2].cpu, Some(2 % cores()));
+        // Slowed: the third replica does 4x the work.
+        let slowed = &runs[4];
+        assert_eq!(slowed.replicas[2].bottleneck_ms, 40.0);
+        assert_eq!(slowed.replicas[0].bottleneck_ms, 10.0);
+        assert_eq!(slowed.window_phase, 1);
+        // Killed: the third replica, in the middle of the spike (5 + 20 / 2 s).
+        assert_eq!(runs[6].kill, Some((2, 15.0)));
+        assert_eq!(runs[7].proxy, ProxyMode::Plain);
+        assert!(
+            eta(&runs) < Duration::from_secs(10 * 60),
+            "{:?}",
+            eta(&runs)
+        );
+        let q = cfg.clone().quick();
+        assert!(eta(&plan(&q)) < Duration::from_secs(4 * 60));
+        assert!(q.check().is_ok());
+        assert!(
+            ScaleOutConfig {
+                replica_counts: vec![0],
+                ..cfg.clone()
+            }
+            .check()
+            .is_err()
+        );
+        assert!(
+            ScaleOutConfig {
+                slow_factor: 0.5,
+                ..cfg
+            }
+            .check()
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn the_plain_proxy_ignores_the_agents_and_passes_503s_on() {
+        let cfg = ScaleOutConfig::new("o".into(), "seda".into(), "haproxy".into());
+        let runs = plan(&cfg);
+        let fleet = Fleet {
+            procs: Vec::new(),
+            results: (0..3)
+                .map(|i| ReplicaResult {
+                    name: format!("r{}", i + 1),
+                    addr: SocketAddr::from(([127, 0, 0, 1], 8081 + i)),
+                    agent: SocketAddr::from(([127, 0, 0, 1], 9301 + i)),
+                    bottleneck_ms: 10.0,
+                    cpu: None,
+                    pin_error: None,
+                    calibration: None,
+                    stats: StatsLog::default(),
+                    cpu_s: 0.0,
+                    killed_at: None,
+                })
+                .collect(),
+        };
+        let a: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let s: SocketAddr = "127.0.0.1:8404".parse().unwrap();
+        let agent = haproxy_config(&cfg, &runs[4], &fleet, a, s)
+            .render()
+            .unwrap();
+        assert!(agent.contains("agent-check agent-port 9303"));
+        assert!(agent.contains("retry-on conn-failure empty-response 503"));
+        let plain = haproxy_config(&cfg, &runs[5], &fleet, a, s)
+            .render()
+            .unwrap();
+        assert!(!plain.contains("agent-check"));
+        assert!(plain.contains("retry-on conn-failure\n"));
+        assert!(plain.contains("balance roundrobin"));
+    }
+}
