@@ -125,6 +125,11 @@ pub struct ServeArgs {
     /// milliseconds of CPU per request.
     #[arg(long, value_name = "MS")]
     bottleneck_ms: Option<f64>,
+    /// Checksum passes per bottleneck request instead of calibrating (the K that
+    /// `bottleneck: N ms calibrated to K iterations` printed), so that several
+    /// servers do the same work.
+    #[arg(long, value_name = "K")]
+    bottleneck_passes: Option<u64>,
     /// 90th-percentile response-time target of every dynamic stage, milliseconds
     /// (selects the delay-budget admission policy unless --admission says).
     #[arg(long, value_name = "MS")]
@@ -186,6 +191,7 @@ struct FileSettings {
     path_cache_mb: Option<u64>,
     shutdown_grace: Option<f64>,
     bottleneck_ms: Option<f64>,
+    bottleneck_passes: Option<u64>,
     rt_target_ms: Option<f64>,
     class_targets_ms: Option<Vec<f64>>,
     admission: Option<String>,
@@ -388,6 +394,7 @@ struct Settings {
     grace: Duration,
     overload: OverloadControl,
     bottleneck: Option<Duration>,
+    bottleneck_passes: Option<u64>,
     agent_listen: Option<SocketAddr>,
 }
 
@@ -640,12 +647,21 @@ fn resolve(args: ServeArgs) -> Result<Settings, String> {
         "shutdown-grace",
         args.shutdown_grace.or(file.shutdown_grace).unwrap_or(10.0),
     )?;
+    let bottleneck_passes = args.bottleneck_passes.or(file.bottleneck_passes);
+    match (bottleneck_passes, bottleneck) {
+        (Some(0), _) => return Err("--bottleneck-passes must be at least 1".into()),
+        (Some(_), None) => {
+            return Err("--bottleneck-passes needs --bottleneck-ms (the handler it sets)".into());
+        }
+        _ => {}
+    }
     Ok(Settings {
         cfg,
         root: args.root.or(file.root),
         grace,
         overload,
         bottleneck,
+        bottleneck_passes,
         agent_listen: args.agent_listen.or(file.agent_listen),
     })
 }
@@ -658,6 +674,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         grace,
         overload,
         bottleneck,
+        bottleneck_passes,
         agent_listen,
     } = resolve(args)?;
     let demo = match root {
@@ -676,7 +693,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     for w in warnings(&cfg, &overload, bottleneck) {
         eprintln!("seda serve: warning: {w}");
     }
-    let calibrated = mount_overload(&mut cfg, &overload, bottleneck)?;
+    let calibrated = mount_overload(&mut cfg, &overload, bottleneck, bottleneck_passes)?;
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
@@ -693,8 +710,13 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         println!("admin at http://{admin}/_seda/");
     }
     if let (Some(ms), Some(passes)) = (bottleneck, calibrated) {
+        let how = if bottleneck_passes.is_some() {
+            "set by --bottleneck-passes to"
+        } else {
+            "calibrated to"
+        };
         println!(
-            "bottleneck: {} ms calibrated to {passes} iterations",
+            "bottleneck: {} ms {how} {passes} iterations",
             ms.as_secs_f64() * 1000.0
         );
     }
@@ -768,11 +790,12 @@ fn warnings(
 }
 
 /// Adds the bottleneck handler (if asked for) and applies the overload control to
-/// every dynamic handler; returns the bottleneck's calibrated passes.
+/// every dynamic handler; returns the bottleneck's passes (calibrated, or `passes`).
 fn mount_overload(
     cfg: &mut ServerConfig,
     overload: &OverloadControl,
     bottleneck: Option<Duration>,
+    passes: Option<u64>,
 ) -> Result<Option<u64>, String> {
     // Every check before the calibration, so that a bad setting fails at once.
     let mut names: Vec<String> = cfg.handlers.iter().map(registration_name).collect();
@@ -790,10 +813,14 @@ fn mount_overload(
     overload
         .validate(names.iter().map(String::as_str))
         .map_err(|e| e.to_string())?;
+    let given = passes;
     let mut passes = None;
     if let Some(ms) = bottleneck {
-        let mut b = Bottleneck::calibrate(ms)
-            .map_err(|e| format!("cannot set up the bottleneck handler: {e}"))?;
+        let mut b = match given {
+            Some(k) => Bottleneck::with_passes(ms, k),
+            None => Bottleneck::calibrate(ms),
+        }
+        .map_err(|e| format!("cannot set up the bottleneck handler: {e}"))?;
         passes = Some(b.passes());
         if let Some(q) = quality {
             b = b.degrade(q, DEFAULT_SAMPLE_PERIOD)?;

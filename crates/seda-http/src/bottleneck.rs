@@ -101,20 +101,7 @@ impl Bottleneck {
     /// Writes the data file and calibrates the work to about `service_time` per
     /// full-quality request. Takes a few times 20 ms.
     pub fn calibrate(service_time: Duration) -> std::io::Result<Bottleneck> {
-        if service_time.is_zero() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "bottleneck service time must be positive",
-            ));
-        }
-        let dir = tempfile::Builder::new()
-            .prefix("seda-bottleneck")
-            .tempdir()?;
-        let data = dir.path().join("data.bin");
-        let bytes: Vec<u8> = (0..DATA_BYTES as u64)
-            .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
-            .collect();
-        File::create(&data)?.write_all(&bytes)?;
+        let (dir, data, bytes) = Self::data_file(service_time)?;
         // Time doubling batches of passes until one takes 20 ms; keep the fastest of
         // three rounds (the least disturbed by other load on the machine).
         let mut best = f64::INFINITY;
@@ -139,6 +126,47 @@ impl Bottleneck {
             passes,
             degrade: None,
         })
+    }
+
+    /// The handler with a given work per full-quality request instead of a
+    /// calibration: `passes` checksum passes (what [`Bottleneck::passes`] of an
+    /// earlier calibration returned), so that several servers do the same work.
+    pub fn with_passes(service_time: Duration, passes: u64) -> std::io::Result<Bottleneck> {
+        if passes == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "bottleneck passes must be at least 1",
+            ));
+        }
+        let (dir, data, _) = Self::data_file(service_time)?;
+        Ok(Bottleneck {
+            _dir: dir,
+            data,
+            service_time,
+            passes,
+            degrade: None,
+        })
+    }
+
+    /// Writes the data file the handler reads.
+    fn data_file(
+        service_time: Duration,
+    ) -> std::io::Result<(tempfile::TempDir, std::path::PathBuf, Vec<u8>)> {
+        if service_time.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "bottleneck service time must be positive",
+            ));
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("seda-bottleneck")
+            .tempdir()?;
+        let data = dir.path().join("data.bin");
+        let bytes: Vec<u8> = (0..DATA_BYTES as u64)
+            .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+            .collect();
+        File::create(&data)?.write_all(&bytes)?;
+        Ok((dir, data, bytes))
     }
 
     /// Runs with automatic quality (see the module docs); `period` is how often the

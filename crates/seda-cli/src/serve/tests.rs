@@ -155,6 +155,30 @@ fn overload_settings_from_flags_and_toml() {
 }
 
 #[test]
+fn bottleneck_passes_replace_the_calibration() {
+    let args = |ms: Option<f64>, k: Option<u64>| ServeArgs {
+        bottleneck_ms: ms,
+        bottleneck_passes: k,
+        ..ServeArgs::default()
+    };
+    assert!(
+        resolve(args(None, Some(10)))
+            .unwrap_err()
+            .contains("needs --bottleneck-ms")
+    );
+    assert!(
+        resolve(args(Some(5.0), Some(0)))
+            .unwrap_err()
+            .contains("at least 1")
+    );
+    let s = resolve(args(Some(5.0), Some(7))).unwrap();
+    let mut cfg = ServerConfig::default();
+    let passes = mount_overload(&mut cfg, &s.overload, s.bottleneck, s.bottleneck_passes);
+    assert_eq!(passes, Ok(Some(7)));
+    assert_eq!(cfg.handlers.len(), 1);
+}
+
+#[test]
 fn bad_overload_settings_are_one_line_errors() {
     let cases: [(&str, ServeArgs, &str); 8] = [
         (
@@ -223,7 +247,7 @@ fn bad_overload_settings_are_one_line_errors() {
         let s = with_file(toml, args).unwrap();
         let mut cfg = ServerConfig::default();
         cfg.handlers.push(DemoSite::hello_handler());
-        let err = mount_overload(&mut cfg, &s.overload, s.bottleneck).unwrap_err();
+        let err = mount_overload(&mut cfg, &s.overload, s.bottleneck, None).unwrap_err();
         assert!(err.contains(want) && !err.contains('\n'), "{want}: {err}");
     }
 }
