@@ -84,7 +84,8 @@ pub struct HaproxyConfig {
     pub health_path: Option<String>,
     /// Retries of a refused or failed request, each on another replica.
     pub retries: u32,
-    /// Retry requests a replica refused with 503 (see the module doc).
+    /// Retry requests a replica refused with 503 on another replica (see the module
+    /// doc); ignored with a single replica.
     pub retry_503: bool,
     /// Retry requests whose connection closed before any answer (a replica that died
     /// with requests in flight).
@@ -239,7 +240,9 @@ impl HaproxyConfig {
         if self.retry_empty_response {
             retry_on.push_str(" empty-response");
         }
-        if self.retry_503 {
+        // With one replica a 503 would be retried on the replica that just refused
+        // it: more load where there is already too much.
+        if self.retry_503 && self.replicas.len() > 1 {
             retry_on.push_str(" 503");
         }
         let _ = writeln!(w, "    retry-on {retry_on}\n");
@@ -413,6 +416,16 @@ mod tests {
         assert!(text.contains("listen stats\n    bind 127.0.0.1:8404"));
         assert!(text.contains("weight 100 maxconn 64"));
         assert!(text.contains("server r1 127.0.0.1:8081\n"));
+    }
+
+    #[test]
+    fn a_single_replica_does_not_retry_its_own_503s() {
+        let one = replicas(&["127.0.0.1:8081".into()], &[9301]).unwrap();
+        let text = HaproxyConfig::new("127.0.0.1:8080", one).render().unwrap();
+        assert!(
+            text.contains("retry-on conn-failure empty-response\n"),
+            "{text}"
+        );
     }
 
     #[test]
