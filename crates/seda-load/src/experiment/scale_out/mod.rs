@@ -2,8 +2,12 @@
 //! answering HAProxy's agent-check with its admission state (`seda_http::AgentServer`),
 //! HAProxy retrying refused requests on other replicas ([`crate::haproxy`]).
 //!
-//! Every replica is `seda serve --bottleneck-ms B --rt-target-ms T --agent-listen
-//! ADDR` with the USITS'03 response-time controller on its bottleneck stage; the users
+//! Every replica is `seda serve --bottleneck-ms B --bottleneck-passes K --rt-target-ms
+//! T --agent-listen ADDR` with the USITS'03 response-time controller on its bottleneck
+//! stage. K is calibrated once, here, before the runs (the largest of five
+//! calibrations: the least disturbed by other load), so that every replica of every
+//! run does the same work per request; a replica calibrating itself on a busy machine
+//! can be off by a factor of three. The users
 //! are the overload experiment's closed-loop users ([`crate::client`], 20 ms think
 //! time, a user answered 503 waits `retry_wait`) at `/bottleneck` through HAProxy.
 //! The replicas' `/_seda/stats` and HAProxy's statistics page are read once a second.
@@ -177,12 +181,16 @@ pub struct ScaleOutConfig {
     pub threads: usize,
     /// Seed of the load.
     pub seed: u64,
+    /// Checksum passes of a `bottleneck_ms` request (`None`: calibrated at the start).
+    pub passes: Option<u64>,
 }
 
 impl ScaleOutConfig {
-    /// The default experiment (about 8 minutes): a 10 ms bottleneck, a 200 ms target,
-    /// 1-3 replicas under 300 users for 5 + 20 s, spikes of 4 -> 300 -> 4 users over
-    /// 5 / 20 / 10 s, the slowed replica 4x slower.
+    /// The default experiment (about 9 minutes): a 10 ms bottleneck, a 200 ms target
+    /// (the overload experiment's quick settings), 1-3 replicas under 60 users for
+    /// 10 + 20 s (3 to 6 times what they can serve: saturated without drowning in
+    /// refusals), spikes of 4 -> 300 -> 4 users over 10 / 30 / 10 s, the slowed
+    /// replica 4x slower.
     pub fn new(out: PathBuf, seda: PathBuf, haproxy: PathBuf) -> ScaleOutConfig {
         ScaleOutConfig {
             out,
@@ -193,13 +201,13 @@ impl ScaleOutConfig {
             bottleneck_ms: 10.0,
             slow_factor: 4.0,
             target_ms: 200.0,
-            users: 300,
-            throughput_phases: [Duration::from_secs(5), Duration::from_secs(20)],
+            users: 60,
+            throughput_phases: [Duration::from_secs(10), Duration::from_secs(20)],
             base_users: 4,
             spike_users: 300,
             phases: [
-                Duration::from_secs(5),
-                Duration::from_secs(20),
+                Duration::from_secs(10),
+                Duration::from_secs(30),
                 Duration::from_secs(10),
             ],
             think: Duration::from_millis(20),
@@ -210,13 +218,13 @@ impl ScaleOutConfig {
             pin: true,
             threads: 1,
             seed: 1,
+            passes: None,
         }
     }
 
     /// A short version for smoke tests: 3 + 6 s throughput phases, 3 / 8 / 3 s spikes,
-    /// 100 users.
+    /// 100 users in the spikes.
     pub fn quick(mut self) -> ScaleOutConfig {
-        self.users = 100;
         self.spike_users = 100;
         self.throughput_phases = [Duration::from_secs(3), Duration::from_secs(6)];
         self.phases = [
@@ -496,6 +504,20 @@ pub fn run(cfg: &ScaleOutConfig, log: &mut dyn FnMut(&str)) -> Result<ScaleOutRe
     if let Some((l1, _, _)) = loadavg {
         log(&format!("load average before the runs: {l1:.2}"));
     }
+    let mut cfg = cfg.clone();
+    let passes = match cfg.passes {
+        Some(k) => k,
+        None => {
+            let k = calibrate(cfg.bottleneck_ms)?;
+            log(&format!(
+                "bottleneck: {} ms calibrated here to {k} passes (largest of 5), used by every replica",
+                cfg.bottleneck_ms
+            ));
+            k
+        }
+    };
+    cfg.passes = Some(passes);
+    let cfg = &cfg;
     let root = tempfile::Builder::new()
         .prefix("seda-scale-out-root-")
         .tempdir()
@@ -510,6 +532,7 @@ pub fn run(cfg: &ScaleOutConfig, log: &mut dyn FnMut(&str)) -> Result<ScaleOutRe
             "haproxy": proxy::haproxy_version(&cfg.haproxy),
             "load_average_before": loadavg.map(|(a, b, c)| [a, b, c]),
             "bottleneck_ms": cfg.bottleneck_ms,
+            "bottleneck_passes": passes,
             "slow_factor": cfg.slow_factor,
             "target_ms": cfg.target_ms,
             "users": cfg.users,
@@ -563,6 +586,18 @@ pub fn run(cfg: &ScaleOutConfig, log: &mut dyn FnMut(&str)) -> Result<ScaleOutRe
     Ok(results)
 }
 
+/// Checksum passes for `ms` of CPU: the largest of five calibrations.
+fn calibrate(ms: f64) -> Result<u64, String> {
+    let d = Duration::from_secs_f64(ms / 1e3);
+    let mut best = 0;
+    for _ in 0..5 {
+        let b = seda_http::Bottleneck::calibrate(d)
+            .map_err(|e| format!("cannot calibrate the bottleneck: {e}"))?;
+        best = best.max(b.passes());
+    }
+    Ok(best)
+}
+
 /// The replicas of a run, started and pinned.
 struct Fleet {
     procs: Vec<Option<ServerProcess>>,
@@ -577,6 +612,10 @@ fn start_fleet(cfg: &ScaleOutConfig, spec: &RunSpec, root: &Path) -> Result<Flee
     for (i, r) in spec.replicas.iter().enumerate() {
         let agent = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let ms = r.bottleneck_ms.to_string();
+        let base = cfg.passes.ok_or("the bottleneck is not calibrated")?;
+        let passes = ((base as f64 * r.bottleneck_ms / cfg.bottleneck_ms).round() as u64)
+            .max(1)
+            .to_string();
         let target = cfg.target_ms.to_string();
         let server_spec = ServerSpec {
             name: format!("{}-r{}", spec.id.replace('/', "-"), i + 1),
@@ -586,6 +625,8 @@ fn start_fleet(cfg: &ScaleOutConfig, spec: &RunSpec, root: &Path) -> Result<Flee
                 extra: [
                     "--bottleneck-ms",
                     &ms,
+                    "--bottleneck-passes",
+                    &passes,
                     "--rt-target-ms",
                     &target,
                     "--agent-listen",
@@ -830,8 +871,8 @@ mod tests {
         assert_eq!(slowed.replicas[2].bottleneck_ms, 40.0);
         assert_eq!(slowed.replicas[0].bottleneck_ms, 10.0);
         assert_eq!(slowed.window_phase, 1);
-        // Killed: the third replica, in the middle of the spike (5 + 20 / 2 s).
-        assert_eq!(runs[6].kill, Some((2, 15.0)));
+        // Killed: the third replica, in the middle of the spike (10 + 30 / 2 s).
+        assert_eq!(runs[6].kill, Some((2, 25.0)));
         assert_eq!(runs[7].proxy, ProxyMode::Plain);
         assert!(
             eta(&runs) < Duration::from_secs(10 * 60),

@@ -285,7 +285,7 @@ pub fn table(r: &ScaleOutResults) -> String {
     let _ = writeln!(t, "# Scale-out behind HAProxy ({})\n", r.date);
     let _ = writeln!(
         t,
-        "Machine: {}; {}; load average {} before, {} after. Replicas: `seda serve --bottleneck-ms {} --rt-target-ms {target:.0} --agent-listen ...`; users: closed loop, think {} ms, {} ms wait after a 503, {} requests per connection. Written by `seda experiment scale-out`.\n",
+        "Machine: {}; {}; load average {} before, {} after. Replicas: `seda serve --bottleneck-ms {} --bottleneck-passes {} --rt-target-ms {target:.0} --agent-listen ...` (passes calibrated once before the runs); users: closed loop, think {} ms, {} ms wait after a 503, {} requests per connection. Written by `seda experiment scale-out`.\n",
         s["machine"].as_str().unwrap_or("?"),
         s["haproxy"].as_str().unwrap_or("haproxy ?"),
         s["load_average_before"]
@@ -295,6 +295,7 @@ pub fn table(r: &ScaleOutResults) -> String {
             .as_f64()
             .map_or("?".into(), |v| format!("{v:.2}")),
         s["bottleneck_ms"],
+        s["bottleneck_passes"],
         s["think_ms"],
         s["retry_wait_ms"],
         s["reqs_per_conn"],
@@ -310,7 +311,7 @@ pub fn table(r: &ScaleOutResults) -> String {
             t,
             "## 1. Throughput against replicas ({} users, measured {} s after {} s of warm-up)\n\n\
              Replica *i* pinned to CPU *i* mod {}: a replica stands for a machine of one core. HAProxy and the load generator are not pinned and share the same cores.\n\n\
-             | run | replicas | throughput req/s | vs 1 replica | within target req/s | p90 ms | rejected % | errors % | completions per replica | replicas' CPU s | HAProxy CPU s | HAProxy retries |\n\
+             | run | replicas | throughput req/s | vs 1 replica | within target req/s | p90 ms | rejected % | errors % | completions per replica | replicas' CPU ms per completion | HAProxy CPU ms per request | HAProxy retries |\n\
              |---|---|---|---|---|---|---|---|---|---|---|---|",
             s["users"], s["throughput_phases_s"][1], s["throughput_phases_s"][0], s["cores"],
         );
@@ -324,9 +325,11 @@ pub fn table(r: &ScaleOutResults) -> String {
                 }
             });
             let cpu: f64 = x.replicas.iter().map(|p| p.cpu_s).sum();
+            let done = x.report.completed.max(1) as f64;
+            let answered = (x.report.completed + x.report.rejected).max(1) as f64;
             let _ = writeln!(
                 t,
-                "| {} | {} | {:.1} | {vs} | {:.1} | {:.0} | {} | {} | {:?} | {cpu:.1} | {:.1} | {} |",
+                "| {} | {} | {:.1} | {vs} | {:.1} | {:.0} | {} | {} | {:?} | {:.1} | {:.2} | {} |",
                 x.spec.label,
                 x.spec.n(),
                 m.throughput_rps,
@@ -335,7 +338,8 @@ pub fn table(r: &ScaleOutResults) -> String {
                 pct(m.reject_rate),
                 pct(m.error_rate),
                 x.processed(m.start_s as f64, m.end_s as f64),
-                x.haproxy_cpu_s,
+                1e3 * cpu / done,
+                1e3 * x.haproxy_cpu_s / answered,
                 x.retries().0,
             );
         }
@@ -362,10 +366,20 @@ pub fn table(r: &ScaleOutResults) -> String {
         };
         let _ = writeln!(
             t,
-            "{title}\n\n{} -> {} -> {} users over {:?} s; 3 replicas, not pinned; judged on the spike. `agent`: leastconn over the agents' weights, `retry-on conn-failure empty-response 503` with redispatch; `plain`: roundrobin, no agent, HAProxy's default `retry-on conn-failure`.\n\n\
+            "{title}\n\n{} -> {} -> {} users over {} s; 3 replicas, not pinned; judged on the spike. `agent`: leastconn over the agents' weights, `retry-on conn-failure empty-response 503` with redispatch; `plain`: roundrobin, no agent, HAProxy's default `retry-on conn-failure`.\n\n\
              | proxy | p90 ms (target {target:.0}) | seconds over target | throughput req/s | within target req/s | rejected % | errors % | completions r1/r2/r3 | r3 weight (mean), s not UP | HAProxy retries / redispatches |\n\
              |---|---|---|---|---|---|---|---|---|---|",
-            s["base_users"], s["spike_users"], s["base_users"], s["phases_s"],
+            s["base_users"],
+            s["spike_users"],
+            s["base_users"],
+            s["phases_s"]
+                .as_array()
+                .map(|a| a
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" / "))
+                .unwrap_or_default(),
         );
         for x in &runs {
             let Some(m) = &x.window else { continue };
