@@ -8,47 +8,23 @@ Runs `seda serve --bottleneck-ms 10 --rt-target-ms 200 --class-header X-Class` a
 everything stops by itself within about 90 s."""
 
 import os
-import re
+import socket
 import subprocess
 import sys
 import time
 
-from playwright.sync_api import sync_playwright
+sys.path.insert(0, os.path.dirname(__file__))
+from browser import browser_page, seda_server  # noqa: E402
 
 SEDA = os.environ.get("SEDA_BIN", "target/debug/seda")
-CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
 SHOT = os.environ.get("DASHBOARD_SHOT", "docs/dashboard.png")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 STAGE = "handler:bottleneck"
 
 
-def start_server():
-    proc = subprocess.Popen(
-        [SEDA, "serve", "--listen", "127.0.0.1:0", "--bottleneck-ms", "10",
-         "--rt-target-ms", "200", "--class-header", "X-Class", "--shutdown-grace", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    url = admin = None
-    deadline = time.time() + 120
-    while time.time() < deadline and not (url and admin):
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if m := re.search(r"listening on (http://\S+)", line):
-            url = m.group(1)
-        if m := re.search(r"admin at (http://\S+/_seda/)", line):
-            admin = m.group(1)
-    if not (url and admin):
-        proc.kill()
-        raise RuntimeError("seda serve did not print its addresses")
-    return proc, url, admin
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def start_load(url, cls):
@@ -70,13 +46,15 @@ def wait_for(page, js, what, timeout_s=40):
 
 
 def main():
-    server, url, admin = start_server()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = ["serve", "--listen", f"127.0.0.1:{port}", "--bottleneck-ms", "10",
+            "--rt-target-ms", "200", "--class-header", "X-Class", "--shutdown-grace", "1"]
     loads = []
     problems = []
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        with seda_server(args, ready=r"admin at (http://\S+/_seda/)") as admin, \
+                browser_page(width=1440, height=1000) as page:
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
             page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
             page.goto(admin)
@@ -139,16 +117,13 @@ def main():
             wait_for(page, "Number(document.body.dataset.samples) >= 36", "36 samples", 60)
             os.makedirs(os.path.dirname(SHOT) or ".", exist_ok=True)
             page.screenshot(path=SHOT, full_page=True)
-            browser.close()
     finally:
-        for l in loads:
-            l.terminate()
-        server.terminate()
-        for proc in [*loads, server]:
+        for load in loads:
+            load.terminate()
             try:
-                proc.wait(timeout=15)
+                load.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                load.kill()
     if problems:
         raise AssertionError("; ".join(problems))
     print(f"dashboard: graph, charts and updates OK; screenshot in {SHOT}")
