@@ -18,7 +18,8 @@
 //!
 //! # Overload control (issue 5; `shared/contracts/overload.md`)
 //! `--bottleneck-ms N` mounts the calibrated bottleneck handler at `/bottleneck` and
-//! prints `bottleneck: N ms calibrated to K iterations` after the listening line.
+//! prints `bottleneck: N ms calibrated to K iterations` after the listening line;
+//! `--bottleneck-passes K` gives K instead of calibrating (replicas doing the same work).
 //! `--rt-target-ms`, `--admission`, `--class-header`, `--degrade`,
 //! `--overload-action` and `--retry-after-secs` configure every dynamic stage (see
 //! `seda_http::OverloadControl` for the laws). The TOML file adds:
@@ -52,10 +53,13 @@ use seda::ThreadModel;
 use seda::admission::{AimdLimitConfig, GradientLimitConfig};
 use seda_http::proto::Dotfiles;
 use seda_http::{
-    AddrPrefix, Admission, AgentConfig, AgentServer, Bottleneck, DEFAULT_SAMPLE_PERIOD, DemoSite,
-    HandlerTargets, Handoff, OverloadAction, OverloadControl, Server, ServerConfig,
+    AddrPrefix, Admission, AgentConfig, AgentServer, DemoSite, HandlerTargets, Handoff,
+    OverloadAction, OverloadControl, Server, ServerConfig,
 };
 use serde::Deserialize;
+
+mod mount;
+use mount::{mount_overload, warnings};
 
 /// Arguments of `seda serve`.
 #[derive(Debug, Default, clap::Args)]
@@ -752,94 +756,6 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     );
     drop(demo);
     Ok(())
-}
-
-/// Settings that would have no effect, said once at start.
-fn warnings(
-    cfg: &ServerConfig,
-    overload: &OverloadControl,
-    bottleneck: Option<Duration>,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    if cfg.handlers.is_empty() && bottleneck.is_none() {
-        let set: Vec<&str> = [
-            (overload.rt_target.is_some(), "--rt-target-ms"),
-            (overload.admission.is_some(), "--admission"),
-            (overload.classes.header.is_some(), "--class-header"),
-            (!overload.handlers.is_empty(), "[[handler]]"),
-        ]
-        .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
-        .collect();
-        if !set.is_empty() {
-            out.push(format!(
-                "{} has no effect: no dynamic handler is mounted (static files have no \
-                 admission controller; add --bottleneck-ms or serve the demo site)",
-                set.join(", ")
-            ));
-        }
-    }
-    if let Some(a) = cfg.admin_listen
-        && !a.ip().is_loopback()
-    {
-        out.push(format!(
-            "the admin listener {a} is not on loopback: anyone who reaches it sees the server's statistics"
-        ));
-    }
-    out
-}
-
-/// Adds the bottleneck handler (if asked for) and applies the overload control to
-/// every dynamic handler; returns the bottleneck's passes (calibrated, or `passes`).
-fn mount_overload(
-    cfg: &mut ServerConfig,
-    overload: &OverloadControl,
-    bottleneck: Option<Duration>,
-    passes: Option<u64>,
-) -> Result<Option<u64>, String> {
-    // Every check before the calibration, so that a bad setting fails at once.
-    let mut names: Vec<String> = cfg.handlers.iter().map(registration_name).collect();
-    let mut quality = None;
-    if bottleneck.is_some() {
-        names.push("bottleneck".into());
-        if overload.degrade {
-            quality = Some(
-                overload
-                    .quality_for("bottleneck")
-                    .map_err(|e| e.to_string())?,
-            );
-        }
-    }
-    overload
-        .validate(names.iter().map(String::as_str))
-        .map_err(|e| e.to_string())?;
-    let given = passes;
-    let mut passes = None;
-    if let Some(ms) = bottleneck {
-        let mut b = match given {
-            Some(k) => Bottleneck::with_passes(ms, k),
-            None => Bottleneck::calibrate(ms),
-        }
-        .map_err(|e| format!("cannot set up the bottleneck handler: {e}"))?;
-        passes = Some(b.passes());
-        if let Some(q) = quality {
-            b = b.degrade(q, DEFAULT_SAMPLE_PERIOD)?;
-        }
-        cfg.handlers.push(b.registration());
-    }
-    cfg.handlers = std::mem::take(&mut cfg.handlers)
-        .into_iter()
-        .map(|r| overload.apply(r).map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
-    Ok(passes)
-}
-
-/// The handler name of a registration (its stage is `handler:<name>`).
-fn registration_name(r: &seda_http::HandlerRegistration) -> String {
-    r.stage_name()
-        .strip_prefix("handler:")
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[cfg(test)]
