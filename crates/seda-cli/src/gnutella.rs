@@ -194,6 +194,7 @@ pub fn run(a: GnutellaArgs) -> Result<(), String> {
     println!("gnutella router on {}", router.local_addr());
     if let Some(a) = &admin {
         println!("admin on http://{}/_seda/stats", a.local_addr());
+        println!("dashboard at http://{}/_seda/", a.local_addr());
     }
     let _ = std::io::stdout().flush();
     eprintln!("seda gnutella: routing; Ctrl-C to stop");
