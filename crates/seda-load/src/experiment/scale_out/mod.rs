@@ -29,6 +29,7 @@
 //! errors in the judged window (the measured phase; the spike), plus each replica's
 //! share of the work and HAProxy's retries.
 
+mod fleet;
 pub mod output;
 pub mod proxy;
 
@@ -40,13 +41,13 @@ use serde::Serialize;
 
 use super::overload::load_average;
 use super::overload::metrics::{self, WindowMetrics};
-use super::overload::stats::{self, BOTTLENECK_STAGE, StatsLog, StatsPoller};
-use super::server::{ServerKind, ServerProcess, ServerSpec, free_port};
+use super::overload::stats::{BOTTLENECK_STAGE, StatsLog, StatsPoller};
+use super::server::{ServerProcess, free_port};
 use super::{date_utc, machine_summary};
 use crate::client::{LoadConfig, Mode, RequestMix};
-use crate::haproxy::{Balance, HaproxyConfig, Replica};
 use crate::report::LoadReport;
 use crate::schedule::{Phase, Schedule};
+use fleet::{haproxy_config, start_fleet, wait_all_up};
 use proxy::{HaproxyPoller, HaproxyProcess, HaproxySample};
 
 /// The backend's name in the generated configuration.
@@ -598,131 +599,6 @@ fn calibrate(ms: f64) -> Result<u64, String> {
     Ok(best)
 }
 
-/// The replicas of a run, started and pinned.
-struct Fleet {
-    procs: Vec<Option<ServerProcess>>,
-    results: Vec<ReplicaResult>,
-}
-
-fn start_fleet(cfg: &ScaleOutConfig, spec: &RunSpec, root: &Path) -> Result<Fleet, String> {
-    let mut fleet = Fleet {
-        procs: Vec::new(),
-        results: Vec::new(),
-    };
-    for (i, r) in spec.replicas.iter().enumerate() {
-        let agent = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        let ms = r.bottleneck_ms.to_string();
-        let base = cfg.passes.ok_or("the bottleneck is not calibrated")?;
-        let passes = ((base as f64 * r.bottleneck_ms / cfg.bottleneck_ms).round() as u64)
-            .max(1)
-            .to_string();
-        let target = cfg.target_ms.to_string();
-        let server_spec = ServerSpec {
-            name: format!("{}-r{}", spec.id.replace('/', "-"), i + 1),
-            kind: ServerKind::Haboob {
-                seda: cfg.seda.clone(),
-                cache_mb: 16,
-                extra: [
-                    "--bottleneck-ms",
-                    &ms,
-                    "--bottleneck-passes",
-                    &passes,
-                    "--rt-target-ms",
-                    &target,
-                    "--agent-listen",
-                    &agent.to_string(),
-                    "--shutdown-grace",
-                    "1",
-                ]
-                .map(String::from)
-                .to_vec(),
-            },
-        };
-        let p = ServerProcess::start(&server_spec, root)?;
-        let probe = stats::http_get(p.addr(), "/bottleneck", Duration::from_secs(10))
-            .map_err(|e| format!("GET /bottleneck on replica {}: {e}", i + 1))?;
-        if probe.status != 200 {
-            return Err(format!(
-                "replica {} answered {} to /bottleneck: {}",
-                i + 1,
-                probe.status,
-                p.log_tail()
-            ));
-        }
-        let pin_error = r.cpu.and_then(|c| proxy::pin_to_cpu(p.pid(), c).err());
-        fleet.results.push(ReplicaResult {
-            name: format!("r{}", i + 1),
-            addr: p.addr(),
-            agent,
-            bottleneck_ms: r.bottleneck_ms,
-            cpu: r.cpu,
-            pin_error,
-            calibration: p
-                .log_tail()
-                .lines()
-                .find(|l| l.starts_with("bottleneck:"))
-                .map(|l| l.trim().to_owned()),
-            stats: StatsLog::default(),
-            cpu_s: 0.0,
-            killed_at: None,
-        });
-        fleet.procs.push(Some(p));
-    }
-    Ok(fleet)
-}
-
-fn haproxy_config(
-    cfg: &ScaleOutConfig,
-    spec: &RunSpec,
-    fleet: &Fleet,
-    bind: SocketAddr,
-    stats: SocketAddr,
-) -> HaproxyConfig {
-    let agent = spec.proxy == ProxyMode::Agent;
-    let replicas = fleet
-        .results
-        .iter()
-        .map(|r| Replica {
-            addr: r.addr.to_string(),
-            agent_port: agent.then_some(r.agent.port()),
-        })
-        .collect();
-    let mut h = HaproxyConfig::new(&bind.to_string(), replicas);
-    h.stats = Some(stats.to_string());
-    h.timeout_server = cfg.timeout;
-    h.timeout_client = cfg.timeout + Duration::from_secs(5);
-    h.check_inter = Duration::from_secs(1);
-    if !agent {
-        h.balance = Balance::RoundRobin;
-        h.retry_503 = false;
-        h.retry_empty_response = false;
-        h.retries = 3;
-    }
-    h
-}
-
-/// Waits up to 10 s until HAProxy sees every replica up (health and agent checks done).
-fn wait_all_up(stats: SocketAddr, n: usize) -> Result<(), String> {
-    let t0 = Instant::now();
-    let mut last = Vec::new();
-    while t0.elapsed() < Duration::from_secs(10) {
-        if let Ok(rows) = proxy::read_stats(stats, BACKEND) {
-            let up = rows
-                .iter()
-                .filter(|r| r.name != "BACKEND" && r.status.starts_with("UP"))
-                .count();
-            if up == n {
-                return Ok(());
-            }
-            last = rows;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Err(format!(
-        "haproxy did not see all {n} replicas up within 10 s: {last:?}"
-    ))
-}
-
 fn run_one(
     cfg: &ScaleOutConfig,
     spec: &RunSpec,
@@ -840,99 +716,4 @@ fn run_one(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_plan_compares_what_the_issue_asks_for() {
-        let cfg = ScaleOutConfig::new("o".into(), "seda".into(), "haproxy".into());
-        let runs = plan(&cfg);
-        let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
-        assert_eq!(
-            ids,
-            [
-                "throughput/direct-1",
-                "throughput/haproxy-1",
-                "throughput/haproxy-2",
-                "throughput/haproxy-3",
-                "slowed/agent",
-                "slowed/plain",
-                "killed/agent",
-                "killed/plain",
-            ]
-        );
-        // Throughput: replicas pinned round the cores.
-        let three = &runs[3];
-        assert_eq!(three.n(), 3);
-        assert_eq!(three.replicas[0].cpu, Some(0));
-        assert_eq!(three.replicas[2].cpu, Some(2 % cores()));
-        // Slowed: the third replica does 4x the work.
-        let slowed = &runs[4];
-        assert_eq!(slowed.replicas[2].bottleneck_ms, 40.0);
-        assert_eq!(slowed.replicas[0].bottleneck_ms, 10.0);
-        assert_eq!(slowed.window_phase, 1);
-        // Killed: the third replica, in the middle of the spike (10 + 30 / 2 s).
-        assert_eq!(runs[6].kill, Some((2, 25.0)));
-        assert_eq!(runs[7].proxy, ProxyMode::Plain);
-        assert!(
-            eta(&runs) < Duration::from_secs(10 * 60),
-            "{:?}",
-            eta(&runs)
-        );
-        let q = cfg.clone().quick();
-        assert!(eta(&plan(&q)) < Duration::from_secs(4 * 60));
-        assert!(q.check().is_ok());
-        assert!(
-            ScaleOutConfig {
-                replica_counts: vec![0],
-                ..cfg.clone()
-            }
-            .check()
-            .is_err()
-        );
-        assert!(
-            ScaleOutConfig {
-                slow_factor: 0.5,
-                ..cfg
-            }
-            .check()
-            .is_err()
-        );
-    }
-
-    #[test]
-    fn the_plain_proxy_ignores_the_agents_and_passes_503s_on() {
-        let cfg = ScaleOutConfig::new("o".into(), "seda".into(), "haproxy".into());
-        let runs = plan(&cfg);
-        let fleet = Fleet {
-            procs: Vec::new(),
-            results: (0..3)
-                .map(|i| ReplicaResult {
-                    name: format!("r{}", i + 1),
-                    addr: SocketAddr::from(([127, 0, 0, 1], 8081 + i)),
-                    agent: SocketAddr::from(([127, 0, 0, 1], 9301 + i)),
-                    bottleneck_ms: 10.0,
-                    cpu: None,
-                    pin_error: None,
-                    calibration: None,
-                    stats: StatsLog::default(),
-                    cpu_s: 0.0,
-                    killed_at: None,
-                })
-                .collect(),
-        };
-        let a: SocketAddr = "127.0.0.1:8080".parse().unwrap();
-        let s: SocketAddr = "127.0.0.1:8404".parse().unwrap();
-        let agent = haproxy_config(&cfg, &runs[4], &fleet, a, s)
-            .render()
-            .unwrap();
-        assert!(agent.contains("agent-check agent-port 9303"));
-        assert!(agent.contains("retry-on conn-failure empty-response 503"));
-        let plain = haproxy_config(&cfg, &runs[5], &fleet, a, s)
-            .render()
-            .unwrap();
-        assert!(!plain.contains("agent-check"));
-        assert!(plain.contains("retry-on conn-failure\n"));
-        assert!(plain.contains("balance roundrobin"));
-    }
-}
+mod tests;
