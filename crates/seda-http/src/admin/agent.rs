@@ -36,14 +36,14 @@
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::acceptor::Acceptor;
 use super::doc::{StageStats, StatsDoc};
 
 /// Settings of the agent's law (see the module doc). Units: seconds for the window,
@@ -278,16 +278,14 @@ impl Responder {
 
 /// A running agent-check listener. Dropping it stops it.
 pub struct AgentServer {
-    local_addr: SocketAddr,
     responder: Arc<Responder>,
-    stop: Arc<AtomicBool>,
-    acceptor: Option<JoinHandle<()>>,
+    acceptor: Acceptor,
 }
 
 impl fmt::Debug for AgentServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AgentServer")
-            .field("local_addr", &self.local_addr)
+            .field("local_addr", &self.acceptor.local_addr())
             .finish_non_exhaustive()
     }
 }
@@ -303,30 +301,22 @@ impl AgentServer {
     ) -> io::Result<AgentServer> {
         cfg.validate()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let listener = TcpListener::bind(addr)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-        let local_addr = listener.local_addr()?;
         let responder = Arc::new(Responder {
             source: Box::new(source),
             law: Mutex::new((None, Law::new(cfg))),
             draining: AtomicBool::new(false),
         });
-        let stop = Arc::new(AtomicBool::new(false));
-        let (r, s) = (Arc::clone(&responder), Arc::clone(&stop));
-        let acceptor = std::thread::Builder::new()
-            .name("seda-agent".into())
-            .spawn(move || accept_loop(&listener, &r, &s))?;
+        let r = Arc::clone(&responder);
+        let acceptor = Acceptor::start(addr, "seda-agent", move |stream| answer(stream, &r))?;
         Ok(AgentServer {
-            local_addr,
             responder,
-            stop,
-            acceptor: Some(acceptor),
+            acceptor,
         })
     }
 
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.acceptor.local_addr()
     }
 
     /// Says `drain` from now on (before a graceful shutdown), or stops saying it.
@@ -340,37 +330,8 @@ impl AgentServer {
     }
 
     /// Stops listening.
-    pub fn stop(mut self) {
-        self.shut();
-    }
-
-    fn shut(&mut self) {
-        self.stop.store(true, SeqCst);
-        // Wake the blocking accept with a connection of our own.
-        let _ = TcpStream::connect_timeout(&self.local_addr, Duration::from_millis(200));
-        if let Some(h) = self.acceptor.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-impl Drop for AgentServer {
-    fn drop(&mut self) {
-        if self.acceptor.is_some() {
-            self.shut();
-        }
-    }
-}
-
-fn accept_loop(listener: &TcpListener, responder: &Responder, stop: &AtomicBool) {
-    for stream in listener.incoming() {
-        if stop.load(SeqCst) {
-            return;
-        }
-        match stream {
-            Ok(s) => answer(s, responder),
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
+    pub fn stop(self) {
+        self.acceptor.stop();
     }
 }
 

@@ -19,21 +19,22 @@
 //! served on a short-lived thread (keep-alive, GET and HEAD only, 5 s read timeout),
 //! at most [`MAX_CLIENTS`] at once: more get a `503` and are closed.
 
+mod acceptor;
 mod agent;
 mod dashboard;
 mod doc;
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::time::Duration;
 
 use seda::Runtime;
 use serde::Serialize;
 
+use acceptor::Acceptor;
 pub use agent::{AgentConfig, AgentReply, AgentServer, DrainReason};
 pub use doc::{AdmissionView, ClassCount, ClassTarget, Latency, StageStats, StatsDoc};
 
@@ -127,21 +128,12 @@ impl AdminBuilder {
 
     /// Binds `addr` and starts serving. The error names the address.
     pub fn start(self, addr: SocketAddr) -> io::Result<AdminServer> {
-        let listener = TcpListener::bind(addr)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-        let local_addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
         let pages = Arc::new(self);
-        let (s, p) = (Arc::clone(&stop), Arc::clone(&pages));
-        let acceptor = std::thread::Builder::new()
-            .name("seda-admin".into())
-            .spawn(move || accept_loop(&listener, &p, &s))?;
-        Ok(AdminServer {
-            local_addr,
-            stop,
-            acceptor: Some(acceptor),
-            pages,
-        })
+        let p = Arc::clone(&pages);
+        let busy = Arc::new(AtomicUsize::new(0));
+        let acceptor =
+            Acceptor::start(addr, "seda-admin", move |stream| accept(stream, &p, &busy))?;
+        Ok(AdminServer { acceptor, pages })
     }
 
     fn respond(&self, path: &[u8], req: &Request) -> Response {
@@ -189,16 +181,14 @@ impl AdminBuilder {
 
 /// A running admin listener. Dropping it stops it.
 pub struct AdminServer {
-    local_addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    acceptor: Option<JoinHandle<()>>,
+    acceptor: Acceptor,
     pages: Arc<AdminBuilder>,
 }
 
 impl fmt::Debug for AdminServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdminServer")
-            .field("local_addr", &self.local_addr)
+            .field("local_addr", &self.acceptor.local_addr())
             .finish_non_exhaustive()
     }
 }
@@ -222,7 +212,7 @@ impl AdminServer {
 
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.acceptor.local_addr()
     }
 
     /// The stats document now.
@@ -231,55 +221,30 @@ impl AdminServer {
     }
 
     /// Stops accepting; connections being served finish their request.
-    pub fn stop(mut self) {
-        self.shut();
-    }
-
-    fn shut(&mut self) {
-        self.stop.store(true, SeqCst);
-        // Wake the blocking accept with a connection of our own.
-        let _ = TcpStream::connect_timeout(&self.local_addr, Duration::from_millis(200));
-        if let Some(h) = self.acceptor.take() {
-            let _ = h.join();
-        }
+    pub fn stop(self) {
+        self.acceptor.stop();
     }
 }
 
-impl Drop for AdminServer {
-    fn drop(&mut self) {
-        if self.acceptor.is_some() {
-            self.shut();
-        }
+/// Serves `stream` on a thread of its own, or refuses it with a 503 when
+/// [`MAX_CLIENTS`] are being served.
+fn accept(mut stream: TcpStream, pages: &Arc<AdminBuilder>, busy: &Arc<AtomicUsize>) {
+    if busy.fetch_add(1, SeqCst) >= MAX_CLIENTS {
+        busy.fetch_sub(1, SeqCst);
+        let _ = stream.write_all(
+            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
+        return;
     }
-}
-
-fn accept_loop(listener: &TcpListener, pages: &Arc<AdminBuilder>, stop: &AtomicBool) {
-    let busy = Arc::new(AtomicUsize::new(0));
-    for stream in listener.incoming() {
-        if stop.load(SeqCst) {
-            return;
-        }
-        let Ok(mut stream) = stream else {
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
-        };
-        if busy.fetch_add(1, SeqCst) >= MAX_CLIENTS {
-            busy.fetch_sub(1, SeqCst);
-            let _ = stream.write_all(
-                b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            );
-            continue;
-        }
-        let (pages, b) = (Arc::clone(pages), Arc::clone(&busy));
-        let spawned = std::thread::Builder::new()
-            .name("seda-admin-conn".into())
-            .spawn(move || {
-                let _ = serve(stream, &pages);
-                b.fetch_sub(1, SeqCst);
-            });
-        if spawned.is_err() {
-            busy.fetch_sub(1, SeqCst);
-        }
+    let (pages, b) = (Arc::clone(pages), Arc::clone(busy));
+    let spawned = std::thread::Builder::new()
+        .name("seda-admin-conn".into())
+        .spawn(move || {
+            let _ = serve(stream, &pages);
+            b.fetch_sub(1, SeqCst);
+        });
+    if spawned.is_err() {
+        busy.fetch_sub(1, SeqCst);
     }
 }
 
