@@ -3,6 +3,7 @@ servers started on loopback and always stopped."""
 
 import os
 import re
+import socket
 import subprocess
 import tempfile
 import time
@@ -64,3 +65,20 @@ def seda_server(args, ready=r"listening on (http://\S+)", timeout=120):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def free_port():
+    """A loopback port free now (for servers that print only their admin address)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(page, js, what, timeout_s=40):
+    """Polls the JS expression `js` in `page` until it is true; fails naming `what`."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if page.evaluate(js):
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -8,23 +8,16 @@ Runs `seda serve --bottleneck-ms 10 --rt-target-ms 200 --class-header X-Class` a
 everything stops by itself within about 90 s."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from browser import browser_page, seda_server  # noqa: E402
+from browser import browser_page, free_port, seda_server, wait_for  # noqa: E402
 
 SEDA = os.environ.get("SEDA_BIN", "target/debug/seda")
 SHOT = os.environ.get("DASHBOARD_SHOT", "docs/dashboard.png")
 STAGE = "handler:bottleneck"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_load(url, cls):
@@ -34,15 +27,6 @@ def start_load(url, cls):
          "10s@4,60s@150", "--header", f"X-Class: {cls}", "--drain-s", "2", "--timeout-s", "10",
          "--quiet"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_for(page, js, what, timeout_s=40):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if page.evaluate(js):
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def main():

@@ -10,32 +10,16 @@ about 2 minutes. DASHBOARD_SERVICES=gnutella (or arashi) runs one service only;
 DASHBOARD_SHOTS=DIR keeps a screenshot of each dashboard there."""
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from browser import browser_page, seda_server  # noqa: E402
+from browser import browser_page, free_port, seda_server, wait_for  # noqa: E402
 
 SEDA = os.environ.get("SEDA_BIN", "target/debug/seda")
 SHOTS = os.environ.get("DASHBOARD_SHOTS")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(page, js, what, timeout_s=40):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if page.evaluate(js):
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def stop(procs):
