@@ -167,10 +167,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS")]
     retry_after_secs: Option<u32>,
     /// Answer HAProxy's agent-check on this address with the admission state
-    /// (`ready N%` from the admitted fraction and p90 vs target, `drain` when refusing
-    /// or shutting down) [default: off].
+    /// (`ready N%` from the admitted fraction and p90 vs target, `drain` when shutting
+    /// down) [default: off].
     #[arg(long, value_name = "ADDR")]
     agent_listen: Option<SocketAddr>,
+    /// Also say `drain` while a stage refuses more than this fraction (0-1] of its
+    /// arrivals [default: never; refusals lower the weight: a whole fleet draining at
+    /// once would leave HAProxy no server].
+    #[arg(long, value_name = "FRACTION")]
+    agent_drain_refused: Option<f64>,
 }
 
 /// The same settings in a TOML file.
@@ -213,6 +218,7 @@ struct FileSettings {
     gradient: Option<FileGradient>,
     aimd: Option<FileAimd>,
     agent_listen: Option<SocketAddr>,
+    agent_drain_refused: Option<f64>,
 }
 
 /// Where the admin listener goes: an address, or nowhere.
@@ -400,6 +406,7 @@ struct Settings {
     bottleneck: Option<Duration>,
     bottleneck_passes: Option<u64>,
     agent_listen: Option<SocketAddr>,
+    agent_cfg: AgentConfig,
 }
 
 /// The overload settings, flags over the file.
@@ -659,6 +666,17 @@ fn resolve(args: ServeArgs) -> Result<Settings, String> {
         }
         _ => {}
     }
+    let agent_listen = args.agent_listen.or(file.agent_listen);
+    let agent_cfg = AgentConfig {
+        drain_refused: args.agent_drain_refused.or(file.agent_drain_refused),
+        ..AgentConfig::default()
+    };
+    agent_cfg
+        .validate()
+        .map_err(|e| format!("--agent-drain-refused: {e}"))?;
+    if agent_cfg.drain_refused.is_some() && agent_listen.is_none() {
+        return Err("--agent-drain-refused needs --agent-listen".into());
+    }
     Ok(Settings {
         cfg,
         root: args.root.or(file.root),
@@ -666,7 +684,8 @@ fn resolve(args: ServeArgs) -> Result<Settings, String> {
         overload,
         bottleneck,
         bottleneck_passes,
-        agent_listen: args.agent_listen.or(file.agent_listen),
+        agent_listen,
+        agent_cfg,
     })
 }
 
@@ -680,6 +699,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         bottleneck,
         bottleneck_passes,
         agent_listen,
+        agent_cfg,
     } = resolve(args)?;
     let demo = match root {
         Some(root) => {
@@ -727,7 +747,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let agent = match agent_listen {
         Some(addr) => {
             let pages = server.admin_builder();
-            let agent = AgentServer::start(addr, AgentConfig::default(), move || pages.stats())
+            let agent = AgentServer::start(addr, agent_cfg, move || pages.stats())
                 .map_err(|e| format!("agent-check: {e}"))?;
             println!("agent-check at {}", agent.local_addr());
             Some(agent)

@@ -4,8 +4,9 @@
 //! Each replica runs `seda serve --agent-listen ADDR`, which answers HAProxy's
 //! agent-check with its admission state (`seda_http::AgentServer`): `ready N%` scales
 //! the replica's weight by what its overload controllers admit and by its p90 against
-//! the target, `drain` takes it out of rotation while it refuses nearly everything or
-//! shuts down. HAProxy then:
+//! the target (a replica refusing nearly everything falls to a few percent), `drain`
+//! takes it out of rotation while it shuts down (and, with `--agent-drain-refused`,
+//! while it refuses nearly everything). HAProxy then:
 //! - balances by `leastconn` (or weighted `roundrobin`) over the agents' weights;
 //! - retries a request that a replica refused with `503`, that could not connect, or
 //!   whose connection died without an answer (`retry-on`), on another replica each
@@ -202,7 +203,7 @@ impl HaproxyConfig {
              #   seda serve --listen ADDR --agent-listen ADDR:AGENT_PORT ...\n\
              # and answers the agent check with `ready N%` (its weight, from the fraction\n\
              # of requests its admission control admits and its p90 against the target) or\n\
-             # `drain` (refusing nearly everything, or shutting down). Run in the foreground:\n\
+             # `drain` (shutting down). Run in the foreground:\n\
              #   haproxy -f THIS_FILE -db\n",
             self.replicas.len(),
             names.join(", ")

@@ -179,6 +179,25 @@ fn bottleneck_passes_replace_the_calibration() {
 }
 
 #[test]
+fn agent_drain_on_refusals_is_checked() {
+    let args = |listen: bool, d: f64| ServeArgs {
+        agent_listen: listen.then(|| "127.0.0.1:0".parse().unwrap()),
+        agent_drain_refused: Some(d),
+        ..ServeArgs::default()
+    };
+    assert!(resolve(args(true, 1.5)).unwrap_err().contains("(0, 1]"));
+    assert!(
+        resolve(args(false, 0.9))
+            .unwrap_err()
+            .contains("needs --agent-listen")
+    );
+    let s = resolve(args(true, 0.9)).unwrap();
+    assert_eq!(s.agent_cfg.drain_refused, Some(0.9));
+    let s = resolve(ServeArgs::default()).unwrap();
+    assert_eq!(s.agent_cfg.drain_refused, None, "refusals never drain by default");
+}
+
+#[test]
 fn bad_overload_settings_are_one_line_errors() {
     let cases: [(&str, ServeArgs, &str); 8] = [
         (

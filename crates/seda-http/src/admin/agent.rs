@@ -20,12 +20,21 @@
 //! ```
 //!
 //! `p90` is the controller's smoothed estimate where the policy has one (USITS'03
-//! 3.2), otherwise the stage's last-window p90. The answer is `drain` when the
-//! service is shutting down ([`AgentServer::set_draining`], or any stage draining or
-//! stopped), or when a controlled stage refused more than
-//! [`AgentConfig::drain_refused`] of at least [`AgentConfig::min_events`] arrivals in
-//! the window: a replica refusing nearly everything gains nothing from more traffic,
-//! and HAProxy sends it elsewhere. With no arrivals the next window says `ready` again.
+//! 3.2), otherwise the stage's last-window p90. A replica refusing nearly everything
+//! thus falls to a weight of a few percent: next to replicas that admit, it gets a
+//! few percent of the traffic.
+//!
+//! The answer is `drain` when the service is shutting down
+//! ([`AgentServer::set_draining`], or any stage draining or stopped). With
+//! [`AgentConfig::drain_refused`] set, also when a controlled stage refused more than
+//! that fraction of at least [`AgentConfig::min_events`] arrivals in the window; with
+//! no arrivals the next window says `ready` again. That is off by default: when the
+//! whole fleet is overloaded every replica refuses nearly everything, so every
+//! replica drains, HAProxy has no server and refuses everything itself, the drained
+//! replicas see no arrivals and come back, and the fleet flaps between the two about
+//! once per window (measured in `docs/scale-out/`). A low weight keeps the fleet
+//! serving and still steers traffic away from a replica that refuses more than the
+//! others.
 //!
 //! Between windows the last answer is repeated, so several checkers (one HAProxy per
 //! host, or a person with `nc`) see the same state and do not shorten the window.
@@ -56,8 +65,9 @@ pub struct AgentConfig {
     /// Smoothing of the weight, in (0, 1]; 1 follows each window alone. Default 0.5.
     pub alpha: f64,
     /// Refused fraction of a window's arrivals above which the replica drains, in
-    /// (0, 1]. Default 0.9.
-    pub drain_refused: f64,
+    /// (0, 1]; `None` (the default): refusals lower the weight only (see the module
+    /// doc for why).
+    pub drain_refused: Option<f64>,
     /// Arrivals a window needs before its refusals can drain the replica. Default 20.
     pub min_events: u64,
     /// Lowest weight while ready, percent, 1 ..= 100 (0 would mean drain). Default 1.
@@ -69,7 +79,7 @@ impl Default for AgentConfig {
         AgentConfig {
             window: Duration::from_secs(1),
             alpha: 0.5,
-            drain_refused: 0.9,
+            drain_refused: None,
             min_events: 20,
             min_weight: 1,
         }
@@ -88,11 +98,10 @@ impl AgentConfig {
         if !(self.alpha > 0.0 && self.alpha <= 1.0) {
             return Err(format!("agent alpha must be in (0, 1], got {}", self.alpha));
         }
-        if !(self.drain_refused > 0.0 && self.drain_refused <= 1.0) {
-            return Err(format!(
-                "agent drain_refused must be in (0, 1], got {}",
-                self.drain_refused
-            ));
+        if let Some(d) = self.drain_refused
+            && !(d > 0.0 && d <= 1.0)
+        {
+            return Err(format!("agent drain_refused must be in (0, 1], got {d}"));
         }
         if !(1..=100).contains(&self.min_weight) {
             return Err(format!(
@@ -214,8 +223,9 @@ impl Law {
                 if arrived > 0 {
                     admit = admitted as f64 / arrived as f64;
                 }
-                if arrived >= self.cfg.min_events.max(1)
-                    && refused as f64 > self.cfg.drain_refused * arrived as f64
+                if let Some(d) = self.cfg.drain_refused
+                    && arrived >= self.cfg.min_events.max(1)
+                    && refused as f64 > d * arrived as f64
                 {
                     refusing = true;
                 }
@@ -389,10 +399,12 @@ mod tests {
         }
     }
 
-    /// One window per call, `alpha` 1 so each answer reflects its window alone.
+    /// One window per call, `alpha` 1 so each answer reflects its window alone;
+    /// draining above 90 % refused.
     fn sharp() -> AgentConfig {
         AgentConfig {
             alpha: 1.0,
+            drain_refused: Some(0.9),
             ..AgentConfig::default()
         }
     }
@@ -488,6 +500,26 @@ mod tests {
     }
 
     #[test]
+    fn by_default_refusals_lower_the_weight_and_never_drain() {
+        let r = responder(AgentConfig {
+            alpha: 1.0,
+            ..AgentConfig::default()
+        });
+        let t = Instant::now();
+        r.reply_at(t, &doc(vec![stage("h", 0, 0, None)]));
+        let reply = r.reply_at(
+            t + Duration::from_secs(1),
+            &doc(vec![stage("h", 5, 995, Some(90.0))]),
+        );
+        assert_eq!(reply, AgentReply::Ready { weight: 1 });
+        let reply = r.reply_at(
+            t + Duration::from_secs(2),
+            &doc(vec![stage("h", 55, 1945, Some(90.0))]),
+        );
+        assert_eq!(reply, AgentReply::Ready { weight: 5 });
+    }
+
+    #[test]
     fn a_few_refusals_do_not_drain() {
         let r = responder(sharp());
         let t = Instant::now();
@@ -573,7 +605,7 @@ mod tests {
             ),
             (
                 AgentConfig {
-                    drain_refused: 1.5,
+                    drain_refused: Some(1.5),
                     ..AgentConfig::default()
                 },
                 "drain_refused",
