@@ -1,9 +1,9 @@
 #!/bin/sh
 # Rerun the scale-out experiment (seda serve replicas behind HAProxy, agent checks,
 # 503s retried on another replica) and write the results where the committed ones
-# live (docs/scale-out). About 9 minutes; the experiment installs Debian's haproxy
-# with apt-get if it is missing. Extra arguments go to `seda experiment scale-out`
-# (e.g. --scenarios slowed --quick).
+# live (docs/scale-out). About 6 minutes plus the release build; the experiment
+# installs Debian's haproxy with apt-get if it is missing. Extra arguments go to
+# `seda experiment scale-out` (e.g. --scenarios slowed --quick).
 #
 # It needs the whole machine: it takes /work/coord/bench.lock when that exists, and
 # prints the load average, which the results record too.

@@ -85,7 +85,7 @@ pub fn config_cmd(a: HaproxyConfigArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Arguments of `seda experiment scale-out`. The defaults take about 9 minutes.
+/// Arguments of `seda experiment scale-out`. The defaults take about 6 minutes.
 #[derive(Debug, clap::Args)]
 pub struct ScaleOutArgs {
     /// Output directory (runs.json, table.md, *.svg, haproxy/*.cfg).

@@ -194,7 +194,10 @@ fn agent_drain_on_refusals_is_checked() {
     let s = resolve(args(true, 0.9)).unwrap();
     assert_eq!(s.agent_cfg.drain_refused, Some(0.9));
     let s = resolve(ServeArgs::default()).unwrap();
-    assert_eq!(s.agent_cfg.drain_refused, None, "refusals never drain by default");
+    assert_eq!(
+        s.agent_cfg.drain_refused, None,
+        "refusals never drain by default"
+    );
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //! HAProxy retrying refused requests on other replicas ([`crate::haproxy`]).
 //!
 //! Every replica is `seda serve --bottleneck-ms B --bottleneck-passes K --rt-target-ms
-//! T --agent-listen ADDR` with the USITS'03 response-time controller on its bottleneck
-//! stage. K is calibrated once, here, before the runs (the largest of five
+//! T --agent-listen ADDR` with the admission `--rt-target-ms` selects on its
+//! bottleneck stage (delay-budget since 2026-11-24 05:30 UTC; the USITS'03
+//! response-time controller before). K is calibrated once, here, before the runs (the largest of five
 //! calibrations: the least disturbed by other load), so that every replica of every
 //! run does the same work per request; a replica calibrating itself on a busy machine
 //! can be off by a factor of three. The users
@@ -187,7 +188,7 @@ pub struct ScaleOutConfig {
 }
 
 impl ScaleOutConfig {
-    /// The default experiment (about 9 minutes): a 10 ms bottleneck, a 200 ms target
+    /// The default experiment (about 6 minutes): a 10 ms bottleneck, a 200 ms target
     /// (the overload experiment's quick settings), 1-3 replicas under 60 users for
     /// 10 + 20 s (3 to 6 times what they can serve: saturated without drowning in
     /// refusals), spikes of 4 -> 300 -> 4 users over 10 / 30 / 10 s, the slowed
