@@ -119,9 +119,19 @@ pub struct ServeArgs {
     /// [default: hide; `.well-known` is always served].
     #[arg(long, value_name = "hide|serve")]
     dotfiles: Option<DotfilesArg>,
-    /// Capacity of the pathname-translation cache in MiB [default: 16].
+    /// Capacity of the pathname-translation cache in MiB; 0 turns it off, so every
+    /// request is translated (decode, canonicalize, stat, open) [default: 16].
     #[arg(long)]
     path_cache_mb: Option<u64>,
+    /// Where a cache miss's blocking calls run: `helper` (CacheMiss's pool and the
+    /// file helper: Flash's AMPED) or `inline` (on the event loop that found the
+    /// miss, which waits for the disk: Flash's SPED, for comparison) [default: helper].
+    #[arg(long, value_name = "helper|inline")]
+    file_io: Option<seda_http::FileIo>,
+    /// Format every file response's header instead of keeping it with the file's
+    /// translation (turns off Flash's response-header cache).
+    #[arg(long)]
+    no_header_cache: bool,
     /// Seconds to let requests in flight finish on SIGINT/SIGTERM [default: 10].
     #[arg(long)]
     shutdown_grace: Option<f64>,
@@ -198,6 +208,8 @@ struct FileSettings {
     max_pipelined: Option<usize>,
     dotfiles: Option<String>,
     path_cache_mb: Option<u64>,
+    file_io: Option<String>,
+    header_cache: Option<bool>,
     shutdown_grace: Option<f64>,
     bottleneck_ms: Option<f64>,
     bottleneck_passes: Option<u64>,
@@ -646,13 +658,16 @@ fn resolve(args: ServeArgs) -> Result<Settings, String> {
         Some(DotfilesArg::Hide) | None => Dotfiles::Hide,
     };
     if let Some(mb) = args.path_cache_mb.or(file.path_cache_mb) {
-        if mb == 0 {
-            return Err("--path-cache-mb must be at least 1".into());
-        }
         cfg.path_cache_bytes = mb
             .checked_mul(1 << 20)
             .ok_or_else(|| format!("--path-cache-mb {mb} is too large"))?;
     }
+    match (args.file_io, &file.file_io) {
+        (Some(f), _) => cfg.file_io = f,
+        (None, Some(s)) => cfg.file_io = s.parse()?,
+        (None, None) => {}
+    }
+    cfg.header_cache = !args.no_header_cache && file.header_cache.unwrap_or(true);
     cfg.retry_after_secs = args.retry_after_secs.or(file.retry_after_secs).unwrap_or(1);
     let grace = secs(
         "shutdown-grace",

@@ -63,5 +63,6 @@ pub use handler::{
 };
 pub use overload::{AddrPrefix, Admission, ClassRules, HandlerTargets, OverloadControl};
 pub use server::{
-    HaboobStats, Handoff, PathCacheStats, Server, ServerConfig, ServerError, ServerShutdown, stages,
+    FileIo, HaboobStats, Handoff, PathCacheStats, Server, ServerConfig, ServerError,
+    ServerShutdown, stages,
 };

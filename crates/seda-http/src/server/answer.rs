@@ -75,10 +75,12 @@ pub(crate) struct Framer {
     overload_head: Bytes,
     /// The server is shutting down: every response closes its connection.
     pub(crate) draining: AtomicBool,
+    /// Take a file's `200` head from its translation (Flash 5.3), or format it.
+    pub(crate) header_cache: bool,
 }
 
 impl Framer {
-    pub(crate) fn new(retry_after_secs: u32) -> Self {
+    pub(crate) fn new(retry_after_secs: u32, header_cache: bool) -> Self {
         let head = format!(
             "HTTP/1.1 503 Service Unavailable\r\nServer: seda\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: {retry_after_secs}\r\nContent-Length: {}\r\n",
             OVERLOAD_BODY.len()
@@ -88,6 +90,7 @@ impl Framer {
             retry_after_secs,
             overload_head: Bytes::from(head),
             draining: AtomicBool::new(false),
+            header_cache,
         }
     }
 
@@ -190,8 +193,13 @@ impl Framer {
             ];
             return self.head(Status::PARTIAL_CONTENT, &fields, Some(r.len()), close, body);
         }
+        let head = if self.header_cache {
+            info.head_200.clone()
+        } else {
+            info.format_head_200()
+        };
         Reply {
-            head: info.head_200.clone(),
+            head,
             date: Some(self.date.line()),
             body,
             close,

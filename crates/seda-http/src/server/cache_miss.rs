@@ -7,6 +7,10 @@
 //! stage, whose completion goes to PageCache. Everything it finds goes back to
 //! PageCache, which caches the page and answers; files too large for the page cache
 //! are answered from their open descriptor with `sendfile`.
+//!
+//! With [`FileIo::Inline`](super::FileIo::Inline) (Flash's SPED, for comparison)
+//! this stage gets no events: PageCache runs the same path, read included, on its
+//! own thread through [`settle_inline`].
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt as _;
@@ -67,38 +71,28 @@ impl CacheMiss {
 
     fn on_miss(&self, miss: Miss, meta: Meta) {
         let hb = &self.out.hb;
-        let Miss { job, file } = miss;
-        let (info, opened) = match file {
-            Some(info) => (info, None),
-            None => {
-                let now = Instant::now();
-                let (target, opened) = translate(hb, job.req.path());
-                hb.paths.insert(job.req.path(), target.clone(), now);
-                match target {
-                    Target::File(info) if info.stream.is_none() => (info, opened),
-                    other => return self.resolved(job, Found::Target(other), meta),
+        match find(hb, miss) {
+            Step::Found(job, found) => self.resolved(job, found, meta),
+            Step::Read(read) => {
+                let Read {
+                    job,
+                    info,
+                    file,
+                    len,
+                } = read;
+                // Flash's residency check: bytes already in the OS page cache skip the
+                // helper.
+                if hb.set.residency_check
+                    && let Some(data) =
+                        seda_io::read_resident(&file, 0, len).filter(|d| d.len() == len)
+                {
+                    hb.counters.resident_reads.fetch_add(1, Relaxed);
+                    let body = Bytes::from(data);
+                    return self.resolved(job, Found::Page { info, body }, meta);
                 }
+                self.read_on_helper(job, info, file, len, meta);
             }
-        };
-        let file = match opened {
-            Some(f) => Arc::new(f),
-            None => match File::open(&info.path) {
-                Ok(f) => Arc::new(f),
-                Err(_) => return self.resolved(job, Found::Failed(Status::NOT_FOUND), meta),
-            },
-        };
-        let Ok(len) = usize::try_from(info.key.len) else {
-            return self.resolved(job, Found::Failed(Status::INTERNAL_SERVER_ERROR), meta);
-        };
-        // Flash's residency check: bytes already in the OS page cache skip the helper.
-        if hb.set.residency_check
-            && let Some(data) = seda_io::read_resident(&file, 0, len).filter(|d| d.len() == len)
-        {
-            hb.counters.resident_reads.fetch_add(1, Relaxed);
-            let body = Bytes::from(data);
-            return self.resolved(job, Found::Page { info, body }, meta);
         }
-        self.read_on_helper(job, info, file, len, meta);
     }
 
     /// Reads the file on the file helper stage; its completion goes to PageCache.
@@ -162,6 +156,90 @@ impl CacheMiss {
         {
             let (ex, answer) = settle(&self.out.hb, job, found);
             self.out.answer(ex, answer, meta);
+        }
+    }
+}
+
+/// A file whose bytes must be read.
+struct Read {
+    job: Job,
+    info: Arc<FileInfo>,
+    file: Arc<File>,
+    len: usize,
+}
+
+/// What a miss needs next.
+enum Step {
+    /// Settled without reading: a cached page, a streamed file, a redirect, an error.
+    Found(Job, Found),
+    /// The page must be read from the file.
+    Read(Read),
+}
+
+/// The miss path up to the read (blocking: translation, `open`). A fresh translation
+/// whose page is cached (the path cache is off, or its entry had expired) takes the
+/// cached page instead of reading the file again.
+fn find(hb: &Haboob, miss: Miss) -> Step {
+    let Miss { job, file } = miss;
+    let (info, opened) = match file {
+        Some(info) => (info, None),
+        None => {
+            let now = Instant::now();
+            let (target, opened) = translate(hb, job.req.path());
+            hb.paths.insert(job.req.path(), target.clone(), now);
+            match target {
+                Target::File(info) if info.stream.is_none() => {
+                    if let Some(body) = hb.pages.get(&info.key) {
+                        return Step::Found(job, Found::Page { info, body });
+                    }
+                    (info, opened)
+                }
+                other => return Step::Found(job, Found::Target(other)),
+            }
+        }
+    };
+    let file = match opened {
+        Some(f) => Arc::new(f),
+        None => match File::open(&info.path) {
+            Ok(f) => Arc::new(f),
+            Err(_) => return Step::Found(job, Found::Failed(Status::NOT_FOUND)),
+        },
+    };
+    let Ok(len) = usize::try_from(info.key.len) else {
+        return Step::Found(job, Found::Failed(Status::INTERNAL_SERVER_ERROR));
+    };
+    Step::Read(Read {
+        job,
+        info,
+        file,
+        len,
+    })
+}
+
+/// The whole miss path on the calling thread, reads included ([`FileIo::Inline`],
+/// Flash's SPED): the caller's event loop waits for the disk.
+///
+/// [`FileIo::Inline`]: super::FileIo::Inline
+pub(crate) fn settle_inline(hb: &Haboob, miss: Miss) -> (Job, Found) {
+    use std::os::unix::fs::FileExt as _;
+    match find(hb, miss) {
+        Step::Found(job, found) => (job, found),
+        Step::Read(Read {
+            job,
+            info,
+            file,
+            len,
+        }) => {
+            let mut data = vec![0u8; len];
+            let found = match file.read_exact_at(&mut data, 0) {
+                Ok(()) => Found::Page {
+                    info,
+                    body: Bytes::from(data),
+                },
+                // Shorter than stat'ed: the file changed under us.
+                Err(_) => Found::Failed(Status::INTERNAL_SERVER_ERROR),
+            };
+            (job, found)
         }
     }
 }

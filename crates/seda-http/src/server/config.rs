@@ -25,6 +25,33 @@ pub enum Handoff {
     Queued,
 }
 
+/// Where the blocking calls of a cache miss (translation, `open`, `read`) run.
+/// Flash (USENIX'99 section 3) compares the two: an event loop that blocks on the
+/// disk (SPED) against one that hands the disk to helpers (AMPED).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileIo {
+    /// Misses go to CacheMiss's pool and the reads to the file helper stage; the
+    /// event loops never wait for the disk (AMPED, the default).
+    #[default]
+    Helper,
+    /// PageCache translates and reads a miss itself, on its own thread: with inline
+    /// handoff that is the socket event loop, which serves nothing else meanwhile
+    /// (SPED). For comparison only.
+    Inline,
+}
+
+impl std::str::FromStr for FileIo {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "helper" => Ok(FileIo::Helper),
+            "inline" => Ok(FileIo::Inline),
+            _ => Err(format!("file I/O must be `helper` or `inline`, got `{s}`")),
+        }
+    }
+}
+
 /// Configuration of a [`Server`](super::Server). `Default` gives the documented
 /// defaults.
 #[derive(Clone, Debug)]
@@ -36,7 +63,8 @@ pub struct ServerConfig {
     /// Page-cache capacity, bytes. Default 200 MiB.
     pub cache_bytes: u64,
     /// Capacity of the pathname-translation cache, bytes (URLs, file metadata and
-    /// cached headers counted). Default 16 MiB.
+    /// cached headers counted); 0 turns it off (every request is translated, and the
+    /// response-header cache goes with it). Default 16 MiB.
     pub path_cache_bytes: u64,
     /// Files larger than this bypass the page cache and stream with `sendfile`.
     /// Default 1 MiB.
@@ -78,6 +106,11 @@ pub struct ServerConfig {
     /// Let misses whose bytes are already in the OS page cache skip the file helper
     /// (Flash's residency check, `preadv2(RWF_NOWAIT)`). Default true.
     pub residency_check: bool,
+    /// Where a miss's blocking calls run. Default [`FileIo::Helper`].
+    pub file_io: FileIo,
+    /// Keep each file's `200` header block with its translation (Flash 5.3's
+    /// response-header cache); off, every response formats its header. Default true.
+    pub header_cache: bool,
     /// Outgoing bytes queued on a connection past which it is not read until its
     /// client has taken half of them. Default 4 MiB.
     pub write_threshold: usize,
@@ -114,6 +147,8 @@ impl Default for ServerConfig {
             index: "index.html".to_owned(),
             dotfiles: Dotfiles::Hide,
             residency_check: true,
+            file_io: FileIo::Helper,
+            header_cache: true,
             write_threshold: 4 << 20,
             retry_after_secs: 1,
             admin_listen: None,

@@ -58,7 +58,7 @@ use seda_io::{
     BacklogAction, FileConfig, FileHelper, SocketConfig, SocketHandle, SocketStats, Sockets,
 };
 
-pub use config::{Handoff, ServerConfig, ServerError};
+pub use config::{FileIo, Handoff, ServerConfig, ServerError};
 pub use state::{HaboobStats, PathCacheStats};
 
 use self::answer::Framer;
@@ -164,13 +164,14 @@ impl Server {
                 header_timeout: cfg.header_timeout,
                 idle_timeout: cfg.idle_timeout,
                 residency_check: cfg.residency_check,
+                file_io: cfg.file_io,
                 dotfiles: cfg.dotfiles,
                 max_pipelined: cfg.max_pipelined as u64,
             },
             conns: conn::ConnTable::new(),
             paths: PathCache::new(cfg.path_cache_bytes, cfg.revalidate),
             pages: PageCache::new(cfg.cache_bytes),
-            framer: Framer::new(cfg.retry_after_secs),
+            framer: Framer::new(cfg.retry_after_secs, cfg.header_cache),
             writer: bound.writer(),
             routes: Routes::default(),
             counters: state::Counters::default(),

@@ -4,7 +4,9 @@
 //! (or a cached redirect or error, or a file streamed with `sendfile`) is answered,
 //! a miss goes to CacheMiss. CacheMiss (or the file helper) comes back with what it
 //! found: the page is cached and the request answered. In each batch the answers go
-//! out shortest response first, before the misses are forwarded (SEDA 5.1).
+//! out shortest response first, before the misses are forwarded (SEDA 5.1). With
+//! [`FileIo::Inline`] (Flash's SPED) a miss is settled here instead, its open and
+//! read blocking the thread that runs this stage (the socket loop, with inline handoff).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -13,6 +15,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use seda::{Batch, Context, EventHandler, Meta, Sink};
 
+use super::FileIo;
 use super::answer::Answer;
 use super::conn::Exchange;
 use super::parse::Job;
@@ -100,12 +103,19 @@ impl PageCache {
         }
     }
 
-    /// Forwards a miss to CacheMiss (a request whose client is gone is dropped).
+    /// Forwards a miss to CacheMiss (a request whose client is gone is dropped), or
+    /// with [`FileIo::Inline`] settles it here, blocking this thread on the disk.
     fn to_miss(&self, miss: Miss, meta: Meta) {
         if miss.job.ex.is_cancelled() {
             return self.out.cancel(miss.job.ex);
         }
-        self.out.hb.counters.misses.fetch_add(1, Relaxed);
+        let hb = &self.out.hb;
+        hb.counters.misses.fetch_add(1, Relaxed);
+        if hb.set.file_io == FileIo::Inline {
+            let (job, found) = super::cache_miss::settle_inline(hb, miss);
+            let (ex, answer) = settle(hb, job, found);
+            return self.out.answer(ex, answer, meta);
+        }
         if let Err(e) = self.miss.try_enqueue_with(miss, meta) {
             self.out
                 .answer(e.into_inner().job.ex, Answer::Overload, meta);

@@ -30,6 +30,7 @@ pub(crate) struct Settings {
     pub(crate) header_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) residency_check: bool,
+    pub(crate) file_io: super::FileIo,
     pub(crate) dotfiles: Dotfiles,
     /// Requests of one connection in flight at most (parsed, not yet answered).
     pub(crate) max_pipelined: u64,
