@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use seda_load::experiment::colors::{self, ColorsConfig, cost::CostConfig};
 use seda_load::experiment::fig12::{self, Fig12Config};
+use seda_load::experiment::flash::{self, DiskServer, FlashConfig};
 use seda_load::experiment::overload::{self, OverloadConfig, Scenario};
 use seda_load::experiment::server::ServerSpec;
 use seda_load::experiment::soak::{self, SoakConfig};
@@ -39,6 +40,59 @@ pub enum ExperimentCommand {
     /// Replicas of `seda serve` behind HAProxy: throughput against replicas, and the
     /// fleet's p90 under a spike with one replica slowed or killed.
     ScaleOut(crate::haproxy::ScaleOutArgs),
+    /// Flash (USENIX'99) sections 5-6: Haboob with its file helper (AMPED) vs
+    /// blocking reads on the event loop (SPED) vs nginx with and without `aio
+    /// threads`, as the share of a file set that fits in a memory cgroup shrinks; then
+    /// Haboob's caches switched off one by one. Needs root (cgroup v1). About 13
+    /// minutes; run it under `flock /work/coord/bench.lock`.
+    Flash(FlashArgs),
+}
+
+/// Arguments of `seda experiment flash`.
+#[derive(Debug, clap::Args)]
+pub struct FlashArgs {
+    /// Output directory (runs.json, table.md, throughput.svg, p90.svg).
+    #[arg(long, default_value = "results/flash")]
+    pub out: PathBuf,
+    /// A smoke run of every path in under a minute (small sets, short points, no
+    /// nginx install; runs without memory limits where cgroups are unavailable).
+    #[arg(long)]
+    pub quick: bool,
+    /// Disk-bound file set size, MiB [default: 1024; --quick: 24].
+    #[arg(long)]
+    pub size_mb: Option<u64>,
+    /// Percentages of the set that fit in the memory limit, comma-separated
+    /// [default: 100,50,25,10; --quick: 100,25].
+    #[arg(long, value_delimiter = ',')]
+    pub shares: Option<Vec<f64>>,
+    /// Servers of the disk-bound part: haboob-amped, haboob-sped, nginx, nginx-aio
+    /// [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Option<Vec<String>>,
+    /// Closed-loop clients [default: 64; --quick: 8].
+    #[arg(long)]
+    pub clients: Option<u64>,
+    /// Unmeasured warm-up seconds per disk-bound point [default: 15; --quick: 1].
+    #[arg(long)]
+    pub warmup_s: Option<u64>,
+    /// Start every disk-bound point from an empty cache (no pre-warming read of the
+    /// popular part of the set).
+    #[arg(long)]
+    pub cold: bool,
+    /// Measured seconds per disk-bound point [default: 20; --quick: 2].
+    #[arg(long)]
+    pub duration_s: Option<u64>,
+    /// Size of the cached set of the caches part, MiB; 0 skips the part [default:
+    /// 64; --quick: 5].
+    #[arg(long)]
+    pub cache_set_mb: Option<u64>,
+    /// Keep the file sets here (reused when size and seed match) instead of a
+    /// temporary directory.
+    #[arg(long)]
+    pub fileset_dir: Option<PathBuf>,
+    /// The `seda` binary whose `serve` is measured [default: this one].
+    #[arg(long)]
+    pub seda: Option<PathBuf>,
 }
 
 /// Arguments of `seda experiment colors`. The defaults take about 3 minutes.
@@ -208,7 +262,76 @@ pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
         ExperimentCommand::Colors(a) => colors_cmd(a),
         ExperimentCommand::Soak(a) => soak_cmd(a),
         ExperimentCommand::ScaleOut(a) => crate::haproxy::scale_out_cmd(a),
+        ExperimentCommand::Flash(a) => flash_cmd(a),
     }
+}
+
+fn flash_cmd(a: FlashArgs) -> Result<(), String> {
+    let seda = match a.seda {
+        Some(p) => p,
+        None => std::env::current_exe().map_err(|e| format!("cannot find the seda binary: {e}"))?,
+    };
+    let mut cfg = if a.quick {
+        FlashConfig::quick(a.out, seda)
+    } else {
+        FlashConfig::full(a.out, seda)
+    };
+    let positive = |v: u64, name: &str| {
+        if v == 0 {
+            Err(format!("{name} must be at least 1"))
+        } else {
+            Ok(v)
+        }
+    };
+    if let Some(v) = a.size_mb {
+        cfg.size_mb = positive(v, "--size-mb")?;
+    }
+    if let Some(v) = a.shares {
+        if v.is_empty() || v.iter().any(|p| !(*p > 0.0 && *p <= 100.0)) {
+            return Err("--shares must be percentages in (0, 100]".into());
+        }
+        let mut shares: Vec<f64> = v.iter().map(|p| p / 100.0).collect();
+        shares.sort_by(|a, b| b.total_cmp(a));
+        shares.dedup();
+        cfg.shares = shares;
+    }
+    if let Some(names) = a.servers {
+        cfg.servers = names
+            .iter()
+            .map(|n| {
+                DiskServer::ALL
+                    .into_iter()
+                    .find(|s| s.name() == n.trim())
+                    .ok_or_else(|| {
+                        format!(
+                            "unknown server {n:?} (known: haboob-amped, haboob-sped, nginx, nginx-aio)"
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(v) = a.clients {
+        cfg.clients = positive(v, "--clients")?;
+    }
+    if let Some(v) = a.warmup_s {
+        cfg.warmup = Duration::from_secs(v);
+    }
+    if let Some(v) = a.duration_s {
+        cfg.duration = Duration::from_secs(positive(v, "--duration-s")?);
+    }
+    if let Some(v) = a.cache_set_mb {
+        cfg.cache_set_mb = v;
+    }
+    cfg.fileset_dir = a.fileset_dir;
+    cfg.prewarm = !a.cold;
+    let t0 = std::time::Instant::now();
+    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let results = flash::run(&cfg, &mut log)?;
+    println!("{}", flash::table(&results));
+    if results.disk.is_empty() {
+        return Err("no disk-bound run could be measured".into());
+    }
+    Ok(())
 }
 
 fn colors_cmd(a: ColorsArgs) -> Result<(), String> {

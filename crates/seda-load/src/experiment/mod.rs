@@ -8,10 +8,12 @@
 //! experiment (SEDA Fig. 13, USITS'03 section 4); [`colors`] is libasync-mp's colors
 //! on an SFS-like sealing server (thesis 5.2); [`soak`] holds Haboob under cycles
 //! of overload and hostile clients and watches its memory (issue 11); [`scale_out`]
-//! runs replicas behind HAProxy.
+//! runs replicas behind HAProxy; [`flash`] is Flash's AMPED vs SPED under a memory
+//! limit and its caches one by one (USENIX'99 sections 5-6).
 
 pub mod colors;
 pub mod fig12;
+pub mod flash;
 pub mod overload;
 pub mod plot;
 pub mod scale_out;

@@ -27,6 +27,11 @@ pub enum ServerKind {
     Nginx {
         /// worker_processes.
         workers: u32,
+        /// More directives for the `http` block (e.g. `open_file_cache ...;`,
+        /// `aio threads;`), each a complete directive.
+        http_extra: Vec<String>,
+        /// `reuseport` on the listener (a listening socket per worker).
+        reuseport: bool,
     },
     /// Apache httpd with the prefork MPM and a fixed pool of `workers` processes (the
     /// paper's configuration: 150).
@@ -71,7 +76,11 @@ impl ServerSpec {
                 cache_mb,
                 extra: Vec::new(),
             },
-            "nginx" => ServerKind::Nginx { workers: 2 },
+            "nginx" => ServerKind::Nginx {
+                workers: 2,
+                http_extra: Vec::new(),
+                reuseport: false,
+            },
             "apache-prefork" => ServerKind::ApachePrefork { workers: 150 },
             "apache-event" => ServerKind::ApacheEvent,
             _ => {
@@ -97,11 +106,23 @@ impl ServerSpec {
             )
             .trim_end()
             .to_string(),
-            ServerKind::Nginx { workers } => {
-                format!(
+            ServerKind::Nginx {
+                workers,
+                http_extra,
+                reuseport,
+            } => {
+                let mut d = format!(
                     "nginx {}, {workers} workers, sendfile on, access_log off",
                     version("nginx")
-                )
+                );
+                if *reuseport {
+                    d.push_str(", reuseport");
+                }
+                for x in http_extra {
+                    d.push_str(", ");
+                    d.push_str(x.trim_end_matches(';'));
+                }
+                d
             }
             ServerKind::ApachePrefork { workers } => {
                 format!(
@@ -236,6 +257,17 @@ impl ServerProcess {
     /// Start `spec` serving `root` on a free loopback port and wait (up to 15 s) until
     /// it accepts connections.
     pub fn start(spec: &ServerSpec, root: &Path) -> Result<ServerProcess, String> {
+        Self::start_in(spec, root, None)
+    }
+
+    /// [`start`](Self::start), with the server's processes in the cgroup at `cgroup`
+    /// (a cgroup v1 or v2 directory): a shell joins it, then `exec`s the server, so
+    /// every process the server forks is charged to it from the start.
+    pub fn start_in(
+        spec: &ServerSpec,
+        root: &Path,
+        cgroup: Option<&Path>,
+    ) -> Result<ServerProcess, String> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("seda-exp-{}-", spec.name))
             .tempdir()
@@ -274,9 +306,14 @@ impl ServerProcess {
                     .args(extra);
                 c
             }
-            ServerKind::Nginx { workers } => {
+            ServerKind::Nginx {
+                workers,
+                http_extra,
+                reuseport,
+            } => {
                 let conf = d.join("nginx.conf");
-                write(&conf, &nginx_conf(d, &root, port, *workers, root_user))?;
+                let site = nginx_static_site(&root, port, *reuseport, http_extra);
+                write(&conf, &nginx_conf_with(d, *workers, root_user, &site))?;
                 nginx_cmd(d, &conf)
             }
             ServerKind::NginxProxy {
@@ -316,6 +353,9 @@ impl ServerProcess {
                 apache_cmd(&conf)
             }
         };
+        if let Some(cg) = cgroup {
+            cmd = in_cgroup(&cmd, cg);
+        }
         let log = d.join("server.log");
         let out =
             fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
@@ -471,18 +511,32 @@ fn nginx_cmd(d: &Path, conf: &Path) -> Command {
     c
 }
 
-fn nginx_conf(d: &Path, root: &Path, port: u16, workers: u32, root_user: bool) -> String {
-    let site = format!(
+/// A shell that moves itself into `cgroup`, then `exec`s `cmd`.
+fn in_cgroup(cmd: &Command, cgroup: &Path) -> Command {
+    let mut c = Command::new("/bin/sh");
+    c.arg("-c")
+        .arg("echo $$ > \"$0/cgroup.procs\" && exec \"$@\"")
+        .arg(cgroup)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    c
+}
+
+/// The `http` block's static site: sendfile, `extra` directives, one server.
+fn nginx_static_site(root: &Path, port: u16, reuseport: bool, extra: &[String]) -> String {
+    let listen = if reuseport { " reuseport" } else { "" };
+    let extra: String = extra.iter().map(|x| format!("\x20 {x}\n")).collect();
+    format!(
         "\x20 sendfile on;\n\
          \x20 tcp_nopush on;\n\
+         {extra}\
          \x20 server {{\n\
-         \x20   listen 127.0.0.1:{port};\n\
+         \x20   listen 127.0.0.1:{port}{listen};\n\
          \x20   root {root};\n\
          \x20   location / {{ }}\n\
          \x20 }}\n",
         root = root.display()
-    );
-    nginx_conf_with(d, workers, root_user, &site)
+    )
 }
 
 /// nginx's main configuration with `site` inside its `http` block.
