@@ -4,24 +4,18 @@
 //!
 //! Every child is killed when its guard drops and every wait is bounded by [`BOUND`].
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use support::Guard;
 
 const SEDA: &str = env!("CARGO_BIN_EXE_seda");
 const BOUND: Duration = Duration::from_secs(20);
-
-/// A `seda` child, killed and reaped on drop.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn spawn(args: &[&str]) -> Guard {
     Guard(
@@ -37,36 +31,12 @@ fn spawn(args: &[&str]) -> Guard {
 
 /// Runs `seda args...` to its end (bounded): exit code, stdout, stderr.
 fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let mut g = spawn(args);
-    let mut out = g.0.stdout.take().unwrap();
-    let mut err = g.0.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let tx2 = tx.clone();
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        let _ = tx.send((0, s));
-    });
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        let _ = tx2.send((1, s));
-    });
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = g.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(t0.elapsed() < BOUND, "seda {args:?} did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut texts = [String::new(), String::new()];
-    for _ in 0..2 {
-        let (i, s) = rx.recv_timeout(BOUND).expect("output collected");
-        texts[i] = s;
-    }
-    let [stdout, stderr] = texts;
-    (status.code(), stdout, stderr)
+    let out = support::run_bounded(Command::new(SEDA).args(args), BOUND);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]

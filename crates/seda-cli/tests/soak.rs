@@ -3,8 +3,10 @@
 //!
 //! Bounded: the experiment process is killed if it runs past [`BOUND`].
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
 
 const SEDA: &str = env!("CARGO_BIN_EXE_seda");
 const BOUND: Duration = Duration::from_secs(60);
@@ -13,27 +15,13 @@ const BOUND: Duration = Duration::from_secs(60);
 fn a_quick_soak_passes_against_the_real_server() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("soak");
-    let mut child = Command::new(SEDA)
-        .args(["experiment", "soak", "--quick", "--out"])
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > BOUND {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("seda experiment soak --quick ran longer than {BOUND:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let output = child.wait_with_output().unwrap();
+    let output = support::run_bounded(
+        Command::new(SEDA)
+            .args(["experiment", "soak", "--quick", "--out"])
+            .arg(&out),
+        BOUND,
+    );
+    let status = output.status;
     let stderr = String::from_utf8_lossy(&output.stderr);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(status.success(), "exit {status}: {stderr}\n{stdout}");
