@@ -137,6 +137,9 @@ struct SendState {
     continue_at: Option<u64>,
     /// Nothing more is written.
     dead: bool,
+    /// The buffers of the responses being written, kept for its capacity (empty
+    /// between calls): a response allocates no vector.
+    out: Vec<Bytes>,
 }
 
 /// An open connection.
@@ -278,7 +281,7 @@ impl Conn {
             tx.pending.insert(seq, reply);
             return true;
         }
-        let mut out = Vec::with_capacity(4);
+        let mut out = std::mem::take(&mut tx.out);
         let mut next = Some(reply);
         while let Some(r) = next.take() {
             tx.next += 1;
@@ -292,10 +295,13 @@ impl Conn {
                 tx.continue_at = None;
                 out.push(CONTINUE.clone());
             }
-            let at = tx.next;
-            next = tx.pending.remove(&at);
+            if !tx.pending.is_empty() {
+                let at = tx.next;
+                next = tx.pending.remove(&at);
+            }
         }
         self.flush(&mut tx, &mut out);
+        tx.out = out;
         drop(tx);
         if self.close_when_answered.load(SeqCst) && self.in_flight() == 0 {
             // Closes once the output is flushed; the client reads to the end.
@@ -332,14 +338,14 @@ impl Conn {
     }
 
     fn flush(&self, tx: &mut SendState, out: &mut Vec<Bytes>) {
-        match out.len() {
-            0 => {}
-            1 => {
-                let b = out.pop().unwrap_or_default();
-                self.write(tx, Outgoing::Bytes(b));
-            }
-            _ => self.write(tx, Outgoing::Vectored(std::mem::take(out))),
+        if out.is_empty() {
+            return;
         }
+        if !tx.dead && self.writer.send_vectored(self.id, out).is_err() {
+            tx.dead = true;
+            self.gone.store(true, Relaxed);
+        }
+        out.clear();
     }
 
     fn write(&self, tx: &mut SendState, o: Outgoing) {

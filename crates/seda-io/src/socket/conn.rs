@@ -35,6 +35,8 @@ pub(crate) const FILE_SEGMENT_COST: usize = 256;
 const MAX_SENDFILE: u64 = 1 << 20;
 /// Largest number of buffers per `writev`.
 const MAX_IOV: usize = 64;
+/// Buffers per `writev` of a direct write ([`Out::write_now`]).
+const DIRECT_IOV: usize = 8;
 
 /// The write side's life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,6 +161,67 @@ impl Out {
             };
             *wrote += n;
         }
+    }
+
+    /// Writes `bufs` straight from the caller's buffers while nothing is queued (no
+    /// queueing on the common path: one `writev`), and queues what the socket does
+    /// not take. Every element of `bufs` is taken (left empty). `Ok(true)` when all
+    /// was written, `Ok(false)` when the rest is queued for `EPOLLOUT`.
+    pub(crate) fn write_now(
+        &mut self,
+        stream: &TcpStream,
+        bufs: &mut [Bytes],
+        written: &AtomicU64,
+    ) -> io::Result<bool> {
+        debug_assert!(self.queue.is_empty(), "a direct write behind queued output");
+        let mut wrote = 0usize;
+        let mut first = 0;
+        let res = loop {
+            while first < bufs.len() && bufs[first].is_empty() {
+                first += 1;
+            }
+            if first == bufs.len() {
+                break Ok(true);
+            }
+            let res = {
+                // A short array: a response is a few buffers, and a longer list
+                // takes another turn of the loop.
+                let mut iov = [IoSlice::new(&[]); DIRECT_IOV];
+                let k = (bufs.len() - first).min(DIRECT_IOV);
+                for (slot, b) in iov.iter_mut().zip(&bufs[first..first + k]) {
+                    *slot = IoSlice::new(b);
+                }
+                (&*stream).write_vectored(&iov[..k])
+            };
+            match res {
+                Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
+                Ok(mut n) => {
+                    wrote += n;
+                    while n > 0 {
+                        let b = &mut bufs[first];
+                        let take = n.min(b.len());
+                        b.advance(take);
+                        n -= take;
+                        if b.is_empty() {
+                            first += 1;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        written.fetch_add(wrote as u64, Relaxed);
+        if let Ok(false) = res {
+            for b in &mut bufs[first..] {
+                if !b.is_empty() {
+                    self.push(Segment::Bytes(std::mem::take(b)));
+                }
+            }
+            self.stalled_since = Some(Instant::now());
+        }
+        res
     }
 
     /// Drops `n` written bytes from the front memory segments.

@@ -12,7 +12,7 @@
 //!   because reading is paused (by the application or a backed-up queue) is marked
 //!   `parked` and goes to `again` when reading resumes; no edge is lost.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -26,7 +26,7 @@ use rustix::buffer::spare_capacity;
 use seda::{Color, EnqueueError, Meta};
 
 use super::conn::{Conn, WriteState};
-use super::{CloseReason, ConnId, LISTENER, Shared, SocketEvent, WAKER};
+use super::{CloseReason, ConnId, ConnMap, LISTENER, Shared, SocketEvent, WAKER};
 
 /// A command from a writer to the loop owning a connection.
 #[derive(Debug)]
@@ -99,7 +99,7 @@ struct EventLoop<'a> {
     idx: usize,
     poll: Poll,
     listener: Option<TcpListener>,
-    conns: HashMap<u64, LocalConn>,
+    conns: ConnMap<LocalConn>,
     again: Vec<u64>,
     blocked: Vec<u64>,
     throttled: Vec<(Instant, u64)>,
@@ -121,7 +121,7 @@ pub(crate) fn run(shared: &Shared, idx: usize) {
         idx,
         poll: parts.poll,
         listener: parts.listener,
-        conns: HashMap::new(),
+        conns: ConnMap::default(),
         again: Vec::new(),
         blocked: Vec::new(),
         throttled: Vec::new(),

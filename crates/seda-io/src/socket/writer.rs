@@ -7,6 +7,8 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
+use bytes::Bytes;
+
 use super::conn::{Segment, WriteState};
 use super::event_loop::Cmd;
 use super::{BacklogAction, CloseReason, ConnId, Outgoing, Shared, WriteError};
@@ -23,6 +25,16 @@ impl fmt::Debug for Writer {
     }
 }
 
+/// Output of one [`Writer::send`], borrowed where the caller keeps the container.
+enum Put<'a> {
+    Bufs(&'a mut [Bytes]),
+    File {
+        file: Arc<std::fs::File>,
+        offset: u64,
+        len: u64,
+    },
+}
+
 impl Writer {
     /// Sends `out` on `conn`: writes at once from this thread (`writev`, `sendfile`)
     /// if nothing is queued before it, queues what the socket does not take, and the
@@ -32,12 +44,29 @@ impl Writer {
     /// Past the write threshold the connection is closed (`Err(Backlog)`) or the
     /// application notified, per [`super::SocketConfig::on_backlog`].
     pub fn send(&self, conn: ConnId, out: Outgoing) -> Result<(), WriteError> {
+        match out {
+            Outgoing::Bytes(b) => self.put(conn, Put::Bufs(&mut [b])),
+            Outgoing::Vectored(mut v) => self.put(conn, Put::Bufs(&mut v)),
+            Outgoing::File { file, offset, len } => self.put(conn, Put::File { file, offset, len }),
+        }
+    }
+
+    /// As [`Writer::send`] of `Outgoing::Vectored`, from the caller's vector: its
+    /// buffers are taken and it is left empty with its capacity, so a caller that
+    /// keeps one vector per connection allocates nothing per response.
+    pub fn send_vectored(&self, conn: ConnId, bufs: &mut Vec<Bytes>) -> Result<(), WriteError> {
+        let res = self.put(conn, Put::Bufs(bufs));
+        bufs.clear();
+        res
+    }
+
+    fn put(&self, conn: ConnId, out: Put<'_>) -> Result<(), WriteError> {
         let c = self
             .shared
             .conns
             .get(conn)
             .ok_or(WriteError::NoConnection)?;
-        if let Outgoing::File { file, offset, len } = &out {
+        if let Put::File { file, offset, len } = &out {
             let size = file.metadata().map_err(|e| WriteError::Io(e.kind()))?.len();
             if offset.checked_add(*len).is_none_or(|end| end > size) {
                 return Err(WriteError::InvalidRange);
@@ -48,35 +77,41 @@ impl Writer {
         if o.state != WriteState::Open {
             return Err(WriteError::Closed);
         }
-        let was_empty = o.queue.is_empty();
-        match out {
-            Outgoing::Bytes(b) if !b.is_empty() => o.push(Segment::Bytes(b)),
-            Outgoing::Bytes(_) => {}
-            Outgoing::Vectored(v) => v
-                .into_iter()
-                .filter(|b| !b.is_empty())
-                .for_each(|b| o.push(Segment::Bytes(b))),
-            Outgoing::File { len: 0, .. } => {}
-            Outgoing::File { file, offset, len } => o.push(Segment::File {
-                file,
-                offset,
-                remaining: len,
-            }),
-        }
-        if was_empty && !o.queue.is_empty() {
-            match o.flush(&c.stream, &counters.bytes_written) {
-                Ok(true) => return Ok(()),
-                Ok(false) => {
-                    counters.deferred_writes.fetch_add(1, Relaxed);
+        let flushed = match out {
+            // Nothing queued before: straight from the caller's buffers.
+            Put::Bufs(bufs) if o.queue.is_empty() => {
+                Some(o.write_now(&c.stream, bufs, &counters.bytes_written))
+            }
+            Put::Bufs(bufs) => {
+                for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
+                    o.push(Segment::Bytes(std::mem::take(b)));
                 }
-                Err(e) => {
-                    o.state = WriteState::Closed;
-                    o.clear();
-                    drop(o);
-                    self.shared
-                        .command(c.owner, Cmd::Close(conn, CloseReason::Error(e.kind())));
-                    return Err(WriteError::Io(e.kind()));
-                }
+                None
+            }
+            Put::File { len: 0, .. } => None,
+            Put::File { file, offset, len } => {
+                let was_empty = o.queue.is_empty();
+                o.push(Segment::File {
+                    file,
+                    offset,
+                    remaining: len,
+                });
+                was_empty.then(|| o.flush(&c.stream, &counters.bytes_written))
+            }
+        };
+        match flushed {
+            None => {}
+            Some(Ok(true)) => return Ok(()),
+            Some(Ok(false)) => {
+                counters.deferred_writes.fetch_add(1, Relaxed);
+            }
+            Some(Err(e)) => {
+                o.state = WriteState::Closed;
+                o.clear();
+                drop(o);
+                self.shared
+                    .command(c.owner, Cmd::Close(conn, CloseReason::Error(e.kind())));
+                return Err(WriteError::Io(e.kind()));
             }
         }
         if o.queued > self.shared.cfg.write_threshold {
