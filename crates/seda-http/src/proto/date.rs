@@ -1,10 +1,10 @@
 //! The `Date` header line, formatted once per second and shared (DESIGN.md,
 //! "Performance notes": no per-request formatting).
 
+use std::cell::RefCell;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use parking_lot::RwLock;
 
 /// Formats a time as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
 pub fn http_date(t: SystemTime) -> String {
@@ -12,24 +12,24 @@ pub fn http_date(t: SystemTime) -> String {
 }
 
 /// A `Date: ...\r\n` line, reformatted at most once per second.
-#[derive(Debug)]
+///
+/// Each thread keeps its own copy: the threads that frame responses (one per
+/// event loop) share no lock and no reference count, so they do not pass a cache
+/// line back and forth on every response.
+#[derive(Debug, Default)]
 pub struct DateCache {
-    line: RwLock<(u64, Bytes)>,
+    _private: (),
 }
 
-impl Default for DateCache {
-    fn default() -> Self {
-        Self::new()
-    }
+thread_local! {
+    /// This thread's line and the second it is for (empty before the first use).
+    static LINE: RefCell<(u64, Bytes)> = const { RefCell::new((0, Bytes::new())) };
 }
 
 impl DateCache {
-    /// A cache holding the current second's line.
+    /// A cache of the current second's line.
     pub fn new() -> Self {
-        let now = SystemTime::now();
-        DateCache {
-            line: RwLock::new((secs(now), Self::format(now))),
-        }
+        DateCache { _private: () }
     }
 
     fn format(t: SystemTime) -> Bytes {
@@ -40,17 +40,13 @@ impl DateCache {
     pub fn line(&self) -> Bytes {
         let now = SystemTime::now();
         let s = secs(now);
-        {
-            let cur = self.line.read();
-            if cur.0 == s {
-                return cur.1.clone();
+        LINE.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.0 != s || l.1.is_empty() {
+                *l = (s, Self::format(now));
             }
-        }
-        let mut cur = self.line.write();
-        if cur.0 != s {
-            *cur = (s, Self::format(now));
-        }
-        cur.1.clone()
+            l.1.clone()
+        })
     }
 }
 

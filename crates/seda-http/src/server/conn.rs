@@ -120,6 +120,17 @@ impl RecvState {
         born
     }
 
+    /// The first `n` bytes of `buf`, split off. The whole buffer (one request per
+    /// read, the common case) is taken as it is: `split_to` would first turn the
+    /// read's vector into a shared buffer, an allocation per request.
+    pub(crate) fn take_front(&mut self, n: usize) -> Bytes {
+        if n == self.buf.len() {
+            std::mem::take(&mut self.buf).freeze()
+        } else {
+            self.buf.split_to(n).freeze()
+        }
+    }
+
     /// Nothing is buffered or half read.
     pub(crate) fn is_empty(&self) -> bool {
         self.buf.is_empty() && self.body.is_none()

@@ -111,11 +111,12 @@ thread_local! {
 
 impl EventHandler<SocketEvent> for HttpParse {
     fn handle_events(&self, mut batch: Batch<'_, SocketEvent>, _cx: &Context<'_>) {
-        let now = Instant::now();
         let mut steps = STEPS.take();
         while let Some((ev, meta)) = batch.next_with_meta() {
             let meta = meta.with_color(None);
-            self.on_event(ev, meta.born, now, &mut steps);
+            // The socket layer's clock of the event (its loop reads the clock once
+            // per turn) stands for now: no clock read per request here.
+            self.on_event(ev, meta.born, meta.born, &mut steps);
             for step in steps.drain(..) {
                 self.dispatch(step, meta);
             }
@@ -297,7 +298,7 @@ impl HttpParse {
                 Ok(Some(head)) => head,
             };
             hb.counters.requests.fetch_add(1, Relaxed);
-            let raw = rx.buf.split_to(head.head_len).freeze();
+            let raw = rx.take_front(head.head_len);
             let born = rx.take_born(now);
             let route = hb.routes.find(head.path(&raw));
             let head_only = head.method == Method::Head;

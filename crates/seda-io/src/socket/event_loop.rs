@@ -107,6 +107,10 @@ struct EventLoop<'a> {
     /// Next scan for connections past the send timeout.
     next_send_check: Option<Instant>,
     turn: u64,
+    /// The clock, read once per turn after `epoll_wait`: the `born` of the turn's
+    /// reads and the origin of the next wait's timeout (one clock read per turn,
+    /// not one per event).
+    now: Instant,
     buf: Vec<u8>,
 }
 
@@ -131,6 +135,7 @@ pub(crate) fn run(shared: &Shared, idx: usize) {
             .send_timeout
             .map(|t| Instant::now() + send_check_period(t)),
         turn: 0,
+        now: Instant::now(),
         buf: Vec::with_capacity(shared.cfg.read_chunk),
     };
     match shared.cfg.domain.clone() {
@@ -160,6 +165,7 @@ impl EventLoop<'_> {
                 return;
             }
             self.turn += 1;
+            self.now = Instant::now();
             let (mut wake, mut accept) = (false, false);
             for ev in events.iter() {
                 match ev.token() {
@@ -186,7 +192,7 @@ impl EventLoop<'_> {
             for id in writable.drain(..) {
                 self.on_writable(id);
             }
-            if accept || self.accept_retry.is_some_and(|t| t <= Instant::now()) {
+            if accept || self.accept_retry.is_some_and(|t| t <= self.now) {
                 self.accept();
             }
             self.retry_blocked();
@@ -204,7 +210,8 @@ impl EventLoop<'_> {
         if !self.again.is_empty() {
             return Duration::ZERO;
         }
-        let now = Instant::now();
+        // The turn's clock: a wait computed from it is at most the turn's work long.
+        let now = self.now;
         let mut t = IDLE_WAIT;
         if !self.blocked.is_empty() {
             t = t.min(RETRY);
@@ -406,7 +413,7 @@ impl EventLoop<'_> {
                 if n == chunk || (lc.peer_fin && self.shared.cfg.half_close) {
                     self.again.push(id);
                 }
-                self.deliver(id, event, Instant::now());
+                self.deliver(id, event, self.now);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => self.again.push(id),
@@ -528,7 +535,7 @@ impl EventLoop<'_> {
         let (Some(at), Some(limit)) = (self.next_send_check, self.shared.cfg.send_timeout) else {
             return;
         };
-        let now = Instant::now();
+        let now = self.now;
         if now < at {
             return;
         }
