@@ -21,7 +21,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -32,30 +32,6 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::proto::{Status, Validators};
-
-/// FNV-1a: a fast hash for short keys that no client chooses the bucket of on its own
-/// (connection ids; the maps are bounded).
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for &b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
 
 /// Identity of one version of a file: a page is valid only for the same identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -59,7 +59,7 @@ pub use crate::file::{
     FileConfig, FileHelper, FileOp, FileReply, FileStats, Refusal, SubmitError, read_resident,
 };
 pub use crate::socket::{
-    BacklogAction, BoundSockets, CloseReason, ConnId, DEFAULT_STAGE, Outgoing, SocketConfig,
-    SocketEvent, SocketHandle, SocketStats, Sockets, WriteError, Writer,
+    BacklogAction, BoundSockets, CloseReason, ConnId, ConnWriter, DEFAULT_STAGE, Outgoing,
+    SocketConfig, SocketEvent, SocketHandle, SocketStats, Sockets, WriteError, Writer,
 };
 pub use crate::sys::raise_fd_limit;

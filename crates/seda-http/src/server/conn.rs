@@ -23,7 +23,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::hash::BuildHasherDefault;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -31,10 +30,9 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use seda_io::{ConnId, Outgoing, Writer};
+use seda_io::{ConnId, ConnWriter, Outgoing, Writer};
 
 use super::parse::BodyInProgress;
-use crate::cache::Fnv;
 
 /// `Connection` lines and the blank line that ends a head.
 pub(crate) static KEEP_ALIVE: Bytes = Bytes::from_static(b"Connection: keep-alive\r\n\r\n");
@@ -159,6 +157,9 @@ pub(crate) struct Conn {
     pub(crate) id: ConnId,
     pub(crate) peer: SocketAddr,
     writer: Writer,
+    /// The writer bound to this connection (no lookup per response); `None` if
+    /// the socket layer had already closed it when it was accepted here.
+    out: Option<ConnWriter>,
     /// The client is gone, or the connection closes after a response already sent.
     gone: AtomicBool,
     /// Requests numbered so far.
@@ -181,6 +182,7 @@ impl Conn {
         Conn {
             id,
             peer,
+            out: writer.bind(id),
             writer,
             gone: AtomicBool::new(false),
             parsed: AtomicU64::new(0),
@@ -349,18 +351,29 @@ impl Conn {
     }
 
     fn flush(&self, tx: &mut SendState, out: &mut Vec<Bytes>) {
-        if out.is_empty() {
+        if out.is_empty() || tx.dead {
+            out.clear();
             return;
         }
-        if !tx.dead && self.writer.send_vectored(self.id, out).is_err() {
+        let sent = match &self.out {
+            Some(w) => w.send_vectored(out),
+            None => self.writer.send_vectored(self.id, out),
+        };
+        if sent.is_err() {
             tx.dead = true;
             self.gone.store(true, Relaxed);
         }
-        out.clear();
     }
 
     fn write(&self, tx: &mut SendState, o: Outgoing) {
-        if !tx.dead && self.writer.send(self.id, o).is_err() {
+        if tx.dead {
+            return;
+        }
+        let sent = match &self.out {
+            Some(w) => w.send(o),
+            None => self.writer.send(self.id, o),
+        };
+        if sent.is_err() {
             tx.dead = true;
             self.gone.store(true, Relaxed);
         }
@@ -456,7 +469,12 @@ impl Drop for Exchange {
 
 const SHARDS: usize = 32;
 
-type Shard = Mutex<HashMap<u64, Arc<Conn>, BuildHasherDefault<Fnv>>>;
+/// One shard, on cache lines of its own (the lock words of two shards that two
+/// cores take must not share a line). Ids are the socket layer's sequence
+/// numbers, not a client's choice: a fast hash is safe.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard(Mutex<HashMap<u64, Arc<Conn>, foldhash::fast::RandomState>>);
 
 /// Open connections by id.
 #[derive(Debug)]
@@ -467,14 +485,12 @@ pub(crate) struct ConnTable {
 impl ConnTable {
     pub(crate) fn new() -> Self {
         ConnTable {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::default()))
-                .collect(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
         }
     }
 
-    fn shard(&self, id: ConnId) -> &Shard {
-        &self.shards[(id.0 % SHARDS as u64) as usize]
+    fn shard(&self, id: ConnId) -> &Mutex<HashMap<u64, Arc<Conn>, foldhash::fast::RandomState>> {
+        &self.shards[(id.0 % SHARDS as u64) as usize].0
     }
 
     pub(crate) fn get(&self, id: ConnId) -> Option<Arc<Conn>> {
@@ -490,14 +506,14 @@ impl ConnTable {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.0.lock().len()).sum()
     }
 
     /// A copy of every open connection (for the timeout sweep and shutdown).
     pub(crate) fn all(&self) -> Vec<Arc<Conn>> {
         self.shards
             .iter()
-            .flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>())
+            .flat_map(|s| s.0.lock().values().cloned().collect::<Vec<_>>())
             .collect()
     }
 }

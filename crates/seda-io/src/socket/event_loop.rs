@@ -293,7 +293,7 @@ impl EventLoop<'_> {
         let shared = self.shared;
         let cfg = &shared.cfg;
         if shared.open.load(Relaxed) >= cfg.max_connections {
-            shared.counters.refused.fetch_add(1, Relaxed);
+            shared.counters(self.idx).refused.fetch_add(1, Relaxed);
             if let Some(bytes) = &cfg.refusal {
                 // Best effort: a fresh socket's buffer takes a short answer whole.
                 let _ = std::io::Write::write(&mut &stream, bytes);
@@ -321,7 +321,7 @@ impl EventLoop<'_> {
         let conn = Arc::new(Conn::new(id, self.idx, stream));
         shared.conns.insert(Arc::clone(&conn));
         shared.open.fetch_add(1, Relaxed);
-        shared.counters.accepted.fetch_add(1, Relaxed);
+        shared.counters(self.idx).accepted.fetch_add(1, Relaxed);
         let bucket = cfg.read_rate.map(|_| Bucket {
             tokens: cfg.read_chunk as f64,
             last: Instant::now(),
@@ -393,7 +393,7 @@ impl EventLoop<'_> {
                 if let Some(b) = lc.bucket.as_mut() {
                     b.tokens -= n as f64;
                 }
-                let counters = &self.shared.counters;
+                let counters = self.shared.counters(self.idx);
                 counters.bytes_read.fetch_add(n as u64, Relaxed);
                 counters.packets_read.fetch_add(1, Relaxed);
                 // At least half a chunk: hand the read buffer itself over (no copy,
@@ -413,7 +413,7 @@ impl EventLoop<'_> {
                 if n == chunk || (lc.peer_fin && self.shared.cfg.half_close) {
                     self.again.push(id);
                 }
-                self.deliver(id, event, self.now);
+                self.offer_now(id, event, self.now);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => self.again.push(id),
@@ -424,14 +424,20 @@ impl EventLoop<'_> {
     fn offer(&self, id: u64, event: SocketEvent, born: Instant) -> Offer {
         let meta = Meta::born_at(born).with_color(Color(id));
         let Some(app) = self.shared.app.get() else {
-            self.shared.counters.undelivered.fetch_add(1, Relaxed);
+            self.shared
+                .counters(self.idx)
+                .undelivered
+                .fetch_add(1, Relaxed);
             return Offer::Gone;
         };
         match app.try_enqueue_with(event, meta) {
             Ok(()) => Offer::Taken,
             Err(EnqueueError::Full(e) | EnqueueError::Rejected(e)) => Offer::Refused(e),
             Err(EnqueueError::Closed(_)) => {
-                self.shared.counters.undelivered.fetch_add(1, Relaxed);
+                self.shared
+                    .counters(self.idx)
+                    .undelivered
+                    .fetch_add(1, Relaxed);
                 Offer::Gone
             }
         }
@@ -440,22 +446,26 @@ impl EventLoop<'_> {
     /// Delivers an event of connection `id`, or keeps it (and stops reading the
     /// connection) if the application refuses it.
     fn deliver(&mut self, id: u64, event: SocketEvent, born: Instant) {
-        let closed = matches!(event, SocketEvent::Closed { .. });
-        let Some(lc) = self.conns.get(&id) else {
+        let Some(lc) = self.conns.get_mut(&id) else {
             return;
         };
         if !lc.pending.is_empty() {
-            if let Some(lc) = self.conns.get_mut(&id) {
-                lc.pending.push_back((event, born));
-            }
+            lc.pending.push_back((event, born));
             return;
         }
+        self.offer_now(id, event, born);
+    }
+
+    /// [`EventLoop::deliver`] for a connection known to have no pending events (a
+    /// read checks that first), without looking the connection up again.
+    fn offer_now(&mut self, id: u64, event: SocketEvent, born: Instant) {
+        let closed = matches!(event, SocketEvent::Closed { .. });
         match self.offer(id, event, born) {
             Offer::Taken if closed => self.forget(id, true),
             Offer::Gone if closed => self.forget(id, false),
             Offer::Taken | Offer::Gone => {}
             Offer::Refused(event) => {
-                self.shared.counters.stalls.fetch_add(1, Relaxed);
+                self.shared.counters(self.idx).stalls.fetch_add(1, Relaxed);
                 if let Some(lc) = self.conns.get_mut(&id) {
                     lc.pending.push_back((event, born));
                 }
@@ -468,7 +478,7 @@ impl EventLoop<'_> {
     /// stage is gone): forget the connection.
     fn forget(&mut self, id: u64, delivered: bool) {
         if delivered {
-            self.shared.counters.closed.fetch_add(1, Relaxed);
+            self.shared.counters(self.idx).closed.fetch_add(1, Relaxed);
         }
         self.conns.remove(&id);
     }
@@ -554,7 +564,10 @@ impl EventLoop<'_> {
             .map(|(id, _)| *id)
             .collect();
         for id in stalled {
-            self.shared.counters.send_timeouts.fetch_add(1, Relaxed);
+            self.shared
+                .counters(self.idx)
+                .send_timeouts
+                .fetch_add(1, Relaxed);
             self.close(id, CloseReason::Error(io::ErrorKind::TimedOut));
         }
     }
@@ -589,7 +602,7 @@ impl EventLoop<'_> {
         if o.queue.is_empty() || o.state == WriteState::Closed {
             return;
         }
-        match o.flush(&conn.stream, &self.shared.counters.bytes_written) {
+        match o.flush(&conn.stream, &self.shared.counters(self.idx).bytes_written) {
             Ok(done) => {
                 if o.queued <= threshold {
                     o.notified = false;
@@ -665,7 +678,7 @@ impl EventLoop<'_> {
                 let conn = Arc::clone(&lc.conn);
                 let mut o = conn.out.lock();
                 if !o.queue.is_empty() && o.state != WriteState::Closed {
-                    let _ = o.flush(&conn.stream, &self.shared.counters.bytes_written);
+                    let _ = o.flush(&conn.stream, &self.shared.counters(self.idx).bytes_written);
                 }
             }
             self.close(id, CloseReason::Shutdown);
@@ -683,7 +696,7 @@ impl EventLoop<'_> {
                 "the application took no events for 2 s at stop"
             );
             self.shared
-                .counters
+                .counters(self.idx)
                 .undelivered
                 .fetch_add(lost as u64, Relaxed);
         }

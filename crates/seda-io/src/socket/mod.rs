@@ -81,7 +81,7 @@ use serde::{Deserialize, Serialize};
 
 use conn::Conn;
 use event_loop::{Cmd, LoopParts};
-pub use writer::Writer;
+pub use writer::{ConnWriter, Writer};
 
 pub(crate) const WAKER: Token = Token(usize::MAX);
 pub(crate) const LISTENER: Token = Token(usize::MAX - 1);
@@ -439,7 +439,11 @@ pub struct SocketStats {
     pub undelivered: u64,
 }
 
+/// One event loop's counters (a writer counts on its connection's loop). Each
+/// loop's block has its own cache lines, so two loops on two cores do not pass a
+/// line back and forth on every read and write; [`SocketHandle::stats`] sums them.
 #[derive(Debug, Default)]
+#[repr(align(128))]
 struct Counters {
     accepted: AtomicU64,
     refused: AtomicU64,
@@ -466,20 +470,24 @@ pub(crate) type ConnMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
 /// Open connections by id, sharded to keep writers on different connections apart.
 #[derive(Debug)]
 struct ConnTable {
-    shards: Vec<RwLock<ConnMap<Arc<Conn>>>>,
+    shards: Vec<Shard>,
 }
+
+/// One shard, on cache lines of its own: the lock word of a shard that one core
+/// takes must not share a line with the shard another core takes.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard(RwLock<ConnMap<Arc<Conn>>>);
 
 impl ConnTable {
     fn new() -> Self {
         ConnTable {
-            shards: (0..SHARDS)
-                .map(|_| RwLock::new(ConnMap::default()))
-                .collect(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
         }
     }
 
     fn shard(&self, id: ConnId) -> &RwLock<ConnMap<Arc<Conn>>> {
-        &self.shards[(id.0 % SHARDS as u64) as usize]
+        &self.shards[(id.0 % SHARDS as u64) as usize].0
     }
 
     fn get(&self, id: ConnId) -> Option<Arc<Conn>> {
@@ -519,7 +527,8 @@ pub(crate) struct Shared {
     /// Loops running now.
     active: Mutex<usize>,
     idle: Condvar,
-    counters: Counters,
+    /// Per event loop, see [`Counters`].
+    counters: Box<[Counters]>,
 }
 
 impl Shared {
@@ -548,6 +557,16 @@ impl Shared {
 
     fn stopping(&self) -> bool {
         self.stopping.load(Acquire)
+    }
+
+    /// The counters of event loop `idx`.
+    fn counters(&self, idx: usize) -> &Counters {
+        &self.counters[idx % self.counters.len()]
+    }
+
+    /// A counter summed over the loops.
+    fn total(&self, counter: impl Fn(&Counters) -> &AtomicU64) -> u64 {
+        self.counters.iter().map(|c| counter(c).load(Relaxed)).sum()
     }
 }
 
@@ -624,7 +643,7 @@ impl Sockets {
             open: AtomicUsize::new(0),
             active: Mutex::new(0),
             idle: Condvar::new(),
-            counters: Counters::default(),
+            counters: (0..n.max(1)).map(|_| Counters::default()).collect(),
         });
         Ok(BoundSockets { shared, local_addr })
     }
@@ -742,23 +761,23 @@ impl SocketHandle {
 
     /// Counters since start.
     pub fn stats(&self) -> SocketStats {
-        let c = &self.shared.counters;
+        let s = &self.shared;
         SocketStats {
             event_loops: self.shared.cfg.event_loops,
-            accepted: c.accepted.load(Relaxed),
-            refused: c.refused.load(Relaxed),
+            accepted: s.total(|c| &c.accepted),
+            refused: s.total(|c| &c.refused),
             open: self.shared.open.load(Relaxed),
-            closed: c.closed.load(Relaxed),
-            backlog_closes: c.backlog_closes.load(Relaxed),
-            backlog_pauses: c.backlog_pauses.load(Relaxed),
-            send_timeouts: c.send_timeouts.load(Relaxed),
-            backlog_notices: c.backlog_notices.load(Relaxed),
-            packets_read: c.packets_read.load(Relaxed),
-            bytes_read: c.bytes_read.load(Relaxed),
-            bytes_written: c.bytes_written.load(Relaxed),
-            deferred_writes: c.deferred_writes.load(Relaxed),
-            stalls: c.stalls.load(Relaxed),
-            undelivered: c.undelivered.load(Relaxed),
+            closed: s.total(|c| &c.closed),
+            backlog_closes: s.total(|c| &c.backlog_closes),
+            backlog_pauses: s.total(|c| &c.backlog_pauses),
+            send_timeouts: s.total(|c| &c.send_timeouts),
+            backlog_notices: s.total(|c| &c.backlog_notices),
+            packets_read: s.total(|c| &c.packets_read),
+            bytes_read: s.total(|c| &c.bytes_read),
+            bytes_written: s.total(|c| &c.bytes_written),
+            deferred_writes: s.total(|c| &c.deferred_writes),
+            stalls: s.total(|c| &c.stalls),
+            undelivered: s.total(|c| &c.undelivered),
         }
     }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 
-use super::conn::{Segment, WriteState};
+use super::conn::{Conn, Segment, WriteState};
 use super::event_loop::Cmd;
 use super::{BacklogAction, CloseReason, ConnId, Outgoing, Shared, WriteError};
 
@@ -60,89 +60,149 @@ impl Writer {
         res
     }
 
+    /// A writer bound to `conn` (`None` if it is not open): it sends without
+    /// looking the connection up, for an application that keeps one per connection
+    /// (taken on `Accepted`). It keeps the connection's socket open while held (the
+    /// peer still sees the close at once: the loop shuts the socket down).
+    pub fn bind(&self, conn: ConnId) -> Option<ConnWriter> {
+        let c = self.shared.conns.get(conn)?;
+        Some(ConnWriter {
+            shared: Arc::clone(&self.shared),
+            conn: c,
+        })
+    }
+
     fn put(&self, conn: ConnId, out: Put<'_>) -> Result<(), WriteError> {
         let c = self
             .shared
             .conns
             .get(conn)
             .ok_or(WriteError::NoConnection)?;
-        if let Put::File { file, offset, len } = &out {
-            let size = file.metadata().map_err(|e| WriteError::Io(e.kind()))?.len();
-            if offset.checked_add(*len).is_none_or(|end| end > size) {
-                return Err(WriteError::InvalidRange);
+        put_on(&self.shared, &c, out)
+    }
+}
+
+/// A [`Writer`] bound to one connection ([`Writer::bind`]). Output goes out as with
+/// [`Writer::send`], in the order of calls, interleaved in call order with the
+/// `Writer`'s own sends to the same connection.
+#[derive(Clone)]
+pub struct ConnWriter {
+    shared: Arc<Shared>,
+    conn: Arc<Conn>,
+}
+
+impl fmt::Debug for ConnWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnWriter")
+            .field("conn", &self.conn.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConnWriter {
+    /// The connection.
+    pub fn id(&self) -> ConnId {
+        self.conn.id
+    }
+
+    /// As [`Writer::send_vectored`].
+    pub fn send_vectored(&self, bufs: &mut Vec<Bytes>) -> Result<(), WriteError> {
+        let res = put_on(&self.shared, &self.conn, Put::Bufs(bufs));
+        bufs.clear();
+        res
+    }
+
+    /// As [`Writer::send`].
+    pub fn send(&self, out: Outgoing) -> Result<(), WriteError> {
+        match out {
+            Outgoing::Bytes(b) => put_on(&self.shared, &self.conn, Put::Bufs(&mut [b])),
+            Outgoing::Vectored(mut v) => put_on(&self.shared, &self.conn, Put::Bufs(&mut v)),
+            Outgoing::File { file, offset, len } => {
+                put_on(&self.shared, &self.conn, Put::File { file, offset, len })
             }
         }
-        let counters = &self.shared.counters;
-        let mut o = c.out.lock();
-        if o.state != WriteState::Open {
-            return Err(WriteError::Closed);
+    }
+}
+
+/// Sends `out` on `c` (see [`Writer::send`]).
+fn put_on(shared: &Shared, c: &Conn, out: Put<'_>) -> Result<(), WriteError> {
+    let conn = c.id;
+    if let Put::File { file, offset, len } = &out {
+        let size = file.metadata().map_err(|e| WriteError::Io(e.kind()))?.len();
+        if offset.checked_add(*len).is_none_or(|end| end > size) {
+            return Err(WriteError::InvalidRange);
         }
-        let flushed = match out {
-            // Nothing queued before: straight from the caller's buffers.
-            Put::Bufs(bufs) if o.queue.is_empty() => {
-                Some(o.write_now(&c.stream, bufs, &counters.bytes_written))
+    }
+    let counters = shared.counters(c.owner);
+    let mut o = c.out.lock();
+    if o.state != WriteState::Open {
+        return Err(WriteError::Closed);
+    }
+    let flushed = match out {
+        // Nothing queued before: straight from the caller's buffers.
+        Put::Bufs(bufs) if o.queue.is_empty() => {
+            Some(o.write_now(&c.stream, bufs, &counters.bytes_written))
+        }
+        Put::Bufs(bufs) => {
+            for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
+                o.push(Segment::Bytes(std::mem::take(b)));
             }
-            Put::Bufs(bufs) => {
-                for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
-                    o.push(Segment::Bytes(std::mem::take(b)));
+            None
+        }
+        Put::File { len: 0, .. } => None,
+        Put::File { file, offset, len } => {
+            let was_empty = o.queue.is_empty();
+            o.push(Segment::File {
+                file,
+                offset,
+                remaining: len,
+            });
+            was_empty.then(|| o.flush(&c.stream, &counters.bytes_written))
+        }
+    };
+    match flushed {
+        None => {}
+        Some(Ok(true)) => return Ok(()),
+        Some(Ok(false)) => {
+            counters.deferred_writes.fetch_add(1, Relaxed);
+        }
+        Some(Err(e)) => {
+            o.state = WriteState::Closed;
+            o.clear();
+            drop(o);
+            shared.command(c.owner, Cmd::Close(conn, CloseReason::Error(e.kind())));
+            return Err(WriteError::Io(e.kind()));
+        }
+    }
+    if o.queued > shared.cfg.write_threshold {
+        match shared.cfg.on_backlog {
+            BacklogAction::Pause => {
+                if !c.backed_up.swap(true, Relaxed) {
+                    counters.backlog_pauses.fetch_add(1, Relaxed);
                 }
-                None
             }
-            Put::File { len: 0, .. } => None,
-            Put::File { file, offset, len } => {
-                let was_empty = o.queue.is_empty();
-                o.push(Segment::File {
-                    file,
-                    offset,
-                    remaining: len,
-                });
-                was_empty.then(|| o.flush(&c.stream, &counters.bytes_written))
-            }
-        };
-        match flushed {
-            None => {}
-            Some(Ok(true)) => return Ok(()),
-            Some(Ok(false)) => {
-                counters.deferred_writes.fetch_add(1, Relaxed);
-            }
-            Some(Err(e)) => {
+            BacklogAction::Close => {
                 o.state = WriteState::Closed;
                 o.clear();
                 drop(o);
-                self.shared
-                    .command(c.owner, Cmd::Close(conn, CloseReason::Error(e.kind())));
-                return Err(WriteError::Io(e.kind()));
+                counters.backlog_closes.fetch_add(1, Relaxed);
+                shared.command(c.owner, Cmd::Close(conn, CloseReason::Backlog));
+                return Err(WriteError::Backlog);
             }
-        }
-        if o.queued > self.shared.cfg.write_threshold {
-            match self.shared.cfg.on_backlog {
-                BacklogAction::Pause => {
-                    if !c.backed_up.swap(true, Relaxed) {
-                        counters.backlog_pauses.fetch_add(1, Relaxed);
-                    }
-                }
-                BacklogAction::Close => {
-                    o.state = WriteState::Closed;
-                    o.clear();
-                    drop(o);
-                    counters.backlog_closes.fetch_add(1, Relaxed);
-                    self.shared
-                        .command(c.owner, Cmd::Close(conn, CloseReason::Backlog));
-                    return Err(WriteError::Backlog);
-                }
-                BacklogAction::Notify if !o.notified => {
-                    o.notified = true;
-                    let queued = o.queued;
-                    drop(o);
-                    counters.backlog_notices.fetch_add(1, Relaxed);
-                    self.shared.command(c.owner, Cmd::Backlog(conn, queued));
-                }
-                BacklogAction::Notify => {}
+            BacklogAction::Notify if !o.notified => {
+                o.notified = true;
+                let queued = o.queued;
+                drop(o);
+                counters.backlog_notices.fetch_add(1, Relaxed);
+                shared.command(c.owner, Cmd::Backlog(conn, queued));
             }
+            BacklogAction::Notify => {}
         }
-        Ok(())
     }
+    Ok(())
+}
 
+impl Writer {
     /// Hands an already connected stream (an outgoing connection the application
     /// opened itself) to the event loops. From then on it is a connection like an
     /// accepted one: `Accepted { conn, peer }` is its first event, `Closed` its last.

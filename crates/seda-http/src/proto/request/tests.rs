@@ -361,3 +361,15 @@ proptest::proptest! {
         let _ = parse_head(text.as_bytes(), &Limits::default());
     }
 }
+
+#[test]
+fn a_bare_lf_is_found_wherever_it_is() {
+    assert!(!has_bare_lf(b""));
+    assert!(!has_bare_lf(b"\r\n"));
+    assert!(!has_bare_lf(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"));
+    assert!(has_bare_lf(b"\n"));
+    assert!(has_bare_lf(b"\nGET"));
+    assert!(has_bare_lf(b"GET / HTTP/1.1\r\nX: a\nHost: h\r\n\r\n"));
+    assert!(has_bare_lf(b"GET / HTTP/1.1\r\n\n"));
+    assert!(has_bare_lf(b"\r\r\n\n"));
+}
