@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use seda_io::{BacklogAction, CloseReason, SocketConfig};
+use seda_io::{BacklogAction, CloseReason, Outgoing, SocketConfig};
 use support::*;
 
 fn message(conn: usize, round: usize) -> Vec<u8> {
@@ -507,4 +507,57 @@ fn socket_loops_keep_their_own_threads_under_the_shared_model() {
     c.read_exact(&mut back).unwrap();
     assert_eq!(&back, b"ping");
     rt.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn a_bound_writer_sends_in_call_order_with_the_writer_and_fails_once_closed() {
+    let e = echo(test_config(), 4096, Duration::ZERO);
+    let mut client = connect(e.sockets.local_addr());
+    assert!(wait_for(Duration::from_secs(10), || e.log.snapshot().len() == 1));
+    let conn = *e.log.snapshot().keys().next().unwrap();
+    let writer = e.sockets.writer();
+    let bound = writer.bind(conn).expect("an open connection binds");
+    assert_eq!(bound.id(), conn);
+    // More than a socket buffer takes at once: the rest queues, and what follows
+    // (from either writer) must wait behind it.
+    let big: Vec<u8> = (0..3_000_000usize).map(|i| (i % 251) as u8).collect();
+    let mut bufs = vec![
+        bytes::Bytes::from_static(b"head|"),
+        bytes::Bytes::new(),
+        bytes::Bytes::from(big.clone()),
+    ];
+    bound.send_vectored(&mut bufs).unwrap();
+    assert!(bufs.is_empty(), "the buffers are taken, the vector kept");
+    writer
+        .send(conn, Outgoing::Bytes(bytes::Bytes::from_static(b"|tail")))
+        .unwrap();
+    bound
+        .send(Outgoing::Bytes(bytes::Bytes::from_static(b"|end")))
+        .unwrap();
+    let mut want = b"head|".to_vec();
+    want.extend_from_slice(&big);
+    want.extend_from_slice(b"|tail|end");
+    client
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut got = vec![0; want.len()];
+    client.read_exact(&mut got).unwrap();
+    assert!(got == want, "bytes lost, reordered or corrupted");
+    drop(client);
+    assert!(wait_for(Duration::from_secs(10), || e
+        .log
+        .snapshot()
+        .get(&conn)
+        .is_some_and(|s| !s.closed.is_empty())));
+    assert!(
+        bound
+            .send(Outgoing::Bytes(bytes::Bytes::from_static(b"x")))
+            .is_err()
+    );
+    assert!(
+        writer.bind(conn).is_none(),
+        "a closed connection does not bind"
+    );
+    e.sockets.stop();
+    e.rt.shutdown(Duration::from_secs(5));
 }
