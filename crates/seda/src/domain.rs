@@ -20,6 +20,12 @@
 //! - the callee is not a one-thread stage whose thread is running a batch (a
 //!   one-thread stage never runs two batches at once, inline or not).
 //!
+//! An uncolored event a handler hands over while running a batch does not run
+//! at once: it is entered and admitted at once (the caller gets the verdict), and
+//! runs with the other events that batch handed the same stage, as one inline batch
+//! right after the caller's batch (see `core::defer`); so a handler forwarding
+//! event by event pays one inline run per batch, not per event.
+//!
 //! Otherwise the event is queued exactly as without a domain. An inline event is
 //! counted by the callee as a queued one would be: offered, admitted (per class),
 //! processed, its service time, its response time since `born`, a queueing delay of

@@ -19,7 +19,7 @@ use crate::lifecycle::Current;
 use crate::loom::{fence, spin};
 use crate::runtime::Runtime;
 
-use super::{Exec, StageCore};
+use super::{Exec, StageCore, defer};
 
 thread_local! {
     /// The runtime of the batch this thread runs, so that an inline handoff inside
@@ -51,7 +51,7 @@ pub(super) fn with_runtime<R>(
 /// (its batch clock), events handed over inline share everything, so a batch is
 /// usually a few runs and the per-event work is one comparison.
 #[derive(Clone, Copy, Debug)]
-struct Stamp {
+pub(super) struct Stamp {
     born: Instant,
     enqueued: Instant,
     class: Class,
@@ -60,7 +60,7 @@ struct Stamp {
 
 impl Stamp {
     /// Adds an event to the last run if it shares it, else starts a run.
-    fn push(runs: &mut Vec<Stamp>, born: Instant, enqueued: Instant, class: Class) {
+    pub(super) fn push(runs: &mut Vec<Stamp>, born: Instant, enqueued: Instant, class: Class) {
         match runs.last_mut() {
             Some(r)
                 if r.enqueued == enqueued
@@ -83,10 +83,10 @@ impl Stamp {
 /// Reusable buffers of one worker (or of one shared-pool batch).
 #[derive(Debug)]
 pub(crate) struct Scratch<E> {
-    envs: Vec<Envelope<E>>,
+    pub(super) envs: Vec<Envelope<E>>,
     /// Colors the batch holds, with the last ticket of each.
     held: Vec<(Color, u64)>,
-    stamps: Vec<Stamp>,
+    pub(super) stamps: Vec<Stamp>,
 }
 
 impl<E> Default for Scratch<E> {
@@ -218,12 +218,14 @@ impl<E: Send + 'static> StageCore<E> {
             Stamp::push(&mut s.stamps, e.meta.born, e.enqueued, e.meta.class);
         }
         let first = s.envs[0].meta;
+        let outer = defer::open();
         self.invoke(Items::Drain(s.envs.drain(..)), first, start, 0, rt);
-        self.complete(start, n, &s.stamps, false);
+        let end = self.complete(start, n, &s.stamps, false);
         for (color, last) in s.held.drain(..) {
             self.colors.release(color, last);
         }
         self.queue.finish(n);
+        defer::flush(outer, end, rt);
     }
 
     /// Runs events already entered inline (counted running) on this thread.
@@ -242,12 +244,21 @@ impl<E: Send + 'static> StageCore<E> {
             class: meta.class,
             n: u32::try_from(n).unwrap_or(u32::MAX),
         };
+        let outer = defer::open();
         self.invoke(items, meta, start, depth, rt);
-        self.complete(start, n, &[stamp], true);
+        let end = self.complete(start, n, &[stamp], true);
+        defer::flush(outer, end, rt);
     }
 
     /// Calls the handler with the thread marked as this stage's; catches a panic.
-    fn invoke(&self, items: Items<'_, E>, first: Meta, start: Instant, depth: u8, rt: &Runtime) {
+    pub(super) fn invoke(
+        &self,
+        items: Items<'_, E>,
+        first: Meta,
+        start: Instant,
+        depth: u8,
+        rt: &Runtime,
+    ) {
         let cur = Current {
             runtime: self.runtime_id,
             stage: Some(self.id),
@@ -292,8 +303,14 @@ impl<E: Send + 'static> StageCore<E> {
     }
 
     /// Records a finished batch (inline: no queueing delay) and feeds the admission
-    /// policy its completions.
-    fn complete(&self, start: Instant, n: usize, stamps: &[Stamp], inline: bool) {
+    /// policy its completions. Returns the batch's end instant.
+    pub(super) fn complete(
+        &self,
+        start: Instant,
+        n: usize,
+        stamps: &[Stamp],
+        inline: bool,
+    ) -> Instant {
         let end = Instant::now();
         let batch = end.saturating_duration_since(start);
         // No 64-bit division for the usual one-event batch (an inline hop).
@@ -352,6 +369,7 @@ impl<E: Send + 'static> StageCore<E> {
                 }
             }
         }
+        end
     }
 
     /// Shared pool: takes one batch, hands the schedule token on, runs the batch.

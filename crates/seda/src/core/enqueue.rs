@@ -20,6 +20,7 @@ use crate::queue::Refusal;
 use crate::queue::state::Word;
 
 use super::StageCore;
+use super::defer::Deferral;
 
 /// What an inline attempt did with the event.
 enum Inline<T> {
@@ -32,7 +33,7 @@ enum Inline<T> {
 }
 
 impl<E: Send + 'static> StageCore<E> {
-    fn record_edge(&self, origin: &Origin) {
+    pub(super) fn record_edge(&self, origin: &Origin) {
         if origin.inside(self.runtime_id)
             && let Some(from) = origin.cur.stage
         {
@@ -56,7 +57,7 @@ impl<E: Send + 'static> StageCore<E> {
     }
 
     /// The admission policy's decision (true without a policy or with it off).
-    fn admit(&self, class: Class, w: Word) -> bool {
+    pub(super) fn admit(&self, class: Class, w: Word) -> bool {
         let Some(policy) = &self.admission else {
             return true;
         };
@@ -111,6 +112,16 @@ impl<E: Send + 'static> StageCore<E> {
         origin: Origin,
     ) -> Result<(), EnqueueError<E>> {
         let event = if self.may_inline(&origin) {
+            // From a handler's batch, uncolored: run at the end of that batch, with
+            // the other events it hands this stage (see `defer`).
+            let event = match (origin.cur.clock, meta.color) {
+                (Some(clock), None) => match self.defer(event, meta, &origin, clock) {
+                    Deferral::Deferred => return Ok(()),
+                    Deferral::Refused(e) => return Err(EnqueueError::Rejected(e)),
+                    Deferral::No(e) => return self.offer_queued(e, meta, origin),
+                },
+                _ => event,
+            };
             match self.try_inline(vec_or_one::One(event), meta, &origin) {
                 Inline::Done => return Ok(()),
                 Inline::Refused(e) => return Err(EnqueueError::Rejected(e.one())),
@@ -119,6 +130,11 @@ impl<E: Send + 'static> StageCore<E> {
         } else {
             event
         };
+        self.offer_queued(event, meta, origin)
+    }
+
+    /// Enqueues one event in the queue (no inline attempt).
+    fn offer_queued(&self, event: E, meta: Meta, origin: Origin) -> Result<(), EnqueueError<E>> {
         let inside = origin.inside(self.runtime_id);
         let has_policy = self.admission.is_some();
         if has_policy {

@@ -17,6 +17,7 @@
 
 mod batch;
 mod config;
+mod defer;
 mod enqueue;
 
 use std::collections::BTreeSet;
