@@ -333,16 +333,21 @@ impl<E: Send + 'static> StageCore<E> {
             n,
             inline,
             stamps.iter().map(|s| {
+                let rt = end.saturating_duration_since(s.born);
                 let qd = match last_qd {
                     _ if inline => Duration::ZERO,
                     Some((at, d)) if at == s.enqueued => d,
+                    // Enqueued when born (fresh metadata from outside the runtime):
+                    // start - born = (end - born) - (end - start), exactly, without a
+                    // second `Instant` subtraction per event.
+                    _ if s.enqueued == s.born => rt.saturating_sub(batch),
                     _ => {
                         let d = queue_delay(s);
                         last_qd = Some((s.enqueued, d));
                         d
                     }
                 };
-                (qd, end.saturating_duration_since(s.born), s.n)
+                (qd, rt, s.n)
             }),
         );
         // Completions feed the policy only while admission control is on: events that

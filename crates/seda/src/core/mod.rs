@@ -75,12 +75,21 @@ struct Edges {
 }
 
 impl Edges {
+    #[inline]
     fn record(&self, from: usize) {
         if from < 256 {
             let (word, bit) = (from / 64, 1u64 << (from % 64));
-            if self.bits[word].load(Relaxed) & bit == 0 {
-                self.bits[word].fetch_or(bit, Relaxed);
+            if self.bits[word].load(Relaxed) & bit != 0 {
+                return;
             }
+        }
+        self.record_slow(from);
+    }
+
+    #[cold]
+    fn record_slow(&self, from: usize) {
+        if from < 256 {
+            self.bits[from / 64].fetch_or(1u64 << (from % 64), Relaxed);
         } else {
             self.more.lock().insert(from);
         }

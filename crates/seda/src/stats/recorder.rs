@@ -187,14 +187,19 @@ impl Recorder {
         if inline {
             p.inlined += n as u64;
         }
-        push_run(
-            &mut p.service,
-            micros(service),
-            u32::try_from(n).unwrap_or(u32::MAX),
-        );
-        for (qd, rt, k) in runs {
-            push_run(&mut p.queue_delay, micros(qd), k);
-            push_run(&mut p.response, micros(rt), k);
+        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+        push_run(&mut p.service, micros(service), n32);
+        if inline {
+            // Never queued: one zero-delay run for the batch, not one per run.
+            push_run(&mut p.queue_delay, micros(Duration::ZERO), n32);
+            for (_, rt, k) in runs {
+                push_run(&mut p.response, micros(rt), k);
+            }
+        } else {
+            for (qd, rt, k) in runs {
+                push_run(&mut p.queue_delay, micros(qd), k);
+                push_run(&mut p.response, micros(rt), k);
+            }
         }
         p.events += n;
         if p.response.len().max(p.queue_delay.len()) >= FLUSH_AT {
