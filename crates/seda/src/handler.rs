@@ -164,6 +164,7 @@ pub(crate) trait StageControl: Send + Sync {
     fn admission_enabled(&self) -> bool;
     fn set_admission_enabled(&self, on: bool);
     fn queue_len(&self) -> usize;
+    fn rejected(&self) -> u64;
 }
 
 impl Context<'_> {
@@ -211,5 +212,11 @@ impl Context<'_> {
     /// Events waiting in the stage's queue.
     pub fn queue_len(&self) -> usize {
         self.stage.queue_len()
+    }
+
+    /// Events the stage's admission control has refused since it started (the
+    /// service degradation hook's overload signal while admission control is on).
+    pub fn rejected(&self) -> u64 {
+        self.stage.rejected()
     }
 }

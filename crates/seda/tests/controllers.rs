@@ -434,3 +434,40 @@ fn quality_alone_never_touches_admission() {
     }
     assert_eq!(q.decision().quality, 0.05);
 }
+
+#[test]
+fn quality_under_admission_control_falls_while_the_stage_refuses_and_never_switches_it() {
+    let mut cfg = QualityConfig::with_target(ms(100));
+    cfg.with_admission = true;
+    let mut q = QualityController::new(cfg).unwrap();
+    assert_eq!(
+        q.decision(),
+        QualityDecision {
+            quality: 1.0,
+            admission: true
+        },
+        "admission control on from the start"
+    );
+    // The p90 is held under target by admission control, but it refuses: overload.
+    let d = q.step_refusing(Some(ms(60)), true);
+    assert!((d.quality - 0.8).abs() < 1e-9, "{d:?}");
+    // No refusal, p90 well under target: quality climbs back.
+    let d = q.step_refusing(Some(ms(60)), false);
+    assert!((d.quality - 0.82).abs() < 1e-9, "{d:?}");
+    // No refusal, p90 over target: still down.
+    let d = q.step_refusing(Some(ms(150)), false);
+    assert!(d.quality < 0.82);
+    // Inside the dead band without refusals: hold.
+    let held = q.step_refusing(Some(ms(90)), false);
+    assert_eq!(held.quality, d.quality);
+    // Admission control stays on whatever happens.
+    for i in 0..200 {
+        let d = q.step_refusing(Some(ms(10)), i % 7 == 0);
+        assert!(d.admission);
+        assert!((0.05..=1.0).contains(&d.quality));
+    }
+    for _ in 0..50 {
+        q.step_refusing(Some(ms(10)), false);
+    }
+    assert_eq!(q.decision().quality, 1.0, "full quality once refusals stop");
+}

@@ -336,6 +336,10 @@ impl<E: Send + 'static> StageControl for StageCore<E> {
     fn queue_len(&self) -> usize {
         self.queue.word().waiting()
     }
+
+    fn rejected(&self) -> u64 {
+        self.stats.totals().rejected()
+    }
 }
 
 impl<E: Send + 'static> per_stage::Worker for StageCore<E> {
