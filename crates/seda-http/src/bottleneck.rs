@@ -16,9 +16,11 @@
 //! SEDA gives it: once per sampling `period` (default 1 s, the stats window), the
 //! handler reads its stage's p90 estimate and steps the controller:
 //! `quality *= 0.8` while p90 > target; `quality += 0.02` while p90 < 0.8 * target;
-//! quality in `[0.05, 1]`. Admission control starts **off**; the controller switches
-//! it **on** after 3 samples at the lowest quality still over target, and off again
-//! once quality rises (unless its config says never: degradation alone). A request's
+//! quality in `[0.05, 1]`. In the paper's order admission control starts **off**; the
+//! controller switches it **on** after 3 samples at the lowest quality still over
+//! target, and off again once quality is back at full (unless its config says never:
+//! degradation alone). With `with_admission` (the default policy's) admission control
+//! stays on and a sample in which the stage refused counts as over target. A request's
 //! quality is `min(?q, automatic quality)`. The overload action `degrade` answers a
 //! refused request with the quality-0 page at once.
 
@@ -54,7 +56,8 @@ pub struct Bottleneck {
 
 #[derive(Debug)]
 struct Degrader {
-    ctl: Mutex<(QualityController, Option<Instant>)>,
+    /// The controller, the last sample's time and the stage's refusals then.
+    ctl: Mutex<(QualityController, Option<Instant>, u64)>,
     period: Duration,
     /// Current automatic quality, `f64` bits.
     quality: AtomicU64,
@@ -172,11 +175,11 @@ impl Bottleneck {
     /// Runs with automatic quality (see the module docs); `period` is how often the
     /// controller samples the stage's p90.
     pub fn degrade(mut self, cfg: QualityConfig, period: Duration) -> Result<Bottleneck, String> {
-        let drives_admission = cfg.reenable_after.is_some();
+        let drives_admission = cfg.reenable_after.is_some() || cfg.with_admission;
         let ctl = QualityController::new(cfg).map_err(|e| e.to_string())?;
         let q = ctl.decision().quality;
         self.degrade = Some(Degrader {
-            ctl: Mutex::new((ctl, None)),
+            ctl: Mutex::new((ctl, None, 0)),
             period: period.max(Duration::from_millis(1)),
             quality: AtomicU64::new(q.to_bits()),
             drives_admission,
@@ -211,16 +214,20 @@ impl Bottleneck {
         let Some(d) = &self.degrade else { return };
         let now = Instant::now();
         let mut g = d.ctl.lock();
-        let (ctl, last) = &mut *g;
+        let (ctl, last, refused_then) = &mut *g;
+        let refused_now = cx.rejected();
         match last {
             Some(t) if now.saturating_duration_since(*t) < d.period => return,
             None => {
                 *last = Some(now);
+                *refused_then = refused_now;
                 return;
             }
             Some(t) => *t = now,
         }
-        let decision = ctl.step(cx.p90());
+        let refused = refused_now > *refused_then;
+        *refused_then = refused_now;
+        let decision = ctl.step_refusing(cx.p90(), refused);
         d.quality.store(decision.quality.to_bits(), Relaxed);
         if d.drives_admission && cx.admission_enabled() != decision.admission {
             cx.set_admission_enabled(decision.admission);
@@ -260,9 +267,10 @@ impl Bottleneck {
 
 impl Handler for Bottleneck {
     fn init(&self, cx: &HandlerContext<'_>) {
-        // Degradation first: admission control waits for the lowest quality.
-        if self.degrade.as_ref().is_some_and(|d| d.drives_admission) {
-            cx.set_admission_enabled(false);
+        // The paper's order: admission control waits for the lowest quality; with
+        // `with_admission` it is on from the start.
+        if let Some(d) = self.degrade.as_ref().filter(|d| d.drives_admission) {
+            cx.set_admission_enabled(d.ctl.lock().0.decision().admission);
         }
     }
 

@@ -202,6 +202,11 @@ impl HandlerContext<'_> {
     pub fn queue_len(&self) -> usize {
         self.cx.queue_len()
     }
+
+    /// Requests the stage's admission control has refused since it started.
+    pub fn rejected(&self) -> u64 {
+        self.cx.rejected()
+    }
 }
 
 /// A dynamic request handler. Called concurrently from the stage's pool; see the

@@ -421,15 +421,20 @@ impl OverloadControl {
     }
 
     /// The degradation controller's settings for `handler` (USITS'03 3.4): its
-    /// target, and admission re-enabled at the lowest quality unless the policy is
-    /// `none`. Errors without a target.
+    /// target; admission control on throughout under the default policy, re-enabled
+    /// at the lowest quality (the paper's order) under the others, never with `none`.
+    /// Errors without a target.
     pub fn quality_for(&self, handler: &str) -> Result<QualityConfig, ServerError> {
         let target = self.target_for(handler).ok_or_else(|| {
             config_err("--degrade needs a response-time target (--rt-target-ms, or rt-target-ms in the config)")
         })?;
         let mut cfg = QualityConfig::with_target(target);
-        if self.policy_kind(handler) == Admission::None {
-            cfg.reenable_after = None;
+        match self.policy_kind(handler) {
+            Admission::None => cfg.reenable_after = None,
+            // The default holds the target at the door from the start; quality falls
+            // while it refuses (control::quality, "under admission control").
+            Admission::DelayBudget => cfg.with_admission = true,
+            _ => {}
         }
         cfg.validate()
             .map_err(|e| config_err(format!("handler {handler}: {e}")))?;
@@ -598,9 +603,16 @@ mod tests {
             oc.admission = Some(kind);
             assert_eq!(oc.policy_for("b").unwrap().unwrap().name(), name);
         }
+        assert!(
+            !oc.quality_for("b").unwrap().with_admission,
+            "paper's order"
+        );
+        oc.admission = None;
+        assert!(oc.quality_for("b").unwrap().with_admission, "the default's");
         oc.admission = Some(Admission::None);
         assert!(oc.policy_for("b").unwrap().is_none());
         assert_eq!(oc.quality_for("b").unwrap().reenable_after, None);
+        assert!(!oc.quality_for("b").unwrap().with_admission);
     }
 
     #[test]

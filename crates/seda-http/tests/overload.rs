@@ -141,6 +141,15 @@ fn status_of(o: &Outcome) -> Option<u16> {
     o.resp.as_ref().map(|r| r.status)
 }
 
+/// Polls `cond` every 20 ms for up to 20 s.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(20), "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn stage_stats(addr: SocketAddr, stage: &str) -> serde_json::Value {
     let mut c = connect(addr);
     let r = c.get("/_seda/stats");
@@ -389,28 +398,35 @@ fn a_rejected_request_never_leaves_its_connection_hanging() {
         ),
     ] {
         // One thread, queue threshold 1: one request in service and one waiting fill
-        // the stage; a third is refused.
+        // the stage; a third is refused. The stage's state is read from its stats,
+        // not assumed after a sleep (a loaded machine may not have parsed `b` yet).
         let control = OverloadControl {
             admission: Some(Admission::QueueThreshold),
             queue_threshold: 1,
             on_overload: action.clone(),
             ..OverloadControl::default()
         };
-        let reg = HandlerRegistration::new("/slow", slow(400)).thread_pool(fixed_threads(1));
+        let reg = HandlerRegistration::new("/slow", slow(1000)).thread_pool(fixed_threads(1));
         let reg = control.apply(reg).unwrap();
         let s = start(|c| c.handlers.push(reg));
+        let stage = |key: &str| stage_stats(s.admin_addr(), "handler:slow")[key].as_u64();
         let mut a = connect(s.addr);
         a.send(b"GET /slow/a HTTP/1.1\r\nHost: t\r\n\r\n");
-        std::thread::sleep(Duration::from_millis(100));
+        wait_until("a in service", || stage("threads_busy") == Some(1));
         let mut b = connect(s.addr);
         b.send(b"GET /slow/b HTTP/1.1\r\nHost: t\r\n\r\n");
-        std::thread::sleep(Duration::from_millis(50));
+        wait_until("b waiting", || stage("queue_len") == Some(1));
 
         let mut c = connect(s.addr);
         let t = Instant::now();
         let r = c.get("/slow/c");
         assert_eq!(r.status, want, "{action:?}: {r:?}");
-        assert!(t.elapsed() < Duration::from_millis(200), "refused at once");
+        // Queued, `c` would have waited for `b`'s second of service and its own.
+        assert!(
+            t.elapsed() < Duration::from_millis(1000),
+            "refused at once, not after service: {:?}",
+            t.elapsed()
+        );
         match &action {
             OverloadAction::Reject503 { .. } => assert_eq!(r.header("retry-after"), Some("7")),
             _ => assert_eq!(r.header("location"), Some("http://mirror.invalid/busy")),
