@@ -177,6 +177,10 @@ pub struct OverloadArgs {
     /// CPU work per bottleneck request, ms [default: 40; quick: 10].
     #[arg(long)]
     pub bottleneck_ms: Option<f64>,
+    /// Checksum passes of that work for every server [default: calibrated once here,
+    /// before the first run].
+    #[arg(long)]
+    pub bottleneck_passes: Option<u64>,
     /// p90 response-time target of the controllers, ms [default: 1000; quick: 200].
     #[arg(long)]
     pub target_ms: Option<f64>,
@@ -421,6 +425,7 @@ fn overload_cmd(a: OverloadArgs) -> Result<(), String> {
     if let Some(v) = a.bottleneck_ms {
         cfg.bottleneck_ms = v;
     }
+    cfg.bottleneck_passes = a.bottleneck_passes;
     if let Some(v) = a.target_ms {
         cfg.target_ms = v;
     }

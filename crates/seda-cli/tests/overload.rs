@@ -24,6 +24,11 @@ fn fig13_quick_runs_against_the_real_server_and_control_rejects() {
             "knee,refusal,fig13",
             "--fig13-users",
             "100",
+            // Far under what 100 users queue on a 10 ms bottleneck (about 500 ms on
+            // two cores; 150 ms if the machine were three times faster), so that
+            // the controller must refuse however loaded the machine is.
+            "--target-ms",
+            "50",
             "--out",
         ])
         .arg(&out)
@@ -67,7 +72,7 @@ fn fig13_quick_runs_against_the_real_server_and_control_rejects() {
         );
     }
     // 100 users with 20 ms think time on a 10 ms bottleneck: without control nothing is
-    // refused; with a 200 ms target the controller refuses some requests with a 503.
+    // refused; with a 50 ms target the controller refuses some requests with a 503.
     assert_eq!(report(0)["rejected"], 0);
     assert!(
         report(1)["rejected"].as_u64().unwrap() > 0,
@@ -75,7 +80,21 @@ fn fig13_quick_runs_against_the_real_server_and_control_rejects() {
     );
     let sample = &runs[1]["stats"]["samples"][0];
     assert_eq!(sample["policy"], "response-time", "{sample}");
-    assert_eq!(sample["target_ms"], 200.0, "{sample}");
+    assert_eq!(sample["target_ms"], 50.0, "{sample}");
+    // Every server did the same work: the passes calibrated once by the experiment.
+    let passes = json["setup"]["bottleneck_passes"].as_u64().expect("passes");
+    assert!(passes > 0);
+    for run in all {
+        assert!(
+            run["calibration"]
+                .as_str()
+                .is_some_and(|c| c.ends_with(&format!(
+                    "set by --bottleneck-passes to {passes} iterations"
+                ))),
+            "{}",
+            run["calibration"]
+        );
+    }
 
     // The refusal run refused nearly everything; its cost is reported.
     let refusal = &all[1]["groups"][0]["report"];

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use seda::control::ThreadPoolConfig;
 use seda_http::{Bottleneck, DEFAULT_SAMPLE_PERIOD, OverloadControl, ServerConfig};
 
 /// Settings that would have no effect, said once at start.
@@ -76,13 +77,29 @@ pub(super) fn mount_overload(
         if let Some(q) = quality {
             b = b.degrade(q, DEFAULT_SAMPLE_PERIOD)?;
         }
-        cfg.handlers.push(b.registration());
+        cfg.handlers
+            .push(b.registration().thread_pool(bottleneck_pool()));
     }
     cfg.handlers = std::mem::take(&mut cfg.handlers)
         .into_iter()
         .map(|r| overload.apply(r).map_err(|e| e.to_string()))
         .collect::<Result<_, _>>()?;
     Ok(passes)
+}
+
+/// The bottleneck's thread pool: CPU-bound work needs a thread per core from the
+/// start. The thread-pool controller adds a thread only when more than 10 requests
+/// wait, and admission control keeps the queue under that: with one thread to begin
+/// with, the default policy held the stage at one thread, half the machine's
+/// capacity (issue 14's runs).
+fn bottleneck_pool() -> ThreadPoolConfig {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    ThreadPoolConfig {
+        min_threads: cores.min(8),
+        max_threads: 8,
+        queue_threshold: 10,
+        ..ThreadPoolConfig::default()
+    }
 }
 
 /// The handler name of a registration (its stage is `handler:<name>`).

@@ -36,6 +36,21 @@ pub fn write_runs_and_table<T: serde::Serialize>(
     w("table.md", table)
 }
 
+/// Checksum passes of the bottleneck for `ms` of CPU per request: the largest of five
+/// calibrations (the one least disturbed by other load on the machine). Experiments
+/// calibrate once and pass the result to every `seda serve --bottleneck-passes`, so
+/// that every server of every run does the same work per request.
+pub fn calibrate_passes(ms: f64) -> Result<u64, String> {
+    let d = std::time::Duration::from_secs_f64(ms / 1e3);
+    let mut best = 0;
+    for _ in 0..5 {
+        let b = seda_http::Bottleneck::calibrate(d)
+            .map_err(|e| format!("cannot calibrate the bottleneck: {e}"))?;
+        best = best.max(b.passes());
+    }
+    Ok(best)
+}
+
 /// Today's date in UTC as YYYY-MM-DD.
 pub fn date_utc() -> String {
     let secs = std::time::SystemTime::now()

@@ -1,7 +1,9 @@
 //! `seda experiment overload`: Haboob's adaptive overload control against a CPU-bound
 //! bottleneck stage (SEDA SOSP'01 5.1.4, USITS'03 section 4), on this machine.
 //!
-//! Every run starts `seda serve --bottleneck-ms N ...` on loopback, drives closed-loop
+//! Every run starts `seda serve --bottleneck-ms N --bottleneck-passes K ...` on
+//! loopback (K calibrated once before the first run, so that every server does the
+//! same work per request whatever else loads the machine at its start-up), drives closed-loop
 //! users at `/bottleneck` (20 ms think time; a user answered 503 or failed waits
 //! `retry_wait`, 5 s as in USITS'03 4.1, before trying again), records the client's
 //! per-second series and polls `/_seda/stats` once a second for the bottleneck stage's
@@ -153,6 +155,9 @@ pub struct OverloadConfig {
     pub scenarios: Vec<Scenario>,
     /// CPU work per bottleneck request at full quality, ms (`--bottleneck-ms`).
     pub bottleneck_ms: f64,
+    /// Checksum passes of that work (`--bottleneck-passes`), the same for every server
+    /// of the experiment; `None`: [`run`] calibrates once before the first run.
+    pub bottleneck_passes: Option<u64>,
     /// 90th-percentile response-time target of the controllers, ms.
     pub target_ms: f64,
     /// Users of scenario 1.
@@ -211,6 +216,7 @@ impl OverloadConfig {
             seda,
             scenarios: Scenario::DEFAULT.to_vec(),
             bottleneck_ms: 40.0,
+            bottleneck_passes: None,
             target_ms: 1000.0,
             fig13_users: 1024,
             fig13_duration: Duration::from_secs(30),
@@ -280,6 +286,9 @@ impl OverloadConfig {
         let pos = |v: f64| v.is_finite() && v > 0.0;
         if !pos(self.bottleneck_ms) || !pos(self.target_ms) {
             return Err("--bottleneck-ms and --target-ms must be positive".into());
+        }
+        if self.bottleneck_passes == Some(0) {
+            return Err("--bottleneck-passes must be at least 1".into());
         }
         if self.scenarios.is_empty() {
             return Err("no scenario to run".into());

@@ -332,10 +332,11 @@ fn setup_text(r: &OverloadResults) -> String {
             format!(", load average {l:.2} at the start")
         });
     format!(
-        "{}{load}. Bottleneck: `seda serve --bottleneck-ms {}` (CPU work per request, calibrated at start-up), `/bottleneck` returns 8 KB. Target p90 {} ms. Closed-loop users, {} ms think time, {} requests per connection; a user answered 503 or failed waits {} ms before its next request. Each configuration is run {} times: tables give the median and [min-max]. Phases {} s (before / spike / after); spike {} -> {} -> {} users; classes: {} low-class users throughout, {} high-class users in the middle phase; knee: {} users, {} s per step. Client timeout {} s, drain {} s.\n\n\
+        "{}{load}. Bottleneck: `seda serve --bottleneck-ms {} --bottleneck-passes {}` (CPU work per request, calibrated once before the runs, the same for every server), `/bottleneck` returns 8 KB. Target p90 {} ms. Closed-loop users, {} ms think time, {} requests per connection; a user answered 503 or failed waits {} ms before its next request. Each configuration is run {} times: tables give the median and [min-max]. Phases {} s (before / spike / after); spike {} -> {} -> {} users; classes: {} low-class users throughout, {} high-class users in the middle phase; knee: {} users, {} s per step. Client timeout {} s, drain {} s.\n\n\
          Definitions: *p90* = client-side p90 of the requests completed in the window (the spike; for classes, the high class's visit); *recover* = from the start of the spike to the first second from which every second of the spike completed something with a p90 within {} x the target (0 s = held from the first second; a repeat that never recovered counts as the whole spike); *s over* = seconds of the spike with the p90 over the target or nothing completed; *served* = 2xx per second (and as a share of the capacity measured at the knee); *in target* = 2xx within the target per second; *rejected* = 503s / all requests; *errors* = timeouts, refused or reset connections / all requests.\n",
         su["machine"].as_str().unwrap_or(""),
         num("bottleneck_ms"),
+        num("bottleneck_passes"),
         num("target_ms"),
         num("think_ms"),
         num("reqs_per_conn"),
@@ -468,7 +469,7 @@ pub fn table(r: &OverloadResults) -> String {
     let mut s = format!("# Overload control on this machine, {}\n\n", r.date);
     s.push_str(&setup_text(r));
     if let Some(c) = r.runs.iter().find_map(|run| run.calibration.as_ref()) {
-        let _ = writeln!(s, "\nCalibration (first run): `{c}`.");
+        let _ = writeln!(s, "\nThe server's line: `{c}`.");
     }
     for (id, why) in &r.failed {
         let _ = writeln!(s, "- **{id}** not measured: {why}");

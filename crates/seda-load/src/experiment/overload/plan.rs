@@ -23,7 +23,10 @@ pub const REFUSE_ALL_TOML: &str =
 /// run order (all repeats of a run one after the other), and for each scenario the
 /// ids of its runs.
 pub fn plan(cfg: &OverloadConfig) -> (Vec<RunSpec>, Vec<(Scenario, Vec<String>)>) {
-    let bn = vec!["--bottleneck-ms".to_string(), ms(cfg.bottleneck_ms)];
+    let mut bn = vec!["--bottleneck-ms".to_string(), ms(cfg.bottleneck_ms)];
+    if let Some(k) = cfg.bottleneck_passes {
+        bn.extend(["--bottleneck-passes".to_string(), k.to_string()]);
+    }
     let with = |extra: &[&str]| -> Vec<String> {
         let mut v = bn.clone();
         v.extend(extra.iter().map(|s| s.to_string()));
@@ -316,6 +319,18 @@ mod tests {
         let refusal = runs.iter().find(|r| r.id == "refusal/refuse-all").unwrap();
         assert_eq!(refusal.config.as_deref(), Some(REFUSE_ALL_TOML));
         assert_eq!(refusal.retry_wait, Some(cfg.think));
+        // One calibration for every server of the experiment.
+        let fixed = OverloadConfig {
+            bottleneck_passes: Some(1234),
+            ..cfg.clone()
+        };
+        assert!(
+            plan(&fixed)
+                .0
+                .iter()
+                .all(|r| r.serve_args[..4]
+                    == ["--bottleneck-ms", "40", "--bottleneck-passes", "1234"])
+        );
         // Only the policies: the spike runs come along.
         let only = OverloadConfig {
             scenarios: vec![Scenario::Policies],

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::client::{LoadConfig, Mode, RequestMix};
 use crate::experiment::server::{ServerKind, ServerProcess, ServerSpec, process_tree_cpu};
-use crate::experiment::{date_utc, machine_summary};
+use crate::experiment::{calibrate_passes, date_utc, machine_summary};
 use crate::report::LoadReport;
 
 /// How often the server's CPU time is sampled during a run.
@@ -26,6 +26,16 @@ pub fn run(cfg: &OverloadConfig, log: &mut dyn FnMut(&str)) -> Result<OverloadRe
     cfg.check()?;
     std::fs::create_dir_all(&cfg.out)
         .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+    let mut cfg = cfg.clone();
+    if cfg.bottleneck_passes.is_none() {
+        let k = calibrate_passes(cfg.bottleneck_ms)?;
+        log(&format!(
+            "bottleneck: {} ms calibrated here to {k} passes (largest of 5), used by every server",
+            cfg.bottleneck_ms
+        ));
+        cfg.bottleneck_passes = Some(k);
+    }
+    let cfg = &cfg;
     let (runs, scenarios) = plan(cfg);
     let eta = eta(&runs);
     log(&format!(
@@ -56,6 +66,7 @@ pub fn run(cfg: &OverloadConfig, log: &mut dyn FnMut(&str)) -> Result<OverloadRe
             "machine": machine,
             "load_average_before": loadavg.map(|(a, b, c)| [a, b, c]),
             "bottleneck_ms": cfg.bottleneck_ms,
+            "bottleneck_passes": cfg.bottleneck_passes,
             "target_ms": cfg.target_ms,
             "fig13_users": cfg.fig13_users,
             "fig13_duration_s": cfg.fig13_duration.as_secs_f64(),

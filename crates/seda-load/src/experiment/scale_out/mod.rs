@@ -44,7 +44,7 @@ use super::overload::load_average;
 use super::overload::metrics::{self, WindowMetrics};
 use super::overload::stats::{BOTTLENECK_STAGE, StatsLog, StatsPoller};
 use super::server::{ServerProcess, free_port};
-use super::{date_utc, machine_summary};
+use super::{calibrate_passes, date_utc, machine_summary};
 use crate::client::{LoadConfig, Mode, RequestMix};
 use crate::report::LoadReport;
 use crate::schedule::{Phase, Schedule};
@@ -510,7 +510,7 @@ pub fn run(cfg: &ScaleOutConfig, log: &mut dyn FnMut(&str)) -> Result<ScaleOutRe
     let passes = match cfg.passes {
         Some(k) => k,
         None => {
-            let k = calibrate(cfg.bottleneck_ms)?;
+            let k = calibrate_passes(cfg.bottleneck_ms)?;
             log(&format!(
                 "bottleneck: {} ms calibrated here to {k} passes (largest of 5), used by every replica",
                 cfg.bottleneck_ms
@@ -586,18 +586,6 @@ pub fn run(cfg: &ScaleOutConfig, log: &mut dyn FnMut(&str)) -> Result<ScaleOutRe
         cfg.out.display()
     ));
     Ok(results)
-}
-
-/// Checksum passes for `ms` of CPU: the largest of five calibrations.
-fn calibrate(ms: f64) -> Result<u64, String> {
-    let d = Duration::from_secs_f64(ms / 1e3);
-    let mut best = 0;
-    for _ in 0..5 {
-        let b = seda_http::Bottleneck::calibrate(d)
-            .map_err(|e| format!("cannot calibrate the bottleneck: {e}"))?;
-        best = best.max(b.passes());
-    }
-    Ok(best)
 }
 
 fn run_one(
