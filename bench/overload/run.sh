@@ -1,12 +1,24 @@
 #!/bin/sh
-# Rerun the overload-control experiment (USITS'03 Figs. 10, 14-15: the capacity at the
-# knee, the CPU per refusal, the admission policies and nginx's limit_req on a spike,
-# two classes; 3 repeats each) on this machine and write the results where the
-# committed ones live. About 22 minutes with the defaults. Extra arguments go to
-# `seda experiment overload` (e.g. --scenarios spike,fig13,degrade, --scale 0.75,
-# --only spike/default, or --quick).
+# Rerun the overload-control experiment (SEDA Fig. 13, USITS'03 Figs. 10, 12-15: the
+# capacity at the knee, the CPU per refusal, many users, every admission policy and
+# nginx's limit_req on a spike, degradation with admission control, two classes;
+# 3 repeats each) on this machine and write the results where the committed ones
+# live. About 21 minutes plus the release build. Extra arguments go to
+# `seda experiment overload` (e.g. --only spike/default, --repeats 1, or --quick).
+#
+# It needs the whole machine: it takes /work/coord/bench.lock when that exists, and
+# prints the load average, which the results record too.
 set -eu
 cd "$(dirname "$0")/../.."
 cargo build --release -p seda-cli
 target="${CARGO_TARGET_DIR:-target}"
-exec "$target/release/seda" experiment overload --out docs/overload "$@"
+set -- "$target/release/seda" experiment overload \
+    --scenarios knee,refusal,fig13,degrade,classes,policies --scale 0.7 \
+    --out docs/overload "$@"
+echo "load before: $(cat /proc/loadavg)"
+if [ -e /work/coord/bench.lock ]; then
+    flock /work/coord/bench.lock "$@"
+else
+    "$@"
+fi
+echo "load after: $(cat /proc/loadavg)"

@@ -36,11 +36,19 @@ pub fn write_runs_and_table<T: serde::Serialize>(
     w("table.md", table)
 }
 
-/// Checksum passes of the bottleneck for `ms` of CPU per request: the largest of five
-/// calibrations (the one least disturbed by other load on the machine). Experiments
-/// calibrate once and pass the result to every `seda serve --bottleneck-passes`, so
-/// that every server of every run does the same work per request.
-pub fn calibrate_passes(ms: f64) -> Result<u64, String> {
+/// Checksum passes of the bottleneck for `ms` of CPU per request: `given`, or the
+/// largest of five calibrations here (the one least disturbed by other load on the
+/// machine), said through `log`. Experiments pass the result to every
+/// `seda serve --bottleneck-passes`, so that every server of every run does the same
+/// work per request.
+pub fn bottleneck_passes(
+    given: Option<u64>,
+    ms: f64,
+    log: &mut dyn FnMut(&str),
+) -> Result<u64, String> {
+    if let Some(k) = given {
+        return Ok(k);
+    }
     let d = std::time::Duration::from_secs_f64(ms / 1e3);
     let mut best = 0;
     for _ in 0..5 {
@@ -48,6 +56,9 @@ pub fn calibrate_passes(ms: f64) -> Result<u64, String> {
             .map_err(|e| format!("cannot calibrate the bottleneck: {e}"))?;
         best = best.max(b.passes());
     }
+    log(&format!(
+        "bottleneck: {ms} ms calibrated here to {best} passes (largest of 5), used by every server"
+    ));
     Ok(best)
 }
 

@@ -319,6 +319,22 @@ mod tests {
         let refusal = runs.iter().find(|r| r.id == "refusal/refuse-all").unwrap();
         assert_eq!(refusal.config.as_deref(), Some(REFUSE_ALL_TOML));
         assert_eq!(refusal.retry_wait, Some(cfg.think));
+        // The committed rerun (bench/overload/run.sh): every scenario but `spike`'s
+        // connection limit, at 0.7 of the phases, also fits.
+        let full = OverloadConfig {
+            scenarios: vec![
+                Scenario::Knee,
+                Scenario::Refusal,
+                Scenario::Fig13,
+                Scenario::Degrade,
+                Scenario::Classes,
+                Scenario::Policies,
+            ],
+            ..cfg.clone()
+        }
+        .scaled(0.7);
+        let eta_full = super::eta(&plan(&full).0);
+        assert!(eta_full < Duration::from_secs(25 * 60), "{eta_full:?}");
         // One calibration for every server of the experiment.
         let fixed = OverloadConfig {
             bottleneck_passes: Some(1234),

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::client::{LoadConfig, Mode, RequestMix};
 use crate::experiment::server::{ServerKind, ServerProcess, ServerSpec, process_tree_cpu};
-use crate::experiment::{calibrate_passes, date_utc, machine_summary};
+use crate::experiment::{bottleneck_passes, date_utc, machine_summary};
 use crate::report::LoadReport;
 
 /// How often the server's CPU time is sampled during a run.
@@ -27,14 +27,11 @@ pub fn run(cfg: &OverloadConfig, log: &mut dyn FnMut(&str)) -> Result<OverloadRe
     std::fs::create_dir_all(&cfg.out)
         .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
     let mut cfg = cfg.clone();
-    if cfg.bottleneck_passes.is_none() {
-        let k = calibrate_passes(cfg.bottleneck_ms)?;
-        log(&format!(
-            "bottleneck: {} ms calibrated here to {k} passes (largest of 5), used by every server",
-            cfg.bottleneck_ms
-        ));
-        cfg.bottleneck_passes = Some(k);
-    }
+    cfg.bottleneck_passes = Some(bottleneck_passes(
+        cfg.bottleneck_passes,
+        cfg.bottleneck_ms,
+        log,
+    )?);
     let cfg = &cfg;
     let (runs, scenarios) = plan(cfg);
     let eta = eta(&runs);

@@ -44,7 +44,7 @@ use super::overload::load_average;
 use super::overload::metrics::{self, WindowMetrics};
 use super::overload::stats::{BOTTLENECK_STAGE, StatsLog, StatsPoller};
 use super::server::{ServerProcess, free_port};
-use super::{calibrate_passes, date_utc, machine_summary};
+use super::{bottleneck_passes, date_utc, machine_summary};
 use crate::client::{LoadConfig, Mode, RequestMix};
 use crate::report::LoadReport;
 use crate::schedule::{Phase, Schedule};
@@ -507,17 +507,7 @@ pub fn run(cfg: &ScaleOutConfig, log: &mut dyn FnMut(&str)) -> Result<ScaleOutRe
         log(&format!("load average before the runs: {l1:.2}"));
     }
     let mut cfg = cfg.clone();
-    let passes = match cfg.passes {
-        Some(k) => k,
-        None => {
-            let k = calibrate_passes(cfg.bottleneck_ms)?;
-            log(&format!(
-                "bottleneck: {} ms calibrated here to {k} passes (largest of 5), used by every replica",
-                cfg.bottleneck_ms
-            ));
-            k
-        }
-    };
+    let passes = bottleneck_passes(cfg.passes, cfg.bottleneck_ms, log)?;
     cfg.passes = Some(passes);
     let cfg = &cfg;
     let root = tempfile::Builder::new()
