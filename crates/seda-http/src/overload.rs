@@ -10,7 +10,7 @@
 //! | [`Admission`] | law (see `seda::admission` for each one's equations) | needs |
 //! |---|---|---|
 //! | `none` | admit all; only the queue capacity (1024) bounds the stage | - |
-//! | `delay-budget` | refuse when the predicted response time `(queue_len + 1) * service / handling` exceeds a budget; the p90 loop of USITS'03 3.2 sets the budget; lower classes get half the budget of the class above while it is present | target |
+//! | `delay-budget` | refuse when the predicted response time at the stage, `(in_flight + 1)` times the measured time between departures, exceeds a budget; an integral p90 loop (USITS'03 3.2's windows) sets the budget so that the p90 sits at 0.8 x target; lower classes get half the budget of the class above while it is present, the top class the room that frees | target |
 //! | `response-time` | token bucket, rate AIMD-tuned from the smoothed p90 since `born` (USITS'03 3.2) | target |
 //! | `multiclass` | one bucket and controller per class; lower classes cut by `adjlo_d` = 10 first (USITS'03 3.3) | target |
 //! | `queue-threshold` | admit while `queue_len < threshold` (SEDA 3.2; default threshold 100) | - |
