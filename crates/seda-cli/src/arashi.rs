@@ -197,9 +197,9 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     ])
     .map_err(|e| format!("cannot install signal handler: {e}"))?;
     let service = Arashi::start(cfg, &mut |l| eprintln!("seda arashi: {l}"))?;
-    println!("listening on http://{}", service.local_addr());
+    announce!("listening on http://{}", service.local_addr());
     if let Some(admin) = service.admin_addr() {
-        println!("admin at http://{admin}/_seda/");
+        announce!("admin at http://{admin}/_seda/");
     }
     let _ = std::io::stdout().flush();
     eprintln!(

@@ -191,10 +191,10 @@ pub fn run(a: GnutellaArgs) -> Result<(), String> {
         None => None,
     };
     rt.start().map_err(|e| e.to_string())?;
-    println!("gnutella router on {}", router.local_addr());
+    announce!("gnutella router on {}", router.local_addr());
     if let Some(a) = &admin {
-        println!("admin on http://{}/_seda/stats", a.local_addr());
-        println!("dashboard at http://{}/_seda/", a.local_addr());
+        announce!("admin on http://{}/_seda/stats", a.local_addr());
+        announce!("dashboard at http://{}/_seda/", a.local_addr());
     }
     let _ = std::io::stdout().flush();
     eprintln!("seda gnutella: routing; Ctrl-C to stop");

@@ -4,6 +4,18 @@
 //! a one-line error on failure and exits non-zero: 2 for a command line clap refuses
 //! (`seda: <clap's first line>`), 1 for a command that fails.
 
+/// Prints a line on stdout for whoever started a server (its address, say) and
+/// flushes it. A closed stdout (the reader went away) is ignored: a running server
+/// must not die of it, as it would of `println!`, which panics on `EPIPE`.
+macro_rules! announce {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, $($arg)*);
+        let _ = out.flush();
+    }};
+}
+
 mod arashi;
 mod experiment;
 mod gnutella;

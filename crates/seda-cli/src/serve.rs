@@ -744,9 +744,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         cfg.root.display().to_string()
     };
     let server = Server::start(cfg).map_err(|e| e.to_string())?;
-    println!("listening on http://{}", server.local_addr());
+    announce!("listening on http://{}", server.local_addr());
     if let Some(admin) = server.admin_addr() {
-        println!("admin at http://{admin}/_seda/");
+        announce!("admin at http://{admin}/_seda/");
     }
     if let (Some(ms), Some(passes)) = (bottleneck, calibrated) {
         let how = if bottleneck_passes.is_some() {
@@ -754,7 +754,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         } else {
             "calibrated to"
         };
-        println!(
+        announce!(
             "bottleneck: {} ms {how} {passes} iterations",
             ms.as_secs_f64() * 1000.0
         );
@@ -764,7 +764,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             let pages = server.admin_builder();
             let agent = AgentServer::start(addr, agent_cfg, move || pages.stats())
                 .map_err(|e| format!("agent-check: {e}"))?;
-            println!("agent-check at {}", agent.local_addr());
+            announce!("agent-check at {}", agent.local_addr());
             Some(agent)
         }
         None => None,

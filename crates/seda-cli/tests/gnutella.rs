@@ -41,6 +41,8 @@ fn start(extra: &[&str]) -> (Proc, SocketAddr, SocketAddr) {
     };
     let router = addr("gnutella router on ");
     let admin = addr("admin on http://");
+    // Keep reading what else the router prints: it must never write into a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
     (Proc { child }, router, admin)
 }
 
