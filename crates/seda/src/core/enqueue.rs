@@ -112,13 +112,15 @@ impl<E: Send + 'static> StageCore<E> {
         origin: Origin,
     ) -> Result<(), EnqueueError<E>> {
         let event = if self.may_inline(&origin) {
-            // From a handler's batch, uncolored: run at the end of that batch, with
-            // the other events it hands this stage (see `defer`).
+            // From a handler's batch, uncolored: the batch's first handoff to this
+            // stage runs at once, later ones at the end of that batch, as one group
+            // (see `defer`).
             let event = match (origin.cur.clock, meta.color) {
                 (Some(clock), None) => match self.defer(event, meta, &origin, clock) {
                     Deferral::Deferred => return Ok(()),
                     Deferral::Refused(e) => return Err(EnqueueError::Rejected(e)),
                     Deferral::No(e) => return self.offer_queued(e, meta, origin),
+                    Deferral::Now(e) => e,
                 },
                 _ => event,
             };
