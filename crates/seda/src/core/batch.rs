@@ -218,7 +218,7 @@ impl<E: Send + 'static> StageCore<E> {
             Stamp::push(&mut s.stamps, e.meta.born, e.enqueued, e.meta.class);
         }
         let first = s.envs[0].meta;
-        let outer = defer::open();
+        let outer = defer::open(n);
         self.invoke(Items::Drain(s.envs.drain(..)), first, start, 0, rt);
         let end = self.complete(start, n, &s.stamps, false);
         for (color, last) in s.held.drain(..) {
@@ -244,7 +244,7 @@ impl<E: Send + 'static> StageCore<E> {
             class: meta.class,
             n: u32::try_from(n).unwrap_or(u32::MAX),
         };
-        let outer = defer::open();
+        let outer = defer::open(n);
         self.invoke(items, meta, start, depth, rt);
         let end = self.complete(start, n, &[stamp], true);
         defer::flush(outer, end, rt);

@@ -112,9 +112,8 @@ impl<E: Send + 'static> StageCore<E> {
         origin: Origin,
     ) -> Result<(), EnqueueError<E>> {
         let event = if self.may_inline(&origin) {
-            // From a handler's batch, uncolored: the batch's first handoff to this
-            // stage runs at once, later ones at the end of that batch, as one group
-            // (see `defer`).
+            // From a handler's batch, uncolored: at the end of that batch, as one
+            // group (the first handoff of a batch of one runs at once; see `defer`).
             let event = match (origin.cur.clock, meta.color) {
                 (Some(clock), None) => match self.defer(event, meta, &origin, clock) {
                     Deferral::Deferred => return Ok(()),
