@@ -20,7 +20,7 @@
 #
 # Environment: DURATION (seconds per run, default 5), ROUNDS (default 3), THREADS
 # (wrk threads, 2), QUEUED (1: also Haboob with queued handoff; default 1),
-# FILES (default "1k.bin 16k.bin 256k.bin"), CONNS (default "100 1000"),
+# FILES (default "1k.bin 16k.bin 256k.bin"; 64k.bin also exists), CONNS (default "100 1000"),
 # CARGO_TARGET_DIR (where to build seda), SEDA_BIN (use this binary instead).
 set -euo pipefail
 
@@ -67,8 +67,8 @@ trap cleanup EXIT
 
 mkdir -p "$WORK/www" "$WORK/nginx/logs"
 chmod 755 "$WORK" # nginx workers run as an unprivileged user
-size_of() { case "$1" in 1k.bin) echo 1024 ;; 16k.bin) echo 16384 ;; 256k.bin) echo 262144 ;; esac; }
-for f in 1k.bin 16k.bin 256k.bin; do
+size_of() { case "$1" in 1k.bin) echo 1024 ;; 16k.bin) echo 16384 ;; 64k.bin) echo 65536 ;; 256k.bin) echo 262144 ;; esac; }
+for f in 1k.bin 16k.bin 64k.bin 256k.bin; do
     head -c "$(size_of $f)" /dev/urandom >"$WORK/www/$f"
 done
 chmod -R a+rX "$WORK/www"
