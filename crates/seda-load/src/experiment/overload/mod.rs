@@ -226,7 +226,7 @@ impl OverloadConfig {
             high_users: 32,
             repeats: 3,
             only: Vec::new(),
-            knee_users: vec![1, 2, 4, 8, 16, 32],
+            knee_users: vec![1, 2, 4, 8, 16, 32, 64, 128],
             knee_step: Duration::from_secs(3),
             refusal_users: 64,
             refusal_phases: [Duration::from_secs(2), Duration::from_secs(8)],
