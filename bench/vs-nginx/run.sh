@@ -30,6 +30,12 @@ THREADS=${THREADS:-2}
 QUEUED=${QUEUED:-1}
 FILES=${FILES:-"1k.bin 16k.bin 256k.bin"}
 CONNS=${CONNS:-"100 1000"}
+# The files the bench can serve, and their sizes; any other name in FILES is refused
+# here (a typo would otherwise measure 404s).
+size_of() { case "$1" in 1k.bin) echo 1024 ;; 16k.bin) echo 16384 ;; 64k.bin) echo 65536 ;; 256k.bin) echo 262144 ;; *) return 1 ;; esac; }
+for f in $FILES; do
+    size_of "$f" >/dev/null || { echo "run.sh: unknown file '$f' in FILES (known: 1k.bin 16k.bin 64k.bin 256k.bin)" >&2; exit 2; }
+done
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 
@@ -67,8 +73,7 @@ trap cleanup EXIT
 
 mkdir -p "$WORK/www" "$WORK/nginx/logs"
 chmod 755 "$WORK" # nginx workers run as an unprivileged user
-size_of() { case "$1" in 1k.bin) echo 1024 ;; 16k.bin) echo 16384 ;; 64k.bin) echo 65536 ;; 256k.bin) echo 262144 ;; esac; }
-for f in 1k.bin 16k.bin 64k.bin 256k.bin; do
+for f in $FILES; do
     head -c "$(size_of $f)" /dev/urandom >"$WORK/www/$f"
 done
 chmod -R a+rX "$WORK/www"
