@@ -22,6 +22,8 @@ use std::time::Duration;
 use crate::envelope::{Envelope, Meta};
 use crate::lifecycle::Current;
 use crate::runtime::Runtime;
+use crate::sink::Sink;
+use crate::timer::TimerId;
 
 /// Error an `init` hook returns to stop the runtime from starting.
 #[derive(Debug)]
@@ -176,6 +178,40 @@ impl Context<'_> {
     /// The runtime, to look up other stages' sinks.
     pub fn runtime(&self) -> &Runtime {
         self.runtime
+    }
+
+    /// Enqueues `event` to `sink` after `delay`; from a batch, the event inherits the
+    /// metadata of the event being handled. A refusal when the timer fires is counted
+    /// in the target stage's statistics.
+    pub fn schedule<E: Send + 'static>(
+        &self,
+        delay: Duration,
+        sink: &Sink<E>,
+        event: E,
+    ) -> TimerId {
+        self.runtime.schedule_with(delay, sink, event, self.meta())
+    }
+
+    /// As [`Context::schedule`], with explicit metadata.
+    pub fn schedule_with<E: Send + 'static>(
+        &self,
+        delay: Duration,
+        sink: &Sink<E>,
+        event: E,
+        meta: Meta,
+    ) -> TimerId {
+        self.runtime.schedule_with(delay, sink, event, meta)
+    }
+
+    /// Cancels a timer; true if it had not fired yet.
+    pub fn cancel_timer(&self, id: TimerId) -> bool {
+        self.runtime.cancel_timer(id)
+    }
+
+    /// Whether the runtime is shutting down: a long-running handler (an event loop)
+    /// checks it to return and let the drain finish.
+    pub fn is_draining(&self) -> bool {
+        self.runtime.is_draining()
     }
 
     /// Metadata of the event being handled (the one the batch yielded last), or fresh

@@ -70,6 +70,6 @@ pub use crate::handler::{Batch, Context, EventHandler, InitError};
 pub use crate::lifecycle::Lifecycle;
 pub use crate::runtime::{Runtime, RuntimeBuilder, RuntimeError, ShutdownReport, StageShutdown};
 pub use crate::sink::Sink;
-pub use crate::stage::{DEFAULT_CAPACITY, StageBuilder};
+pub use crate::stage::{DEFAULT_CAPACITY, Declared, StageBuilder};
 pub use crate::stats::{ClassCounts, LatencySummary, RuntimeSnapshot, StageSnapshot};
 pub use crate::timer::TimerId;

@@ -140,6 +140,7 @@ impl RuntimeBuilder {
             shared: Arc::new(SharedPool::new(self.shared_workers)),
             stages: RwLock::new(Vec::new()),
             sinks: RwLock::new(HashMap::new()),
+            declared: Mutex::new(Vec::new()),
             domains: Mutex::new(HashMap::new()),
             next_stage: AtomicUsize::new(0),
             state: Mutex::new(Lifecycle::Created),
@@ -160,6 +161,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) shared: Arc<SharedPool>,
     stages: RwLock<Vec<Arc<dyn StageObj>>>,
     pub(crate) sinks: RwLock<HashMap<String, Box<dyn Any + Send + Sync>>>,
+    /// Stages declared ([`Runtime::declare`]) and not built yet.
+    declared: Mutex<Vec<String>>,
     domains: Mutex<HashMap<String, Domain>>,
     next_stage: AtomicUsize,
     state: Mutex<Lifecycle>,
@@ -265,19 +268,38 @@ impl Runtime {
             .clone()
     }
 
-    /// Registers a built stage and its sink (type-erased); starts it if the runtime
+    /// Reserves `name` for a declared stage and records its sink (type-erased).
+    pub(crate) fn reserve(
+        &self,
+        name: &str,
+        sink: Box<dyn Any + Send + Sync>,
+    ) -> Result<(), RuntimeError> {
+        if *self.inner.state.lock() >= Lifecycle::Draining {
+            return Err(RuntimeError::Stopped);
+        }
+        let mut sinks = self.inner.sinks.write();
+        if sinks.contains_key(name) {
+            return Err(RuntimeError::DuplicateStage(name.to_owned()));
+        }
+        sinks.insert(name.to_owned(), sink);
+        self.inner.declared.lock().push(name.to_owned());
+        Ok(())
+    }
+
+    /// Registers a built stage and its sink (type-erased; `None` for a declared
+    /// stage, whose sink [`Runtime::reserve`] recorded); starts it if the runtime
     /// runs.
     pub(crate) fn register(
         &self,
         name: &str,
         core: Arc<dyn StageObj>,
-        sink: Box<dyn Any + Send + Sync>,
+        sink: Option<Box<dyn Any + Send + Sync>>,
     ) -> Result<(), RuntimeError> {
         let state = *self.inner.state.lock();
         if state >= Lifecycle::Draining {
             return Err(RuntimeError::Stopped);
         }
-        if self.inner.sinks.read().contains_key(name) {
+        if sink.is_some() && self.inner.sinks.read().contains_key(name) {
             return Err(RuntimeError::DuplicateStage(name.to_owned()));
         }
         if state == Lifecycle::Running {
@@ -289,11 +311,16 @@ impl Runtime {
                 error,
             })?;
         }
-        let mut sinks = self.inner.sinks.write();
-        if sinks.contains_key(name) {
-            return Err(RuntimeError::DuplicateStage(name.to_owned()));
+        match sink {
+            Some(sink) => {
+                let mut sinks = self.inner.sinks.write();
+                if sinks.contains_key(name) {
+                    return Err(RuntimeError::DuplicateStage(name.to_owned()));
+                }
+                sinks.insert(name.to_owned(), sink);
+            }
+            None => self.inner.declared.lock().retain(|d| d != name),
         }
-        sinks.insert(name.to_owned(), sink);
         self.inner.stages.write().push(core);
         Ok(())
     }
@@ -330,6 +357,11 @@ impl Runtime {
             Lifecycle::Created => {}
             Lifecycle::Running => return Ok(()),
             _ => return Err(RuntimeError::Stopped),
+        }
+        if let Some(name) = self.inner.declared.lock().first() {
+            return Err(RuntimeError::InvalidConfig(format!(
+                "stage '{name}' was declared but never given a handler"
+            )));
         }
         let stages: Vec<_> = self.inner.stages.read().clone();
         if stages.iter().any(|s| s.model() == ThreadModel::Shared) {

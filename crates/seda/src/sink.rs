@@ -12,7 +12,7 @@
 //! the stage graph. Use the `*_with` variants to set metadata explicitly.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::core::StageCore;
@@ -23,14 +23,40 @@ use crate::runtime::{Runtime, RuntimeError};
 use crate::timer::TimerId;
 
 /// The handle to a stage's input queue. Cheap to clone; `Send + Sync`.
+///
+/// A sink exists as soon as its stage is built ([`crate::StageBuilder::build`]) or
+/// declared ([`Runtime::declare`]); enqueues to a declared stage whose handler has not
+/// been given yet are refused with `Closed`.
 pub struct Sink<E: Send + 'static> {
-    pub(crate) core: Arc<StageCore<E>>,
+    pub(crate) slot: Arc<SinkSlot<E>>,
+}
+
+/// What every clone of a sink points at: the stage, once it is built.
+pub(crate) struct SinkSlot<E: Send + 'static> {
+    pub(crate) core: OnceLock<Arc<StageCore<E>>>,
+    pub(crate) name: String,
+}
+
+impl<E: Send + 'static> Sink<E> {
+    pub(crate) fn declared(name: &str) -> Self {
+        Sink {
+            slot: Arc::new(SinkSlot {
+                core: OnceLock::new(),
+                name: name.to_owned(),
+            }),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn core(&self) -> Option<&Arc<StageCore<E>>> {
+        self.slot.core.get()
+    }
 }
 
 impl<E: Send + 'static> Clone for Sink<E> {
     fn clone(&self) -> Self {
         Sink {
-            core: Arc::clone(&self.core),
+            slot: Arc::clone(&self.slot),
         }
     }
 }
@@ -38,7 +64,7 @@ impl<E: Send + 'static> Clone for Sink<E> {
 impl<E: Send + 'static> fmt::Debug for Sink<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sink")
-            .field("stage", &self.core.name())
+            .field("stage", &self.slot.name)
             .finish()
     }
 }
@@ -46,19 +72,25 @@ impl<E: Send + 'static> fmt::Debug for Sink<E> {
 impl<E: Send + 'static> Sink<E> {
     /// Name of the stage this sink feeds.
     pub fn stage_name(&self) -> &str {
-        self.core.name()
+        &self.slot.name
     }
 
     /// Enqueue one event, or hand it back. Inside a handler the event inherits the
     /// metadata of the event being handled.
     pub fn try_enqueue(&self, event: E) -> Result<(), EnqueueError<E>> {
+        let Some(core) = self.core() else {
+            return Err(EnqueueError::Closed(event));
+        };
         let (meta, origin) = Origin::current();
-        self.core.offer(event, meta, origin)
+        core.offer(event, meta, origin)
     }
 
     /// Enqueue one event with explicit metadata, or hand it back.
     pub fn try_enqueue_with(&self, event: E, meta: Meta) -> Result<(), EnqueueError<E>> {
-        self.core.offer(event, meta, Origin::here())
+        match self.core() {
+            Some(core) => core.offer(event, meta, Origin::here()),
+            None => Err(EnqueueError::Closed(event)),
+        }
     }
 
     /// Enqueue, or drop the event if it cannot be enqueued. Returns whether it was
@@ -67,7 +99,9 @@ impl<E: Send + 'static> Sink<E> {
         match self.try_enqueue(event) {
             Ok(()) => true,
             Err(_) => {
-                self.core.count_dropped(1);
+                if let Some(core) = self.core() {
+                    core.count_dropped(1);
+                }
                 false
             }
         }
@@ -75,25 +109,31 @@ impl<E: Send + 'static> Sink<E> {
 
     /// Enqueue all events or none: on failure every event is handed back, in order.
     pub fn try_enqueue_batch(&self, events: Vec<E>) -> Result<(), EnqueueError<Vec<E>>> {
+        let Some(core) = self.core() else {
+            return Err(EnqueueError::Closed(events));
+        };
         let (meta, origin) = Origin::current();
-        self.core.offer_batch(events, meta, origin)
+        core.offer_batch(events, meta, origin)
     }
 
     /// Enqueue, waiting while the queue is full until there is space or `deadline`
     /// passes (backpressure). Rejection and a closed stage return at once.
     pub fn enqueue_until(&self, event: E, deadline: Instant) -> Result<(), EnqueueError<E>> {
+        let Some(core) = self.core() else {
+            return Err(EnqueueError::Closed(event));
+        };
         let (meta, origin) = Origin::current();
-        self.core.offer_until(event, meta, origin, deadline)
+        core.offer_until(event, meta, origin, deadline)
     }
 
     /// Events waiting in the queue now.
     pub fn queue_len(&self) -> usize {
-        self.core.queue_len()
+        self.core().map_or(0, |c| c.queue_len())
     }
 
-    /// The queue's capacity.
+    /// The queue's capacity (0 while the stage is declared and not built).
     pub fn capacity(&self) -> usize {
-        self.core.capacity()
+        self.core().map_or(0, |c| c.capacity())
     }
 }
 

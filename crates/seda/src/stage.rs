@@ -22,6 +22,82 @@ impl Runtime {
     ) -> StageBuilder<'_, E> {
         StageBuilder::new(self, name, Box::new(handler))
     }
+
+    /// Declares a stage named `name` and gives its sink now, before its handler
+    /// exists, as `crossbeam_channel::bounded` gives a sender before anyone
+    /// receives: stages that feed each other (or a cycle) are wired by passing sinks
+    /// to their handlers' constructors. Give the handler with [`Declared::handler`],
+    /// which returns the usual [`StageBuilder`]; [`Runtime::start`] refuses to start
+    /// while a declared stage has no handler. Until it is built, enqueues to the sink
+    /// are refused with `Closed`.
+    ///
+    /// Errors: `DuplicateStage` if the name is taken, `Stopped` after shutdown began.
+    ///
+    /// # Examples
+    /// ```
+    /// use seda::{Batch, Context, Runtime, Sink};
+    ///
+    /// let rt = Runtime::builder().build();
+    /// // Ping and pong feed each other: declare one, build the other with its sink.
+    /// let (pong, declared) = rt.declare::<u32>("pong").unwrap();
+    /// let ping: Sink<u32> = rt
+    ///     .stage("ping", move |batch: Batch<'_, u32>, _cx: &Context<'_>| {
+    ///         for n in batch {
+    ///             let _ = pong.try_enqueue(n + 1);
+    ///         }
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// let back = ping.clone();
+    /// declared
+    ///     .handler(move |batch: Batch<'_, u32>, _cx: &Context<'_>| {
+    ///         for n in batch.filter(|n| *n < 10) {
+    ///             let _ = back.try_enqueue(n + 1);
+    ///         }
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// rt.start().unwrap();
+    /// ping.try_enqueue(0).unwrap();
+    /// assert!(rt.shutdown(std::time::Duration::from_secs(5)).drained);
+    /// ```
+    pub fn declare<E: Send + 'static>(
+        &self,
+        name: &str,
+    ) -> Result<(Sink<E>, Declared<'_, E>), RuntimeError> {
+        let sink = Sink::declared(name);
+        self.reserve(name, Box::new(sink.clone()))?;
+        let declared = Declared {
+            runtime: self,
+            sink: sink.clone(),
+        };
+        Ok((sink, declared))
+    }
+}
+
+/// A stage declared with [`Runtime::declare`]: its sink exists, its handler not yet.
+#[must_use = "a declared stage must be given a handler and built before the runtime starts"]
+pub struct Declared<'r, E: Send + 'static> {
+    runtime: &'r Runtime,
+    sink: Sink<E>,
+}
+
+impl<E: Send + 'static> fmt::Debug for Declared<'_, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Declared")
+            .field("stage", &self.sink.stage_name())
+            .finish()
+    }
+}
+
+impl<'r, E: Send + 'static> Declared<'r, E> {
+    /// The stage's handler; configure the stage on the returned builder and `build`
+    /// it (its sink is the one [`Runtime::declare`] gave).
+    pub fn handler(self, handler: impl EventHandler<E>) -> StageBuilder<'r, E> {
+        let mut b = StageBuilder::new(self.runtime, self.sink.stage_name(), Box::new(handler));
+        b.declared = Some(self.sink);
+        b
+    }
 }
 
 /// Builder of a stage, returned by [`crate::Runtime::stage`]; `build` registers it.
@@ -29,6 +105,8 @@ pub struct StageBuilder<'r, E: Send + 'static> {
     pub(crate) runtime: &'r Runtime,
     pub(crate) config: StageConfig,
     pub(crate) handler: Box<dyn EventHandler<E>>,
+    /// The sink handed out by [`Runtime::declare`], for a declared stage.
+    declared: Option<Sink<E>>,
 }
 
 impl<E: Send + 'static> fmt::Debug for StageBuilder<'_, E> {
@@ -56,6 +134,7 @@ impl<'r, E: Send + 'static> StageBuilder<'r, E> {
                 domain: None,
             },
             handler,
+            declared: None,
         }
     }
 
@@ -139,11 +218,20 @@ impl<'r, E: Send + 'static> StageBuilder<'r, E> {
     /// starts at once.
     pub fn build(self) -> Result<Sink<E>, RuntimeError> {
         let core = StageCore::build(self.runtime, self.config, self.handler)?;
-        let sink = Sink {
-            core: Arc::clone(&core),
-        };
         let name = core.name().to_owned();
-        self.runtime.register(&name, core, Box::new(sink.clone()))?;
-        Ok(sink)
+        match self.declared {
+            None => {
+                let sink = Sink::declared(&name);
+                let _ = sink.slot.core.set(Arc::clone(&core));
+                self.runtime
+                    .register(&name, core, Some(Box::new(sink.clone())))?;
+                Ok(sink)
+            }
+            Some(sink) => {
+                let _ = sink.slot.core.set(Arc::clone(&core));
+                self.runtime.register(&name, core, None)?;
+                Ok(sink)
+            }
+        }
     }
 }

@@ -536,3 +536,68 @@ fn shared_pool_runs_a_late_event_beside_a_long_batch() {
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap().0, 1_500);
     assert!(rt.shutdown(Duration::from_secs(5)).drained);
 }
+
+/// Typed wiring: a declared stage's sink exists before its handler, refuses events
+/// until the stage is built, is the sink of the built stage, and a runtime with a
+/// declared stage that never got a handler refuses to start, naming it.
+#[test]
+fn a_declared_stage_gives_its_sink_before_its_handler() {
+    for model in MODELS {
+        let rt = Runtime::builder().thread_model(model).build();
+        let (sink, declared) = rt.declare::<u32>("later").unwrap();
+        assert_eq!(sink.stage_name(), "later");
+        assert!(sink.try_enqueue(1).unwrap_err().is_closed(), "{model}");
+        assert_eq!(
+            rt.declare::<u32>("later").unwrap_err(),
+            RuntimeError::DuplicateStage("later".into())
+        );
+        let dup = rt
+            .stage("later", |_b: Batch<'_, u32>, _cx: &Context<'_>| {})
+            .build();
+        assert_eq!(
+            dup.unwrap_err(),
+            RuntimeError::DuplicateStage("later".into())
+        );
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let built = declared
+            .handler(move |b: Batch<'_, u32>, _cx: &Context<'_>| {
+                s.fetch_add(b.count(), Ordering::Relaxed);
+            })
+            .capacity(8)
+            .build()
+            .unwrap();
+        assert_eq!(sink.capacity(), 8, "the declared sink is the built stage's");
+        sink.try_enqueue(1).unwrap();
+        built.try_enqueue(2).unwrap();
+        let (_orphan, never) = rt.declare::<u32>("orphan").unwrap();
+        drop(never);
+        let err = rt.start().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("'orphan' was declared but never given a handler"),
+            "{err}"
+        );
+        let rt2 = Runtime::builder().thread_model(model).build();
+        let (s2, d2) = rt2.declare::<u32>("x").unwrap();
+        let seen2 = Arc::new(AtomicUsize::new(0));
+        let c2 = seen2.clone();
+        d2.handler(move |b: Batch<'_, u32>, _cx: &Context<'_>| {
+            c2.fetch_add(b.count(), Ordering::Relaxed);
+        })
+        .build()
+        .unwrap();
+        rt2.start().unwrap();
+        s2.try_enqueue(7).unwrap();
+        assert!(eventually(Duration::from_secs(10), || seen2
+            .load(Ordering::Relaxed)
+            == 1));
+        assert!(rt2.shutdown(Duration::from_secs(5)).drained);
+        assert_eq!(rt2.snapshot().stage("x").unwrap().processed, 1);
+        // The first runtime still has its orphan: it never starts, and the events
+        // that went in before are counted unfinished at shutdown.
+        let report = rt.shutdown(Duration::from_millis(100));
+        assert_eq!(report.unfinished(), 2, "{model}");
+        assert_eq!(seen.load(Ordering::Relaxed), 0);
+    }
+}
