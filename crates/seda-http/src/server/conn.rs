@@ -21,7 +21,9 @@
 //! - No lock of a connection is held while enqueueing to a stage (an enqueue may
 //!   run the next stage inline, which may take the same lock).
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::fs::File;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,8 +33,6 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use seda_io::{ConnId, ConnWriter, Outgoing, Writer};
-
-use super::parse::BodyInProgress;
 
 /// `Connection` lines and the blank line that ends a head.
 pub(crate) static KEEP_ALIVE: Bytes = Bytes::from_static(b"Connection: keep-alive\r\n\r\n");
@@ -64,6 +64,19 @@ pub(crate) enum Body {
     },
 }
 
+/// A request whose head is parsed and whose body is still arriving (or being
+/// skipped). How a body is read is HttpParse's business (`parse.rs`); the connection
+/// only keeps it, and the timeout sweeper may take the response slot of the request
+/// that waits for it (to answer `408`).
+pub(crate) trait PendingBody: Send + fmt::Debug {
+    /// The slot of the request waiting for this body, if one waits.
+    fn take_waiting(&mut self) -> Option<Exchange>;
+    /// For HttpParse to get its own type back.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+    /// For HttpParse to get its own type back, owned.
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
 /// The parse half of a connection (HttpParse and the sweeper).
 #[derive(Debug, Default)]
 pub(crate) struct RecvState {
@@ -74,7 +87,7 @@ pub(crate) struct RecvState {
     /// Parse nothing more (a request asked to close, or the stream is broken).
     pub(crate) closing: bool,
     /// The body of the request being read, if its head is parsed.
-    pub(crate) body: Option<BodyInProgress>,
+    pub(crate) body: Option<Box<dyn PendingBody>>,
     /// `born` of the request at the front of `buf`: when its first byte was read
     /// (the connection's accept, for its first request). `None` when nothing of the
     /// next request has arrived.

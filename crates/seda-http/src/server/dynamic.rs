@@ -17,18 +17,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use seda::{Batch, Context, EventHandler, InitError, Meta};
 
 use super::answer::Answer;
-use super::conn::Exchange;
-use super::parse::Job;
-use super::state::{Responder, Route};
-use crate::handler::{HandlerContext, HandlerRegistration, OverloadAction, Request, Response};
+use super::events::{DynJob, Job, Route};
+use super::state::Responder;
+use crate::handler::{HandlerContext, HandlerRegistration, OverloadAction, Response};
 use crate::proto::Status;
-
-/// A request for a dynamic handler.
-#[derive(Debug)]
-pub(crate) struct DynJob {
-    pub(crate) ex: Exchange,
-    pub(crate) req: Request,
-}
 
 /// The event handler of a dynamic handler's stage.
 #[derive(Debug)]

@@ -19,11 +19,18 @@
 //!
 //! Every arrow is a stage boundary the runtime counts: after any mix of requests,
 //! HttpSend's `processed` is the number of responses, PageCache's the number of
-//! static lookups and fills, and the graph in the admin stats has these edges. Files:
-//! `parse.rs`, `recv.rs`, `page_cache.rs`, `cache_miss.rs`, `send.rs`, `dynamic.rs`;
-//! `conn.rs` holds the per-connection state and the response slot, `request.rs` the
-//! owned request, `answer.rs` the one place that frames responses.
+//! static lookups and fills, and the graph in the admin stats has these edges.
 //!
+//! Files: one per stage (`parse.rs`, `recv.rs`, `page_cache.rs`, `cache_miss.rs`,
+//! `send.rs`, `dynamic.rs`); `events.rs`, the leaf every stage imports, holds the
+//! events they exchange (and the request they carry); `conn.rs` the per-connection
+//! state and the response slot (it imports no stage); `answer.rs` the one place that
+//! frames responses; `state.rs` what the stages share; `lookup.rs` and `miss.rs`
+//! the page cache's and the miss path's work, which more than one stage runs;
+//! `routes.rs` the table of dynamic handlers. No two files import each other.
+//! Stages that feed each other (PageCache and CacheMiss) are wired by sinks given
+//! to their constructors: PageCache is declared ([`seda::Runtime::declare`]) first.
+
 //! # Lifecycle
 //! [`Server::start`] builds the runtime and every stage, binds the listeners and
 //! returns once the server accepts connections. [`Server::shutdown`] stops taking new
@@ -36,18 +43,22 @@ mod cache_miss;
 mod config;
 mod conn;
 mod dynamic;
+mod events;
+mod lookup;
+mod miss;
 mod page_cache;
 mod parse;
 mod recv;
 mod request;
+mod routes;
 mod send;
 mod state;
 mod timeouts;
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -62,7 +73,9 @@ pub use config::{FileIo, Handoff, ServerConfig, ServerError};
 pub use state::{HaboobStats, PathCacheStats};
 
 use self::answer::Framer;
-use self::state::{Haboob, Responder, Route, Routes, Settings};
+use self::events::{PageEvent, Route};
+use self::routes::Routes;
+use self::state::{Haboob, Responder, Settings};
 use crate::admin::{AdminBuilder, AdminServer, StatsDoc};
 use crate::cache::{PageCache, PathCache};
 use crate::handler::HandlerRegistration;
@@ -179,8 +192,9 @@ impl Server {
             clock_ms: std::sync::atomic::AtomicU64::new(0),
         });
 
-        // Downstream first, so each stage is built with the sinks it feeds (CacheMiss
-        // looks PageCache up at start: they feed each other).
+        // Downstream first, so each stage is built with the sinks it feeds; PageCache
+        // and CacheMiss feed each other: PageCache is declared first.
+        let (page, page_stage) = rt.declare::<PageEvent>(stages::PAGE_CACHE)?;
         let send = rt
             .stage(
                 stages::HTTP_SEND,
@@ -203,7 +217,7 @@ impl Server {
                 cache_miss::CacheMiss {
                     files,
                     out: out.clone(),
-                    page: OnceLock::new(),
+                    page: page.clone(),
                 },
             )
             .capacity(4096)
@@ -216,14 +230,11 @@ impl Server {
             })
             .batch(4)
             .build()?;
-        let page = rt
-            .stage(
-                stages::PAGE_CACHE,
-                page_cache::PageCache {
-                    miss,
-                    out: out.clone(),
-                },
-            )
+        page_stage
+            .handler(page_cache::PageCache {
+                miss,
+                out: out.clone(),
+            })
             .domain(&domain)
             .thread_model(model)
             .capacity(16_384)

@@ -8,48 +8,17 @@
 //! [`FileIo::Inline`] (Flash's SPED) a miss is settled here instead, its open and
 //! read blocking the thread that runs this stage (the socket loop, with inline handoff).
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use bytes::Bytes;
 use seda::{Batch, Context, EventHandler, Meta, Sink};
 
-use super::FileIo;
 use super::answer::Answer;
+use super::config::FileIo;
 use super::conn::Exchange;
-use super::parse::Job;
-use super::state::{Haboob, Responder};
-use crate::cache::{FileInfo, Target};
-use crate::proto::Status;
-
-/// Events of the PageCache stage.
-#[derive(Debug)]
-pub(crate) enum PageEvent {
-    /// Look a static request up.
-    Lookup(Job),
-    /// CacheMiss (or the file helper) settled a miss.
-    Resolved { job: Job, found: Found },
-}
-
-/// What the miss path found.
-#[derive(Debug)]
-pub(crate) enum Found {
-    /// The file's bytes, read: cache them.
-    Page { info: Arc<FileInfo>, body: Bytes },
-    /// A translation that needs no page: a streamed file, a redirect, an error.
-    Target(Target),
-    /// Reading failed.
-    Failed(Status),
-}
-
-/// A request PageCache could not answer, for CacheMiss.
-#[derive(Debug)]
-pub(crate) struct Miss {
-    pub(crate) job: Job,
-    /// The file, when the translation was cached and only the page was missing.
-    pub(crate) file: Option<Arc<FileInfo>>,
-}
+use super::events::{Miss, PageEvent};
+use super::lookup::{Lookup, lookup, settle};
+use super::state::Responder;
 
 /// The PageCache stage.
 #[derive(Debug)]
@@ -112,7 +81,7 @@ impl PageCache {
         let hb = &self.out.hb;
         hb.counters.misses.fetch_add(1, Relaxed);
         if hb.set.file_io == FileIo::Inline {
-            let (job, found) = super::cache_miss::settle_inline(hb, miss);
+            let (job, found) = super::miss::settle_inline(hb, miss);
             let (ex, answer) = settle(hb, job, found);
             return self.out.answer(ex, answer, meta);
         }
@@ -120,60 +89,5 @@ impl PageCache {
             self.out
                 .answer(e.into_inner().job.ex, Answer::Overload, meta);
         }
-    }
-}
-
-/// What a lookup found.
-enum Lookup {
-    Hit(Exchange, Answer),
-    Miss(Miss),
-}
-
-/// The hit path: translation cache, then page cache.
-fn lookup(hb: &Haboob, job: Job, now: Instant) -> Lookup {
-    let Some(target) = hb.paths.get(job.req.path(), now) else {
-        return Lookup::Miss(Miss { job, file: None });
-    };
-    let page = match &target {
-        Target::File(info) if info.stream.is_none() => match hb.pages.get(&info.key) {
-            Some(page) => Some(page),
-            None => {
-                let file = Some(Arc::clone(info));
-                return Lookup::Miss(Miss { job, file });
-            }
-        },
-        _ => None,
-    };
-    let (ex, answer) = answer_for(job, target, page);
-    Lookup::Hit(ex, answer)
-}
-
-/// The answer to `job` for a translation (and the page, for a cached file).
-fn answer_for(job: Job, target: Target, page: Option<Bytes>) -> (Exchange, Answer) {
-    let answer = match target {
-        Target::File(info) => Answer::File {
-            info,
-            page,
-            cond: job.req.conditions(),
-        },
-        Target::Redirect(location) => Answer::Redirect {
-            location,
-            query: job.req.query(),
-        },
-        Target::Error(status) => Answer::Error(status),
-    };
-    (job.ex, answer)
-}
-
-/// Caches what the miss path read and makes the answer. PageCache's work, also done
-/// by CacheMiss or the file helper when PageCache refuses the result.
-pub(crate) fn settle(hb: &Haboob, job: Job, found: Found) -> (Exchange, Answer) {
-    match found {
-        Found::Page { info, body } => {
-            hb.pages.insert(info.key, body.clone());
-            answer_for(job, Target::File(info), Some(body))
-        }
-        Found::Target(target) => answer_for(job, target, None),
-        Found::Failed(status) => (job.ex, Answer::Error(status)),
     }
 }

@@ -40,21 +40,12 @@ use seda::{Batch, Context, EventHandler, Meta, Sink};
 use seda_io::SocketEvent;
 
 use super::answer::Answer;
-use super::conn::{Conn, Exchange, RecvState};
-use super::request::HttpRequest;
-use super::state::{Haboob, Responder, Route};
+use super::conn::{Conn, Exchange, PendingBody, RecvState};
+use super::events::{HttpRequest, Job, Route};
+use super::state::{Haboob, Responder};
 use crate::proto::{
     self, BodyFraming, ChunkLimits, ChunkedDecoder, ChunkedError, Method, RequestHead, Status,
 };
-
-/// A request on its way through the stages, with the slot of its response. The
-/// request is boxed: an event is moved several times per hop, and 32 bytes move
-/// cheaper than 300.
-#[derive(Debug)]
-pub(crate) struct Job {
-    pub(crate) ex: Exchange,
-    pub(crate) req: Box<HttpRequest>,
-}
 
 /// The body of a request whose head is parsed.
 #[derive(Debug)]
@@ -82,11 +73,32 @@ enum BodyReader {
     Chunked(ChunkedDecoder),
 }
 
-impl BodyInProgress {
-    /// The request still waiting for its body, if any (the sweeper's 408 goes to it).
-    pub(crate) fn take_waiting(&mut self) -> Option<Exchange> {
+impl PendingBody for BodyInProgress {
+    fn take_waiting(&mut self) -> Option<Exchange> {
         self.waiting.take().map(|w| w.ex)
     }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+/// HttpParse's own view of the body a connection keeps (it only ever stores a
+/// [`BodyInProgress`] there).
+fn body_mut(body: &mut Option<Box<dyn PendingBody>>) -> Option<&mut BodyInProgress> {
+    body.as_mut()
+        .and_then(|b| b.as_any_mut().downcast_mut::<BodyInProgress>())
+}
+
+fn take_body(rx: &mut RecvState) -> Option<BodyInProgress> {
+    rx.body
+        .take()
+        .and_then(|b| b.into_any().downcast::<BodyInProgress>().ok())
+        .map(|b| *b)
 }
 
 /// What parsing produced, dispatched once the connection is unlocked.
@@ -211,7 +223,7 @@ impl HttpParse {
         let hb = &self.hb;
         let limits = &hb.set.limits;
         loop {
-            if let Some(body) = rx.body.as_mut() {
+            if let Some(body) = body_mut(&mut rx.body) {
                 let read = match read_body(body, &mut rx.buf) {
                     // The rest of the body will never come.
                     Ok(false) if rx.peer_done => Err(Status::BAD_REQUEST),
@@ -223,7 +235,7 @@ impl HttpParse {
                         return;
                     }
                     Ok(true) => {
-                        let done = rx.body.take();
+                        let done = take_body(rx);
                         rx.head_started = None;
                         if let Some(BodyInProgress {
                             waiting: Some(w),
@@ -246,7 +258,7 @@ impl HttpParse {
                     }
                     Err(status) => {
                         hb.counters.bad_requests.fetch_add(1, Relaxed);
-                        let ex = match rx.body.take().and_then(|mut b| b.take_waiting()) {
+                        let ex = match take_body(rx).and_then(|mut b| b.take_waiting()) {
                             Some(mut ex) => {
                                 ex.close_after();
                                 ex
@@ -329,7 +341,7 @@ impl HttpParse {
                         hb.counters.continues.fetch_add(1, Relaxed);
                         c.send_continue(ex.seq());
                     }
-                    rx.body = Some(BodyInProgress {
+                    rx.body = Some(Box::new(BodyInProgress {
                         waiting: Some(Waiting {
                             ex,
                             born,
@@ -339,7 +351,7 @@ impl HttpParse {
                         }),
                         reader,
                         data: BytesMut::new(),
-                    });
+                    }));
                 }
                 None => {
                     hb.counters.bodies_discarded.fetch_add(1, Relaxed);
@@ -359,11 +371,11 @@ impl HttpParse {
                         rx.stop();
                         return;
                     }
-                    rx.body = Some(BodyInProgress {
+                    rx.body = Some(Box::new(BodyInProgress {
                         waiting: None,
                         reader,
                         data: BytesMut::new(),
-                    });
+                    }));
                 }
             }
         }

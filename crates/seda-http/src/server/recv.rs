@@ -7,8 +7,7 @@
 use seda::{Batch, Context, EventHandler, Meta, Sink};
 
 use super::answer::Answer;
-use super::page_cache::PageEvent;
-use super::parse::Job;
+use super::events::{Job, PageEvent};
 use super::state::Responder;
 use crate::proto::{Method, Status};
 

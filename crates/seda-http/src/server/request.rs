@@ -1,9 +1,7 @@
-//! The one owned request type that travels through Haboob's stages.
-//!
-//! HttpParse splits each request's head off the connection's buffer as a shared
-//! [`Bytes`] (no copy) and keeps the parsed [`RequestHead`], whose pieces are ranges
-//! of it; the body, if read, is another `Bytes`. Stages read what they need through
-//! accessors; a dynamic handler gets the decoded, owned [`Request`] built from it.
+//! The behaviour of the one owned request type that travels through Haboob's stages
+//! ([`HttpRequest`], defined with the other events in `events.rs`): stages read what
+//! they need through accessors; a dynamic handler gets the decoded, owned
+//! [`Request`] built from it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,25 +9,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::answer::Conditions;
-use super::state::Route;
+use super::events::{HttpRequest, Route};
 use crate::handler::Request;
 #[cfg(test)]
 use crate::proto::Version;
 use crate::proto::{self, Method, RequestHead};
-
-/// A parsed request, owned. See the module docs.
-#[derive(Debug)]
-pub(crate) struct HttpRequest {
-    /// The head's bytes.
-    raw: Bytes,
-    head: RequestHead,
-    /// The body (empty when none was read).
-    body: Bytes,
-    peer: SocketAddr,
-    /// The dynamic handler the path belongs to, if any (decided once, by HttpParse,
-    /// which must know whether the body is read or discarded).
-    pub(crate) route: Option<Arc<Route>>,
-}
 
 impl HttpRequest {
     pub(crate) fn new(

@@ -7,18 +7,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
 use seda::{Meta, Sink};
 use seda_io::Writer;
 use serde::{Deserialize, Serialize};
 
 use super::answer::{Answer, Framer};
+use super::config::FileIo;
 use super::conn::{ConnTable, Exchange};
-use super::dynamic::DynJob;
-use super::send::SendEvent;
+use super::events::SendEvent;
+use super::routes::Routes;
 use crate::cache::{PageCache, PageCacheStats, PathCache};
-use crate::handler::HandlerRegistration;
-use crate::proto::{self, Dotfiles, Limits};
+use crate::proto::{Dotfiles, Limits};
 
 /// Settings the stages read on every request.
 #[derive(Debug, Clone)]
@@ -30,62 +29,10 @@ pub(crate) struct Settings {
     pub(crate) header_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) residency_check: bool,
-    pub(crate) file_io: super::FileIo,
+    pub(crate) file_io: FileIo,
     pub(crate) dotfiles: Dotfiles,
     /// Requests of one connection in flight at most (parsed, not yet answered).
     pub(crate) max_pipelined: u64,
-}
-
-/// One dynamic handler mounted at a prefix, with its stage's sink.
-#[derive(Debug)]
-pub(crate) struct Route {
-    pub(crate) reg: HandlerRegistration,
-    pub(crate) sink: Sink<DynJob>,
-}
-
-/// The dynamic handlers by prefix, longest first.
-#[derive(Debug, Default)]
-pub(crate) struct Routes(RwLock<Vec<Arc<Route>>>);
-
-impl Routes {
-    /// The handler whose prefix matches the raw (encoded) path, if any.
-    pub(crate) fn find(&self, raw_path: &[u8]) -> Option<Arc<Route>> {
-        let routes = self.0.read();
-        if routes.is_empty() {
-            return None;
-        }
-        // Most paths have no escape: match them as they are.
-        let decoded;
-        let path = if raw_path.contains(&b'%') {
-            decoded = proto::percent_decode(raw_path)?;
-            String::from_utf8_lossy(&decoded)
-        } else {
-            String::from_utf8_lossy(raw_path)
-        };
-        routes.iter().find(|r| r.reg.matches(&path)).cloned()
-    }
-
-    pub(crate) fn has_prefix(&self, prefix: &str) -> bool {
-        self.0.read().iter().any(|r| r.reg.prefix() == prefix)
-    }
-
-    pub(crate) fn add(&self, route: Route) {
-        let mut routes = self.0.write();
-        routes.push(Arc::new(route));
-        routes.sort_by_key(|r| std::cmp::Reverse(r.reg.prefix().len()));
-    }
-
-    pub(crate) fn qualities(&self) -> Vec<(String, Option<f64>)> {
-        self.0
-            .read()
-            .iter()
-            .map(|r| (r.reg.stage_name(), r.reg.handler.quality()))
-            .collect()
-    }
-
-    pub(crate) fn clear(&self) {
-        self.0.write().clear();
-    }
 }
 
 /// Counters of the server, beside the stages' own statistics.
@@ -209,6 +156,17 @@ impl Haboob {
         u64::try_from(now.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// Frames and writes one answer: HttpSend's work, also done in place by a stage
+    /// whose answer HttpSend refused.
+    pub(crate) fn send(&self, ev: SendEvent) {
+        let SendEvent { ex, answer } = ev;
+        let slot = ex.take();
+        self.counters.responses.fetch_add(1, Relaxed);
+        let reply = self.framer.frame(&slot, answer);
+        slot.conn.deliver(slot.seq, reply, self.set.max_pipelined);
+        slot.conn.touch(self.coarse_ms());
+    }
+
     pub(crate) fn stats(&self) -> HaboobStats {
         let c = &self.counters;
         HaboobStats {
@@ -258,7 +216,7 @@ impl Responder {
         let ev = SendEvent { ex, answer };
         if let Err(e) = self.send.try_enqueue_with(ev, meta.with_color(None)) {
             self.hb.counters.send_bypass.fetch_add(1, Relaxed);
-            super::send::send(&self.hb, e.into_inner());
+            self.hb.send(e.into_inner());
         }
     }
 
