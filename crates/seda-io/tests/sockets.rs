@@ -561,3 +561,29 @@ fn a_bound_writer_sends_in_call_order_with_the_writer_and_fails_once_closed() {
     e.sockets.stop();
     e.rt.shutdown(Duration::from_secs(5));
 }
+
+#[test]
+fn an_adopted_stream_is_announced_as_adopted_and_echoes() {
+    let e = echo(test_config(), 4096, Duration::ZERO);
+    // An outside listener stands for the remote host the application dials.
+    let remote = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dialled = TcpStream::connect(remote.local_addr().unwrap()).unwrap();
+    let (mut far, _) = remote.accept().unwrap();
+    far.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let conn = e.sockets.writer().adopt(dialled).unwrap();
+    // An accepted connection alongside, to tell the two announcements apart.
+    let _near = connect(e.sockets.local_addr());
+    assert!(wait_for(Duration::from_secs(10), || e.log.snapshot().len() == 2));
+    let seen = e.log.snapshot();
+    let adopted = &seen[&conn];
+    assert_eq!((adopted.adopted, adopted.accepted), (1, 0));
+    let other = seen.iter().find(|(c, _)| **c != conn).unwrap().1;
+    assert_eq!((other.adopted, other.accepted), (0, 1));
+    // From then on it is a connection like any other: the echo works both ways.
+    far.write_all(b"hello").unwrap();
+    let mut got = [0u8; 5];
+    far.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hello");
+    e.sockets.stop();
+    e.rt.shutdown(Duration::from_secs(5));
+}

@@ -236,7 +236,7 @@ impl EventLoop<'_> {
         for cmd in cmds {
             match cmd {
                 Cmd::Close(conn, reason) => self.close(conn.0, reason),
-                Cmd::Adopt(conn, stream, peer) => self.admit_as(conn, stream, peer),
+                Cmd::Adopt(conn, stream, peer) => self.admit_as(conn, stream, peer, true),
                 Cmd::Resume(conn) => {
                     if self.conns.get(&conn.0).is_some_and(|lc| !lc.dead) {
                         self.deliver(conn.0, SocketEvent::Resumed { conn }, Instant::now());
@@ -286,10 +286,18 @@ impl EventLoop<'_> {
     }
 
     fn admit(&mut self, stream: mio::net::TcpStream, peer: std::net::SocketAddr) {
-        self.admit_as(ConnId::next(), stream, peer);
+        self.admit_as(ConnId::next(), stream, peer, false);
     }
 
-    fn admit_as(&mut self, id: ConnId, stream: mio::net::TcpStream, peer: std::net::SocketAddr) {
+    /// Takes a connection into the loop; `adopted`: opened by the application
+    /// ([`super::Writer::adopt`]), announced as `Adopted` instead of `Accepted`.
+    fn admit_as(
+        &mut self,
+        id: ConnId,
+        stream: mio::net::TcpStream,
+        peer: std::net::SocketAddr,
+        adopted: bool,
+    ) {
         let shared = self.shared;
         let cfg = &shared.cfg;
         if shared.open.load(Relaxed) >= cfg.max_connections {
@@ -339,11 +347,12 @@ impl EventLoop<'_> {
                 peer_fin: false,
             },
         );
-        self.deliver(
-            id.0,
-            SocketEvent::Accepted { conn: id, peer },
-            Instant::now(),
-        );
+        let first = if adopted {
+            SocketEvent::Adopted { conn: id, peer }
+        } else {
+            SocketEvent::Accepted { conn: id, peer }
+        };
+        self.deliver(id.0, first, Instant::now());
     }
 
     /// Reads one chunk from connection `id` and delivers it.

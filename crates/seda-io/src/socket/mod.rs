@@ -126,11 +126,22 @@ pub enum CloseReason {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum SocketEvent {
-    /// A new connection. Always the first event of a connection.
+    /// A new connection from the listener. The first event of an accepted
+    /// connection.
     Accepted {
         /// The connection.
         conn: ConnId,
         /// The peer's address.
+        peer: SocketAddr,
+    },
+    /// A connection the application opened itself and handed over with
+    /// [`Writer::adopt`] (an outgoing connection): its first event, in place of
+    /// `Accepted`, so that the application tells the two directions apart
+    /// without keeping a table of its own dials.
+    Adopted {
+        /// The connection (the id `adopt` returned).
+        conn: ConnId,
+        /// The peer's address (the address connected to).
         peer: SocketAddr,
     },
     /// Bytes read, at most `read_chunk` of them.
@@ -177,6 +188,7 @@ impl SocketEvent {
     pub fn conn(&self) -> ConnId {
         match self {
             SocketEvent::Accepted { conn, .. }
+            | SocketEvent::Adopted { conn, .. }
             | SocketEvent::Data { conn, .. }
             | SocketEvent::WriteBacklog { conn, .. }
             | SocketEvent::ReadClosed { conn }

@@ -205,7 +205,9 @@ fn put_on(shared: &Shared, c: &Conn, out: Put<'_>) -> Result<(), WriteError> {
 impl Writer {
     /// Hands an already connected stream (an outgoing connection the application
     /// opened itself) to the event loops. From then on it is a connection like an
-    /// accepted one: `Accepted { conn, peer }` is its first event, `Closed` its last.
+    /// accepted one, except that its first event is `Adopted { conn, peer }` (not
+    /// `Accepted`); `Closed` is its last. A stream the loop cannot take (at
+    /// `max_connections`, or one it cannot register) is closed without any event.
     /// The id is returned before the loop announces the connection. Errors: the
     /// sockets are stopping, or the stream's peer address cannot be read.
     pub fn adopt(&self, stream: std::net::TcpStream) -> io::Result<ConnId> {

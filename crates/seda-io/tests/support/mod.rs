@@ -18,6 +18,7 @@ use seda_io::{
 #[derive(Debug, Default, Clone)]
 pub struct Seen {
     pub accepted: usize,
+    pub adopted: usize,
     pub bytes: usize,
     pub closed: Vec<CloseReason>,
     /// Events after `Closed` (must stay 0).
@@ -73,6 +74,7 @@ pub fn echo(cfg: SocketConfig, app_capacity: usize, per_event_delay: Duration) -
                     }
                     match ev {
                         SocketEvent::Accepted { .. } => seen.accepted += 1,
+                        SocketEvent::Adopted { .. } => seen.adopted += 1,
                         SocketEvent::Data { bytes, .. } => {
                             seen.bytes += bytes.len();
                             if let Some(n) = flood_blocks(&bytes) {
