@@ -75,6 +75,28 @@ pub(crate) fn listener(
     Ok(std::net::TcpListener::from(fd))
 }
 
+/// Starts a non-blocking TCP connect to `addr`: the socket is returned at once, with
+/// the connection established, refused or still in progress (`EINPROGRESS`); the
+/// event loop learns which from the socket's first readiness event.
+pub(crate) fn connect_nonblocking(addr: SocketAddr) -> io::Result<std::net::TcpStream> {
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(
+        family,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?;
+    match rustix::net::connect(&fd, &addr) {
+        Ok(()) | Err(Errno::INPROGRESS) | Err(Errno::INTR) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(std::net::TcpStream::from(fd))
+}
+
 /// Sets `SO_SNDBUF` on a socket.
 pub(crate) fn set_send_buffer(fd: impl AsFd, bytes: usize) -> io::Result<()> {
     Ok(sockopt::set_socket_send_buffer_size(fd, bytes)?)

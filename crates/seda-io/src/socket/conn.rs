@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, IoSlice, Write};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes};
@@ -69,6 +69,9 @@ pub(crate) struct Out {
     pub(crate) notified: bool,
     /// Since when the peer has taken nothing of a non-empty queue (see invariants).
     pub(crate) stalled_since: Option<Instant>,
+    /// [`super::Writer::resume_on_drain`]: once `queued` is at most `.0`, resume
+    /// reading connection `.1` (taken when it fires, or when this one closes).
+    pub(crate) drain_watch: Option<(usize, ConnId)>,
 }
 
 impl Out {
@@ -84,6 +87,18 @@ impl Out {
         self.queue.clear();
         self.queued = 0;
         self.stalled_since = None;
+    }
+
+    /// The connection to resume now that the queue has drained to its watch's
+    /// low-water mark, if it has one (see [`Out::drain_watch`]).
+    pub(crate) fn drained(&mut self) -> Option<ConnId> {
+        match self.drain_watch {
+            Some((low, other)) if self.queued <= low => {
+                self.drain_watch = None;
+                Some(other)
+            }
+            _ => None,
+        }
     }
 
     /// Writes as much of the queue as the socket takes. `Ok(true)` when the queue is
@@ -257,6 +272,9 @@ pub(crate) struct Conn {
     /// The outgoing queue passed the threshold under [`super::BacklogAction::Pause`]
     /// and has not drained below half of it since: the loop does not read.
     pub(crate) backed_up: AtomicBool,
+    /// The socket is connected: false only while an outbound connect is in progress
+    /// (output is queued until then, never written).
+    pub(crate) connected: AtomicBool,
 }
 
 impl Conn {
@@ -264,10 +282,25 @@ impl Conn {
     pub(crate) fn readable(&self) -> bool {
         !self.read_paused.load(Relaxed) && !self.backed_up.load(Relaxed)
     }
+
+    /// Whether output may be written to the socket (not while connecting).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.connected.load(Acquire)
+    }
 }
 
 impl Conn {
+    /// A connection whose socket is connected (accepted, or adopted).
     pub(crate) fn new(id: ConnId, owner: usize, stream: TcpStream) -> Self {
+        Self::with_state(id, owner, stream, true)
+    }
+
+    /// A connection whose outbound connect is in progress.
+    pub(crate) fn connecting(id: ConnId, owner: usize, stream: TcpStream) -> Self {
+        Self::with_state(id, owner, stream, false)
+    }
+
+    fn with_state(id: ConnId, owner: usize, stream: TcpStream, connected: bool) -> Self {
         Conn {
             id,
             owner,
@@ -278,9 +311,11 @@ impl Conn {
                 state: WriteState::Open,
                 notified: false,
                 stalled_since: None,
+                drain_watch: None,
             }),
             read_paused: AtomicBool::new(false),
             backed_up: AtomicBool::new(false),
+            connected: AtomicBool::new(connected),
         }
     }
 }

@@ -23,7 +23,7 @@ use mio::net::TcpListener;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use rustix::buffer::spare_capacity;
-use seda::{Color, EnqueueError, Meta};
+use seda::{Color, EnqueueError, Meta, Sink};
 
 use super::conn::{Conn, WriteState};
 use super::{CloseReason, ConnId, ConnMap, LISTENER, Shared, SocketEvent, WAKER};
@@ -35,6 +35,13 @@ pub(crate) enum Cmd {
     Backlog(ConnId, usize),
     /// An already connected stream handed over by [`super::Writer::adopt`].
     Adopt(ConnId, mio::net::TcpStream, std::net::SocketAddr),
+    /// An outbound connect in progress ([`super::Writer::connect`]), whose events
+    /// go to `sink`.
+    Connect {
+        conn: Arc<Conn>,
+        peer: std::net::SocketAddr,
+        sink: Sink<SocketEvent>,
+    },
     /// The application resumed reading: deliver `Resumed`, then read.
     Resume(ConnId),
 }
@@ -85,6 +92,9 @@ struct LocalConn {
     /// Epoll reported the peer's FIN (`EPOLLRDHUP`): under `half_close`, read until
     /// end of file even after a short read, since no further edge will come.
     peer_fin: bool,
+    /// An outbound connect in progress: the address it goes to, until the socket's
+    /// first readiness says whether it succeeded.
+    connecting: Option<std::net::SocketAddr>,
 }
 
 /// Result of offering an event to the application.
@@ -100,6 +110,9 @@ struct EventLoop<'a> {
     poll: Poll,
     listener: Option<TcpListener>,
     conns: ConnMap<LocalConn>,
+    /// The sinks of outbound connections (the others deliver to the application's
+    /// sink). Looked up only while it is not empty.
+    sinks: ConnMap<Sink<SocketEvent>>,
     again: Vec<u64>,
     blocked: Vec<u64>,
     throttled: Vec<(Instant, u64)>,
@@ -126,6 +139,7 @@ pub(crate) fn run(shared: &Shared, idx: usize) {
         poll: parts.poll,
         listener: parts.listener,
         conns: ConnMap::default(),
+        sinks: ConnMap::default(),
         again: Vec::new(),
         blocked: Vec::new(),
         throttled: Vec::new(),
@@ -237,6 +251,7 @@ impl EventLoop<'_> {
             match cmd {
                 Cmd::Close(conn, reason) => self.close(conn.0, reason),
                 Cmd::Adopt(conn, stream, peer) => self.admit_as(conn, stream, peer, true),
+                Cmd::Connect { conn, peer, sink } => self.start_connect(conn, peer, sink),
                 Cmd::Resume(conn) => {
                     if self.conns.get(&conn.0).is_some_and(|lc| !lc.dead) {
                         self.deliver(conn.0, SocketEvent::Resumed { conn }, Instant::now());
@@ -345,6 +360,7 @@ impl EventLoop<'_> {
                 parked: false,
                 read_eof: false,
                 peer_fin: false,
+                connecting: None,
             },
         );
         let first = if adopted {
@@ -363,6 +379,9 @@ impl EventLoop<'_> {
         let Some(lc) = self.conns.get_mut(&id) else {
             return;
         };
+        if lc.connecting.is_some() {
+            return self.finish_connect(id);
+        }
         if lc.dead || !lc.pending.is_empty() || lc.read_turn == turn {
             return;
         }
@@ -432,7 +451,11 @@ impl EventLoop<'_> {
 
     fn offer(&self, id: u64, event: SocketEvent, born: Instant) -> Offer {
         let meta = Meta::born_at(born).with_color(Color(id));
-        let Some(app) = self.shared.app.get() else {
+        let own = match self.sinks.is_empty() {
+            true => None,
+            false => self.sinks.get(&id),
+        };
+        let Some(app) = own.or_else(|| self.shared.app.get()) else {
             self.shared
                 .counters(self.idx)
                 .undelivered
@@ -490,6 +513,7 @@ impl EventLoop<'_> {
             self.shared.counters(self.idx).closed.fetch_add(1, Relaxed);
         }
         self.conns.remove(&id);
+        self.sinks.remove(&id);
     }
 
     /// Offers every blocked connection's pending events again, in order.
@@ -602,6 +626,9 @@ impl EventLoop<'_> {
         let Some(lc) = self.conns.get(&id) else {
             return;
         };
+        if lc.connecting.is_some() {
+            return self.finish_connect(id);
+        }
         if lc.dead {
             return;
         }
@@ -617,6 +644,9 @@ impl EventLoop<'_> {
                     o.notified = false;
                 }
                 let unpaused = o.queued <= threshold / 2 && conn.backed_up.swap(false, Relaxed);
+                if let Some(other) = o.drained() {
+                    self.resume_other(other);
+                }
                 if done && o.state == WriteState::Closing {
                     o.state = WriteState::Closed;
                     drop(o);
@@ -635,6 +665,97 @@ impl EventLoop<'_> {
         }
     }
 
+    /// Resumes reading `other` after a drain watch fired (it may be on any loop).
+    fn resume_other(&self, other: ConnId) {
+        if let Some(c) = self.shared.conns.get(other)
+            && c.read_paused.swap(false, Relaxed)
+        {
+            self.shared.command(c.owner, Cmd::Resume(other));
+        }
+    }
+
+    /// Registers an outbound connection whose connect is in progress (already in
+    /// the shared table: [`super::Writer::connect`] put it there).
+    fn start_connect(
+        &mut self,
+        conn: Arc<Conn>,
+        peer: std::net::SocketAddr,
+        sink: Sink<SocketEvent>,
+    ) {
+        let shared = self.shared;
+        let id = conn.id;
+        if shared.cfg.nodelay {
+            let _ = conn.stream.set_nodelay(true);
+        }
+        self.sinks.insert(id.0, sink);
+        self.conns.insert(
+            id.0,
+            LocalConn {
+                conn: Arc::clone(&conn),
+                pending: VecDeque::new(),
+                dead: false,
+                read_turn: 0,
+                bucket: None,
+                parked: false,
+                read_eof: false,
+                peer_fin: false,
+                connecting: Some(peer),
+            },
+        );
+        let fd = conn.stream.as_raw_fd();
+        if let Err(e) = self.poll.registry().register(
+            &mut SourceFd(&fd),
+            Token(id.0 as usize),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            tracing::warn!("cannot register an outbound socket: {e}");
+            self.close(id.0, CloseReason::Error(e.kind()));
+        }
+    }
+
+    /// The first readiness of a connecting socket: established (deliver `Connected`,
+    /// flush what was queued meanwhile) or failed (close with the socket's error).
+    fn finish_connect(&mut self, id: u64) {
+        let Some(lc) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let Some(peer) = lc.connecting else {
+            return;
+        };
+        let conn = Arc::clone(&lc.conn);
+        let failure = match conn.stream.take_error() {
+            Ok(Some(e)) | Err(e) => Some(e),
+            Ok(None) => match conn.stream.peer_addr() {
+                Ok(_) => None,
+                // Not yet: a spurious wake-up; the handshake's edge is still to come.
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(e) => Some(e),
+            },
+        };
+        if let Some(e) = failure {
+            return self.close(id, CloseReason::Error(e.kind()));
+        }
+        lc.connecting = None;
+        conn.connected
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.shared
+            .counters(self.idx)
+            .connects
+            .fetch_add(1, Relaxed);
+        self.deliver(
+            id,
+            SocketEvent::Connected {
+                conn: ConnId(id),
+                peer,
+            },
+            Instant::now(),
+        );
+        // Output queued while connecting, and bytes that may have come with the
+        // handshake (their edge may be spent).
+        self.on_writable(id);
+        self.again.push(id);
+    }
+
     /// Tears connection `id` down and queues its one `Closed` event.
     fn close(&mut self, id: u64, reason: CloseReason) {
         let Some(lc) = self.conns.get_mut(&id) else {
@@ -644,11 +765,23 @@ impl EventLoop<'_> {
             return;
         }
         lc.dead = true;
+        let failed_connect = lc.connecting.take().is_some();
         let conn = Arc::clone(&lc.conn);
-        {
+        let watcher = {
             let mut o = conn.out.lock();
             o.state = WriteState::Closed;
             o.clear();
+            o.drain_watch.take()
+        };
+        if let Some((_, other)) = watcher {
+            // Nothing will drain any more: let the paused side see it.
+            self.resume_other(other);
+        }
+        if failed_connect {
+            self.shared
+                .counters(self.idx)
+                .connect_failures
+                .fetch_add(1, Relaxed);
         }
         let fd = conn.stream.as_raw_fd();
         if let Err(e) = self.poll.registry().deregister(&mut SourceFd(&fd)) {
@@ -732,6 +865,7 @@ mod tests {
             state: WriteState::Open,
             notified: false,
             stalled_since: None,
+            drain_watch: None,
         };
         out.push(seg);
         assert_eq!(out.queued, FILE_SEGMENT_COST);

@@ -53,13 +53,32 @@
 //! later event on the socket only checks it for a reset), and leaves closing to the
 //! application, which answers what it was sent first.
 //!
+//! # Outbound connections
+//! [`Writer::connect`] opens a connection to another server without blocking (a
+//! reverse proxy's upstream, a peer). Its events go to the sink given to `connect`,
+//! not to the application's: `Connected { conn, peer }` first once the handshake
+//! completes, then the same events as an accepted connection, `Closed` last. A
+//! connect that fails delivers only `Closed { reason: Error(kind) }` (no `Connected`).
+//! Output sent before `Connected` is queued and goes out once connected. Connect
+//! timeouts are the application's: [`Writer::abort`] a connection that took too long.
+//! Outbound connections are never refused at [`SocketConfig::max_connections`] (the
+//! application bounds them) but count toward it, and stay on the loop of the connection passed to
+//! [`Writer::connect_near`], so that a proxied request's client and upstream events
+//! run on one core.
+//!
+//! [`Writer::resume_on_drain`] couples two connections for a relay: once one's
+//! outgoing queue has drained to a low-water mark, reading of the other resumes (it
+//! was paused with [`Writer::pause_reading`]), so a relay never holds more than a
+//! window of one peer's bytes for a slow other peer.
+//!
 //! # Shutdown
 //! [`SocketHandle::stop`] (or dropping the handle, or the runtime starting to shut
 //! down, which a watcher thread notices) stops the loops: listeners close, each open
 //! connection gets one best-effort flush, is closed, and its `Closed { reason:
-//! Shutdown }` is delivered. Every accepted connection gets exactly one `Closed`.
+//! Shutdown }` is delivered. Every accepted or outbound connection gets exactly one `Closed`.
 
 mod conn;
+mod connect;
 mod event_loop;
 mod writer;
 
@@ -144,6 +163,14 @@ pub enum SocketEvent {
         /// The peer's address (the address connected to).
         peer: SocketAddr,
     },
+    /// An outbound connection ([`Writer::connect`]) is established. Always its first
+    /// event; a connection whose connect fails gets only `Closed`.
+    Connected {
+        /// The connection.
+        conn: ConnId,
+        /// The address connected to.
+        peer: SocketAddr,
+    },
     /// Bytes read, at most `read_chunk` of them.
     Data {
         /// The connection.
@@ -189,6 +216,7 @@ impl SocketEvent {
         match self {
             SocketEvent::Accepted { conn, .. }
             | SocketEvent::Adopted { conn, .. }
+            | SocketEvent::Connected { conn, .. }
             | SocketEvent::Data { conn, .. }
             | SocketEvent::WriteBacklog { conn, .. }
             | SocketEvent::ReadClosed { conn }
@@ -422,6 +450,10 @@ pub struct SocketStats {
     pub accepted: u64,
     /// Connections closed at accept because `max_connections` were open.
     pub refused: u64,
+    /// Outbound connections established ([`Writer::connect`]).
+    pub connects: u64,
+    /// Outbound connections whose connect failed (refused, unreachable, reset).
+    pub connect_failures: u64,
     /// Connections open now.
     pub open: usize,
     /// `Closed` events delivered.
@@ -459,6 +491,8 @@ pub struct SocketStats {
 struct Counters {
     accepted: AtomicU64,
     refused: AtomicU64,
+    connects: AtomicU64,
+    connect_failures: AtomicU64,
     closed: AtomicU64,
     backlog_closes: AtomicU64,
     backlog_pauses: AtomicU64,
@@ -778,6 +812,8 @@ impl SocketHandle {
             event_loops: self.shared.cfg.event_loops,
             accepted: s.total(|c| &c.accepted),
             refused: s.total(|c| &c.refused),
+            connects: s.total(|c| &c.connects),
+            connect_failures: s.total(|c| &c.connect_failures),
             open: self.shared.open.load(Relaxed),
             closed: s.total(|c| &c.closed),
             backlog_closes: s.total(|c| &c.backlog_closes),

@@ -138,9 +138,11 @@ fn put_on(shared: &Shared, c: &Conn, out: Put<'_>) -> Result<(), WriteError> {
     if o.state != WriteState::Open {
         return Err(WriteError::Closed);
     }
+    // An outbound connect in progress: queue; the loop flushes once connected.
+    let connected = c.is_connected();
     let flushed = match out {
         // Nothing queued before: straight from the caller's buffers.
-        Put::Bufs(bufs) if o.queue.is_empty() => {
+        Put::Bufs(bufs) if o.queue.is_empty() && connected => {
             Some(o.write_now(&c.stream, bufs, &counters.bytes_written))
         }
         Put::Bufs(bufs) => {
@@ -157,7 +159,7 @@ fn put_on(shared: &Shared, c: &Conn, out: Put<'_>) -> Result<(), WriteError> {
                 offset,
                 remaining: len,
             });
-            was_empty.then(|| o.flush(&c.stream, &counters.bytes_written))
+            (was_empty && connected).then(|| o.flush(&c.stream, &counters.bytes_written))
         }
     };
     match flushed {
