@@ -39,7 +39,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run Haboob, the staged HTTP/1.1 server.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run Arashi, the web mail service of USITS'03 (or import its corpus).
     Arashi(arashi::ArashiArgs),
     /// Run the Gnutella 0.6 packet router (SEDA 5.2).
@@ -92,7 +92,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Arashi(args) => arashi::run(args),
         Command::Gnutella(args) => gnutella::run(args),
         Command::Load(cmd) => load::run(cmd),

@@ -370,6 +370,37 @@ fn absurd_settings_are_refused_or_warned_about() {
     );
 }
 
+/// `seda serve --check` (nginx's `-t`): validates flags and file, starts nothing.
+#[test]
+fn check_validates_the_configuration_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let file = dir.path().join("serve.toml");
+    std::fs::write(&file, format!("root = \"{root}\"\ncache-mb = 8\n")).unwrap();
+    let f = file.to_str().unwrap();
+    // A port in use does not matter: --check binds nothing.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let (st, stdout, stderr) = run(&["serve", "--config", f, "--listen", &addr, "--check"]);
+    assert!(st.success(), "{st:?} {stderr}");
+    assert!(stdout.contains(f) && stdout.contains("ok"), "{stdout}");
+    for (toml, want) in [
+        ("cache-mbb = 8\n", "cache-mbb"),
+        ("root = \"/nonexistent/www\"\n", "/nonexistent/www"),
+        ("idle-timeout = 0\n", "idle-timeout"),
+        ("[[handler]]\nname = \"nosuch\"\n", "nosuch"),
+    ] {
+        std::fs::write(&file, toml).unwrap();
+        let (st, stdout, stderr) = run(&["serve", "--config", f, "--check"]);
+        assert_eq!(st.code(), Some(1), "{toml}: {stderr}");
+        assert!(
+            stderr.contains(want) && stderr.lines().count() == 1,
+            "{toml}: {stderr}"
+        );
+        assert!(stdout.is_empty(), "{stdout}");
+    }
+}
+
 #[test]
 fn version_exits_zero() {
     let (st, stdout, _) = run(&["--version"]);

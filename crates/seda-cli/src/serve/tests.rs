@@ -1,52 +1,87 @@
-//! Unit tests of `seda serve`'s settings: flags over the TOML file, overload
+//! Unit tests of `seda serve`'s settings: flags over the TOML file over the defaults, overload
 //! settings, one-line errors.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser as _;
+use seda::ThreadModel;
+use seda_http::proto::Dotfiles;
+use seda_http::{Admission, OverloadAction, ServerConfig};
 
 use super::*;
 
+#[derive(clap::Parser)]
+struct Argv {
+    #[command(flatten)]
+    args: ServeArgs,
+}
+
+/// `seda serve ARGV...` as clap parses it.
+fn parse(argv: &[&str]) -> ServeArgs {
+    Argv::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))
+        .unwrap()
+        .args
+}
+
+/// Resolves `seda serve ARGV...`, errors as one string.
+fn resolve_argv(argv: &[&str]) -> Result<Settings, String> {
+    resolve(&parse(argv)).map_err(|e| e.to_string())
+}
+
 #[test]
-fn flags_override_the_config_file() {
-    let dir = std::env::temp_dir().join(format!("seda-serve-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+fn flags_override_the_config_file_over_the_defaults() {
+    let dir = tempfile_dir();
     let file = dir.join("serve.toml");
-    std::fs::write(&file, "listen = \"127.0.0.1:9999\"\ncache-mb = 7\nthread-model = \"shared\"\nidle-timeout = 2.5\nadmin-listen = \"none\"\ndotfiles = \"serve\"\n").unwrap();
-    let args = ServeArgs {
-        config: Some(file.clone()),
-        cache_mb: Some(3),
-        ..ServeArgs::default()
-    };
-    let Settings { cfg, root, .. } = resolve(args).unwrap();
+    std::fs::write(&file, "listen = \"127.0.0.1:9999\"\ncache-mb = 7\nthread-model = \"shared\"\nidle-timeout = 2.5\nadmin-listen = \"none\"\ndotfiles = \"serve\"\nheader-cache = false\n").unwrap();
+    let f = file.to_str().unwrap();
+    let Settings { cfg, root, .. } =
+        resolve_argv(&["--config", f, "--cache-mb", "3", "--no-header-cache"]).unwrap();
     assert_eq!(cfg.listen, "127.0.0.1:9999".parse().unwrap());
     assert_eq!(cfg.cache_bytes, 3 << 20, "the flag wins");
     assert_eq!(cfg.thread_model, ThreadModel::Shared);
     assert_eq!(cfg.idle_timeout, Duration::from_millis(2500));
     assert_eq!(cfg.admin_listen, None);
     assert_eq!(cfg.dotfiles, Dotfiles::Serve);
+    assert!(!cfg.header_cache);
     assert!(root.is_none());
+    // Unset anywhere: the library's defaults.
+    let d = ServerConfig::default();
+    assert_eq!(cfg.send_timeout, d.send_timeout);
+    assert_eq!(cfg.max_pipelined, d.max_pipelined);
+    let Settings { cfg, .. } = resolve_argv(&[]).unwrap();
+    assert_eq!(cfg.listen, d.listen);
+    assert_eq!(cfg.cache_bytes, d.cache_bytes);
+    assert!(cfg.header_cache);
+    assert_eq!(cfg.admin_listen, Some("127.0.0.1:0".parse().unwrap()));
+    // A flag over a file value of the wrong type: the file is still refused.
+    std::fs::write(&file, "cache-mb = \"lots\"\n").unwrap();
+    let err = resolve_argv(&["--config", f, "--cache-mb", "3"]).unwrap_err();
+    assert!(err.contains("cache-mb") && !err.contains('\n'), "{err}");
     std::fs::write(&file, "cache-mbb = 7\n").unwrap();
-    let err = resolve(ServeArgs {
-        config: Some(file.clone()),
-        ..ServeArgs::default()
-    })
-    .unwrap_err();
+    let err = resolve_argv(&["--config", f]).unwrap_err();
     assert!(err.contains("cache-mbb") && !err.contains('\n'), "{err}");
-    let err = resolve(ServeArgs {
-        header_timeout: Some(-1.0),
-        ..ServeArgs::default()
-    })
-    .unwrap_err();
-    assert!(err.contains("header-timeout"));
+    assert!(err.contains(f), "the error names the file: {err}");
+    std::fs::write(&file, "cache-mb = \n").unwrap();
+    let err = resolve_argv(&["--config", f]).unwrap_err();
+    assert!(err.contains(f) && !err.contains('\n'), "{err}");
+    let err = resolve_argv(&["--config", "/nonexistent/serve.toml"]).unwrap_err();
+    assert!(err.contains("/nonexistent/serve.toml"), "{err}");
+    let err = resolve_argv(&["--header-timeout=-1"]).unwrap_err();
+    assert!(err.contains("header-timeout"), "{err}");
+    let err = resolve_argv(&["--idle-timeout", "1e300"]).unwrap_err();
+    assert!(err.contains("1e300") && err.len() < 200, "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Writes `toml` to a fresh file and resolves it under `args`.
-fn with_file(toml: &str, args: ServeArgs) -> Result<Settings, String> {
+/// Writes `toml` to a fresh file and resolves it under the flags `argv`.
+fn with_file(toml: &str, argv: &[&str]) -> Result<Settings, String> {
     let dir = tempfile_dir();
     let file = dir.join("serve.toml");
     std::fs::write(&file, toml).unwrap();
-    let r = resolve(ServeArgs {
-        config: Some(file),
-        ..args
-    });
+    let mut all = vec!["--config", file.to_str().unwrap()];
+    all.extend_from_slice(argv);
+    let r = resolve_argv(&all);
     std::fs::remove_dir_all(&dir).unwrap();
     r
 }
@@ -55,7 +90,7 @@ fn tempfile_dir() -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "seda-serve-overload-{}-{}",
+        "seda-serve-config-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
@@ -86,13 +121,15 @@ fn overload_settings_from_flags_and_toml() {
     "#;
     let s = with_file(
         toml,
-        ServeArgs {
-            admission: Some(Admission::ResponseTime),
-            class_header: Some("X-Class".into()),
-            bottleneck_ms: Some(40.0),
-            degrade: true,
-            ..ServeArgs::default()
-        },
+        &[
+            "--admission",
+            "response-time",
+            "--class-header",
+            "X-Class",
+            "--bottleneck-ms",
+            "40",
+            "--degrade",
+        ],
     )
     .unwrap();
     let oc = &s.overload;
@@ -130,7 +167,7 @@ fn overload_settings_from_flags_and_toml() {
         "classes turn response-time into multiclass"
     );
 
-    let s = with_file("", ServeArgs::default()).unwrap();
+    let s = with_file("", &[]).unwrap();
     assert_eq!(s.overload.policy_kind("bottleneck"), Admission::None);
     assert_eq!(
         s.overload.on_overload,
@@ -138,12 +175,14 @@ fn overload_settings_from_flags_and_toml() {
             retry_after_secs: 1
         }
     );
-    let s = resolve(ServeArgs {
-        rt_target_ms: Some(100.0),
-        retry_after_secs: Some(3),
-        overload_action: Some("reject".into()),
-        ..ServeArgs::default()
-    })
+    let s = resolve_argv(&[
+        "--rt-target-ms",
+        "100",
+        "--retry-after-secs",
+        "3",
+        "--overload-action",
+        "reject",
+    ])
     .unwrap();
     assert_eq!(s.overload.policy_kind("bottleneck"), Admission::DelayBudget);
     assert_eq!(
@@ -156,22 +195,17 @@ fn overload_settings_from_flags_and_toml() {
 
 #[test]
 fn bottleneck_passes_replace_the_calibration() {
-    let args = |ms: Option<f64>, k: Option<u64>| ServeArgs {
-        bottleneck_ms: ms,
-        bottleneck_passes: k,
-        ..ServeArgs::default()
-    };
     assert!(
-        resolve(args(None, Some(10)))
+        resolve_argv(&["--bottleneck-passes", "10"])
             .unwrap_err()
-            .contains("needs --bottleneck-ms")
+            .contains("needs bottleneck-ms")
     );
     assert!(
-        resolve(args(Some(5.0), Some(0)))
+        resolve_argv(&["--bottleneck-ms", "5", "--bottleneck-passes", "0"])
             .unwrap_err()
             .contains("at least 1")
     );
-    let s = resolve(args(Some(5.0), Some(7))).unwrap();
+    let s = resolve_argv(&["--bottleneck-ms", "5", "--bottleneck-passes", "7"]).unwrap();
     let mut cfg = ServerConfig::default();
     let passes = mount_overload(&mut cfg, &s.overload, s.bottleneck, s.bottleneck_passes);
     assert_eq!(passes, Ok(Some(7)));
@@ -180,20 +214,17 @@ fn bottleneck_passes_replace_the_calibration() {
 
 #[test]
 fn agent_drain_on_refusals_is_checked() {
-    let args = |listen: bool, d: f64| ServeArgs {
-        agent_listen: listen.then(|| "127.0.0.1:0".parse().unwrap()),
-        agent_drain_refused: Some(d),
-        ..ServeArgs::default()
+    let listen = ["--agent-listen", "127.0.0.1:0"];
+    let with = |l: &[&str], d: &str| {
+        let mut v = l.to_vec();
+        v.extend_from_slice(&["--agent-drain-refused", d]);
+        resolve_argv(&v)
     };
-    assert!(resolve(args(true, 1.5)).unwrap_err().contains("(0, 1]"));
-    assert!(
-        resolve(args(false, 0.9))
-            .unwrap_err()
-            .contains("needs --agent-listen")
-    );
-    let s = resolve(args(true, 0.9)).unwrap();
+    assert!(with(&listen, "1.5").unwrap_err().contains("(0, 1]"));
+    assert!(with(&[], "0.9").unwrap_err().contains("needs agent-listen"));
+    let s = with(&listen, "0.9").unwrap();
     assert_eq!(s.agent_cfg.drain_refused, Some(0.9));
-    let s = resolve(ServeArgs::default()).unwrap();
+    let s = resolve_argv(&[]).unwrap();
     assert_eq!(
         s.agent_cfg.drain_refused, None,
         "refusals never drain by default"
@@ -202,74 +233,54 @@ fn agent_drain_on_refusals_is_checked() {
 
 #[test]
 fn bad_overload_settings_are_one_line_errors() {
-    let cases: [(&str, ServeArgs, &str); 8] = [
+    let cases: [(&str, &[&str], &str); 11] = [
         (
             "[response-time]\nadj-d = 0.5\n",
-            ServeArgs::default(),
+            &[],
             "adj_d must be above 1",
         ),
         (
             "[classes]\nprefixes = [{ prefix = \"10.0.0.0/33\", class = 1 }]\n",
-            ServeArgs::default(),
+            &[],
             "bad address prefix",
         ),
-        ("admission = \"bogus\"\n", ServeArgs::default(), "bogus"),
-        (
-            "",
-            ServeArgs {
-                overload_action: Some("redirect:".into()),
-                ..ServeArgs::default()
-            },
-            "--overload-action",
-        ),
-        (
-            "",
-            ServeArgs {
-                rt_target_ms: Some(0.0),
-                ..ServeArgs::default()
-            },
-            "--rt-target-ms",
-        ),
-        (
-            "",
-            ServeArgs {
-                degrade: true,
-                ..ServeArgs::default()
-            },
-            "--degrade needs --bottleneck-ms",
-        ),
+        ("admission = \"bogus\"\n", &[], "bogus"),
+        ("", &["--overload-action", "redirect:"], "overload-action"),
+        ("", &["--rt-target-ms", "0"], "rt-target-ms"),
+        ("", &["--degrade"], "degrade needs bottleneck-ms"),
         (
             "[[handler]]\nname = \"a\"\n[[handler]]\nname = \"a\"\n",
-            ServeArgs::default(),
+            &[],
             "twice",
         ),
-        ("[classes]\nheadr = \"X\"\n", ServeArgs::default(), "headr"),
+        ("[classes]\nheadr = \"X\"\n", &[], "headr"),
+        // Errors that need the mounted handlers: a policy without its target, a
+        // [[handler]] that names none of them.
+        (
+            "",
+            &["--admission", "multiclass"],
+            "needs a response-time target",
+        ),
+        ("[[handler]]\nname = \"nosuch\"\n", &[], "nosuch"),
+        (
+            "[[handler]]\nname = \"bottleneck\"\n",
+            &["--root", "/"],
+            "names no mounted handler",
+        ),
     ];
     for (toml, args, want) in cases {
         let err = with_file(toml, args).unwrap_err();
         assert!(err.contains(want) && !err.contains('\n'), "{want}: {err}");
     }
-    // Errors that need the handlers: a policy without its target, an unknown
-    // [[handler]].
-    for (toml, args, want) in [
-        (
-            "",
-            ServeArgs {
-                admission: Some(Admission::Multiclass),
-                ..ServeArgs::default()
-            },
-            "needs a response-time target",
-        ),
-        (
-            "[[handler]]\nname = \"nosuch\"\n",
-            ServeArgs::default(),
-            "nosuch",
-        ),
-    ] {
-        let s = with_file(toml, args).unwrap();
-        let mut cfg = ServerConfig::default();
-        cfg.handlers.push(DemoSite::hello_handler());
-        let err = mount_overload(&mut cfg, &s.overload, s.bottleneck, None).unwrap_err();
-        assert!(err.contains(want) && !err.contains('\n'), "{want}: {err}");
-    }
+}
+
+#[test]
+fn check_refuses_a_missing_root() {
+    let s = resolve_argv(&["--root", "/nonexistent/www"]).unwrap();
+    let err = check(&s).unwrap_err();
+    assert!(err.contains("/nonexistent/www"), "{err}");
+    let dir = tempfile_dir();
+    let s = resolve_argv(&["--root", dir.to_str().unwrap()]).unwrap();
+    assert_eq!(check(&s), Ok(()));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -157,6 +157,15 @@ impl Default for ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// Checks the configuration as [`Server::start`](super::Server::start) does
+    /// (the root, the ranges, memory and open files), without starting anything:
+    /// what `seda serve --check` runs.
+    pub fn check(&self) -> Result<(), ServerError> {
+        validate(self).map(|_| ())
+    }
+}
+
 /// Why the server could not start or take a handler.
 #[derive(Debug)]
 pub enum ServerError {

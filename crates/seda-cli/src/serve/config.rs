@@ -1,0 +1,825 @@
+//! `seda serve`'s configuration: one struct, three layers, one validation.
+//!
+//! [`ServeConfig`] is every setting of the server, spelled the same as a flag
+//! (`--cache-mb 64`) and as a key of the TOML file given with `--config`
+//! (`cache-mb = 64`); a few (tables such as `[classes]`, `[[handler]]`) exist only in
+//! the file. [`ServeConfig::load`] layers them with `figment`: **flags over the file
+//! over the defaults** ([`ServeConfig::defaults`]). [`ServeConfig::validate`] is the
+//! one place that checks the result and turns it into the typed [`Settings`] the
+//! server runs with; a value that cannot work is a one-line error naming its key.
+//! A reload (SIGHUP) does the same again: the same flags over the file as it is now.
+//!
+//! ```toml
+//! listen = "0.0.0.0:8080"
+//! root = "/srv/www"
+//! cache-mb = 64
+//! rt-target-ms = 500
+//! class-targets-ms = [1000, 200]        # p90 target per class, index = class
+//! [classes]
+//! header = "X-Class"                     # integer value; missing or bad: next source
+//! cookie = "class"
+//! prefixes = [{ prefix = "127.0.0.2/32", class = 1 }]   # first match wins
+//! [response-time]                      # USITS'03 Fig. 4 parameters; any of: nreq,
+//! bucket-depth = 4                       #   timeout-ms, alpha, err-d, err-i, adj-i,
+//!                                        #   adj-d, c-i, rate-min, rate-max, initial-rate,
+//!                                        #   burst-ms (0: the paper's fixed depth)
+//! [[handler]]
+//! name = "bottleneck"
+//! rt-target-ms = 500
+//! class-targets-ms = [1000, 200]
+//! [gradient]                             # any of: initial, min, max, tolerance,
+//! tolerance = 2.0                        #   smoothing, long-window, window-ms
+//! [aimd]                                 # any of: initial, min, max, backoff, timeout-ms
+//! backoff = 0.8
+//! ```
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Format as _, Serialized, Toml};
+use seda::ThreadModel;
+use seda::admission::{AimdLimitConfig, GradientLimitConfig};
+use seda_http::proto::Dotfiles;
+use seda_http::{
+    AddrPrefix, Admission, AgentConfig, FileIo, HandlerTargets, Handoff, OverloadAction,
+    OverloadControl, ServerConfig,
+};
+use serde::{Deserialize, Serialize};
+
+/// Every setting of `seda serve`: the flags, and the keys of the TOML file. Every
+/// field is optional: a layer that does not set it leaves the layer below in force.
+#[derive(Clone, Debug, Default, clap::Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServeConfig {
+    /// Address to listen on [default: 127.0.0.1:8080; port 0 picks a free port].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// Directory to serve [default: the built-in demo site].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
+    /// Page-cache capacity in MiB [default: 200].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_mb: Option<u64>,
+    /// Thread model of the stages: per-stage or shared [default: per-stage].
+    #[arg(long, value_name = "per-stage|shared")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_model: Option<Word<ThreadModel>>,
+    /// Files larger than this many KiB stream with sendfile instead of entering the
+    /// page cache [default: 1024].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cached_file_kb: Option<u64>,
+    /// Seconds a client has to send a request once it started [default: 10].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_timeout: Option<f64>,
+    /// Seconds an idle keep-alive connection is kept [default: 30].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<f64>,
+    /// Most open connections [default: 10000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
+    /// Socket event loops [default: one per core].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_loops: Option<usize>,
+    /// Most threads of the HttpParse stage [default: 2].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parse_threads: Option<usize>,
+    /// How the CPU-bound stages hand events on: inline (the runtime runs the next
+    /// stage on the same thread when its queue is empty) or queued [default: inline].
+    #[arg(long, value_name = "inline|queued")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Word<HandoffArg>>,
+    /// Address of the admin listener (/_seda/stats, graph, metrics), or `none` to
+    /// have none [default: 127.0.0.1 on a free port, printed at start as `admin at
+    /// http://ADDR/_seda/`; never on the service port].
+    #[arg(long, value_name = "ADDR|none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_listen: Option<Word<AdminListen>>,
+    /// Seconds a client may take none of its pending response before it is
+    /// disconnected [default: 60].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_timeout: Option<f64>,
+    /// Most requests of one connection in flight; past it the connection is not read
+    /// until half are answered [default: 16].
+    #[arg(long, value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pipelined: Option<usize>,
+    /// Serve files and directories whose name starts with a dot: hide (404) or serve
+    /// [default: hide; `.well-known` is always served].
+    #[arg(long, value_name = "hide|serve")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dotfiles: Option<Word<DotfilesArg>>,
+    /// Capacity of the pathname-translation cache in MiB; 0 turns it off, so every
+    /// request is translated (decode, canonicalize, stat, open) [default: 16].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_cache_mb: Option<u64>,
+    /// Where a cache miss's blocking calls run: `helper` (CacheMiss's pool and the
+    /// file helper: Flash's AMPED) or `inline` (on the event loop that found the
+    /// miss, which waits for the disk: Flash's SPED, for comparison) [default: helper].
+    #[arg(long, value_name = "helper|inline")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_io: Option<Word<FileIo>>,
+    /// Format every file response's header instead of keeping it with the file's
+    /// translation (turns off Flash's response-header cache). In the file:
+    /// `header-cache = false`.
+    #[arg(
+        long = "no-header-cache",
+        num_args = 0,
+        default_missing_value = "false"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_cache: Option<bool>,
+    /// Seconds to let requests in flight finish on SIGINT/SIGTERM [default: 10].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shutdown_grace: Option<f64>,
+    /// Mount the bottleneck handler at /bottleneck, calibrated to about this many
+    /// milliseconds of CPU per request.
+    #[arg(long, value_name = "MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bottleneck_ms: Option<f64>,
+    /// Checksum passes per bottleneck request instead of calibrating (the K that
+    /// `bottleneck: N ms calibrated to K iterations` printed), so that several
+    /// servers do the same work.
+    #[arg(long, value_name = "K")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bottleneck_passes: Option<u64>,
+    /// 90th-percentile response-time target of every dynamic stage, milliseconds
+    /// (selects the delay-budget admission policy unless --admission says).
+    #[arg(long, value_name = "MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rt_target_ms: Option<f64>,
+    /// p90 target per class, milliseconds, index = class (file only).
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class_targets_ms: Option<Vec<f64>>,
+    /// Admission policy of every dynamic stage: delay-budget, response-time (the
+    /// USITS'03 controller), multiclass, codel, gradient, aimd, queue-threshold or
+    /// none [default: delay-budget with a target (multiclass with per-class
+    /// targets), else none].
+    #[arg(long, value_name = "POLICY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Word<Admission>>,
+    /// Threshold of --admission queue-threshold, requests [default: 100].
+    #[arg(long, value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_threshold: Option<usize>,
+    /// Target queueing delay of --admission codel, milliseconds [default: 5].
+    #[arg(long, value_name = "MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codel_target_ms: Option<f64>,
+    /// Interval of --admission codel, milliseconds [default: 100].
+    #[arg(long, value_name = "MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codel_interval_ms: Option<f64>,
+    /// Class of a request = integer value of this header (missing or bad: 0).
+    #[arg(long, value_name = "NAME")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class_header: Option<String>,
+    /// Automatic service degradation of the bottleneck handler (needs a target).
+    #[arg(long, num_args = 0, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degrade: Option<bool>,
+    /// What a refused request gets: reject (503 + Retry-After), redirect:URL (302), or
+    /// degrade (the handler's cheap answer) [default: reject].
+    #[arg(long, value_name = "ACTION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overload_action: Option<String>,
+    /// Retry-After of a 503, seconds [default: 1].
+    #[arg(long, value_name = "SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_secs: Option<u32>,
+    /// `[classes]`: where a request's class comes from (file only).
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classes: Option<FileClasses>,
+    /// `[[handler]]`: per-handler targets (file only).
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub handler: Vec<FileHandler>,
+    /// `[response-time]`: the USITS'03 controller's parameters (file only).
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_time: Option<FileResponseTime>,
+    /// `[gradient]` (file only).
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gradient: Option<FileGradient>,
+    /// `[aimd]` (file only).
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aimd: Option<FileAimd>,
+    /// Answer HAProxy's agent-check on this address with the admission state
+    /// (`ready N%` from the admitted fraction and p90 vs target, `drain` when shutting
+    /// down) [default: off].
+    #[arg(long, value_name = "ADDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_listen: Option<SocketAddr>,
+    /// Also say `drain` while a stage refuses more than this fraction (0-1] of its
+    /// arrivals [default: never; refusals lower the weight: a whole fleet draining at
+    /// once would leave HAProxy no server].
+    #[arg(long, value_name = "FRACTION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_drain_refused: Option<f64>,
+}
+
+/// A setting spelled as a word (`shared`, `codel`, `none`), kept with its spelling:
+/// layers are merged as text, and an error quotes what was written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Word<T> {
+    spelling: String,
+    value: T,
+}
+
+impl<T: Copy> Word<T> {
+    /// The parsed value.
+    pub fn get(&self) -> T {
+        self.value
+    }
+}
+
+impl<T: FromStr<Err = String>> FromStr for Word<T> {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(Word {
+            spelling: s.to_owned(),
+            value: s.parse()?,
+        })
+    }
+}
+
+impl<T> Serialize for Word<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.spelling)
+    }
+}
+
+impl<'de, T: FromStr<Err = String>> Deserialize<'de> for Word<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Where the admin listener goes: an address, or nowhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminListen {
+    /// Listen here.
+    At(SocketAddr),
+    /// No admin listener.
+    None,
+}
+
+impl FromStr for AdminListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "none" {
+            return Ok(AdminListen::None);
+        }
+        s.parse().map(AdminListen::At).map_err(|_| {
+            format!("admin-listen must be an address (e.g. 127.0.0.1:9090) or `none`, got `{s}`")
+        })
+    }
+}
+
+/// `handoff`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandoffArg {
+    /// Inline when the next queue is empty.
+    Inline,
+    /// Always through the queue.
+    Queued,
+}
+
+impl FromStr for HandoffArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "inline" => Ok(HandoffArg::Inline),
+            "queued" => Ok(HandoffArg::Queued),
+            _ => Err(format!("handoff must be inline or queued, got `{s}`")),
+        }
+    }
+}
+
+/// `dotfiles`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DotfilesArg {
+    /// 404 for them.
+    Hide,
+    /// Serve them.
+    Serve,
+}
+
+impl FromStr for DotfilesArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "hide" => Ok(DotfilesArg::Hide),
+            "serve" => Ok(DotfilesArg::Serve),
+            _ => Err(format!("dotfiles must be hide or serve, got `{s}`")),
+        }
+    }
+}
+
+/// `[response-time]` of the TOML file: the USITS'03 controller's parameters.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileResponseTime {
+    nreq: Option<usize>,
+    timeout_ms: Option<f64>,
+    alpha: Option<f64>,
+    err_d: Option<f64>,
+    err_i: Option<f64>,
+    adj_i: Option<f64>,
+    adj_d: Option<f64>,
+    c_i: Option<f64>,
+    rate_min: Option<f64>,
+    rate_max: Option<f64>,
+    initial_rate: Option<f64>,
+    bucket_depth: Option<f64>,
+    burst_ms: Option<f64>,
+}
+
+/// `[classes]` of the TOML file.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileClasses {
+    header: Option<String>,
+    cookie: Option<String>,
+    #[serde(default)]
+    prefixes: Vec<FilePrefix>,
+}
+
+/// One entry of `[classes] prefixes`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FilePrefix {
+    prefix: String,
+    class: u8,
+}
+
+/// One `[[handler]]` of the TOML file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileHandler {
+    name: String,
+    rt_target_ms: Option<f64>,
+    #[serde(default)]
+    class_targets_ms: Vec<f64>,
+}
+
+/// `[gradient]` of the TOML file.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileGradient {
+    initial: Option<f64>,
+    min: Option<f64>,
+    max: Option<f64>,
+    tolerance: Option<f64>,
+    smoothing: Option<f64>,
+    long_window: Option<f64>,
+    window_ms: Option<f64>,
+}
+
+/// `[aimd]` of the TOML file.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileAimd {
+    initial: Option<f64>,
+    min: Option<f64>,
+    max: Option<f64>,
+    backoff: Option<f64>,
+    timeout_ms: Option<f64>,
+}
+
+/// A configuration that cannot work: one line, naming the key (or the file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<String> for ConfigError {
+    fn from(s: String) -> Self {
+        ConfigError(s)
+    }
+}
+
+impl From<&str> for ConfigError {
+    fn from(s: &str) -> Self {
+        ConfigError(s.to_owned())
+    }
+}
+
+/// Turns figment's errors (one per bad key, some spanning lines) into one line:
+/// `config FILE: KEY: what is wrong`.
+fn one_line(file: &Path, err: figment::Error) -> ConfigError {
+    let parts: Vec<String> = err
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let what = e.kind.to_string();
+            let what = what.split_whitespace().collect::<Vec<_>>().join(" ");
+            if key.is_empty() {
+                what
+            } else {
+                format!("{key}: {what}")
+            }
+        })
+        .collect();
+    ConfigError(format!("config {}: {}", file.display(), parts.join("; ")))
+}
+
+impl ServeConfig {
+    /// The bottom layer: the value of every setting that has one when neither a flag
+    /// nor the file sets it (taken from the library's own defaults, so the two never
+    /// disagree). Settings whose absence means "off" stay `None`.
+    pub fn defaults() -> ServeConfig {
+        let d = ServerConfig::default();
+        let oc = OverloadControl::default();
+        fn word<T: FromStr<Err = String>>(s: &str) -> Option<Word<T>> {
+            s.parse().ok()
+        }
+        ServeConfig {
+            listen: Some(d.listen),
+            cache_mb: Some(d.cache_bytes >> 20),
+            thread_model: word(d.thread_model.as_str()),
+            max_cached_file_kb: Some(d.max_cached_file >> 10),
+            header_timeout: Some(d.header_timeout.as_secs_f64()),
+            idle_timeout: Some(d.idle_timeout.as_secs_f64()),
+            max_connections: Some(d.max_connections),
+            event_loops: Some(d.event_loops),
+            parse_threads: Some(d.parse_threads),
+            handoff: word("inline"),
+            admin_listen: word("127.0.0.1:0"),
+            send_timeout: Some(d.send_timeout.as_secs_f64()),
+            max_pipelined: Some(d.max_pipelined),
+            dotfiles: word("hide"),
+            path_cache_mb: Some(d.path_cache_bytes >> 20),
+            file_io: word("helper"),
+            header_cache: Some(d.header_cache),
+            shutdown_grace: Some(10.0),
+            queue_threshold: Some(oc.queue_threshold),
+            codel_target_ms: Some(oc.codel.target.as_secs_f64() * 1e3),
+            codel_interval_ms: Some(oc.codel.interval.as_secs_f64() * 1e3),
+            degrade: Some(false),
+            overload_action: Some("reject".into()),
+            retry_after_secs: Some(d.retry_after_secs),
+            ..ServeConfig::default()
+        }
+    }
+
+    /// Layers `flags` over the TOML file at `file` (if any) over the defaults.
+    ///
+    /// The file alone must be a valid configuration too (a bad value in it is an
+    /// error even where a flag overrides it: `--check` must find it before a reload
+    /// without that flag would).
+    pub fn load(flags: &ServeConfig, file: Option<&Path>) -> Result<ServeConfig, ConfigError> {
+        let mut layers = Figment::from(Serialized::defaults(ServeConfig::defaults()));
+        if let Some(path) = file {
+            Figment::from(Toml::file_exact(path))
+                .extract::<ServeConfig>()
+                .map_err(|e| one_line(path, e))?;
+            layers = layers.merge(Toml::file_exact(path));
+        }
+        layers
+            .merge(Serialized::defaults(flags))
+            .extract()
+            .map_err(|e| one_line(file.unwrap_or(Path::new("(flags)")), e))
+    }
+
+    /// Checks every setting and returns what the server runs with. The one place
+    /// that decides whether a configuration can work.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let mut cfg = ServerConfig::default();
+        if let Some(v) = self.listen {
+            cfg.listen = v;
+        }
+        if let Some(mb) = self.cache_mb {
+            cfg.cache_bytes = mb
+                .checked_mul(1 << 20)
+                .ok_or_else(|| format!("cache-mb {mb} is too large"))?;
+        }
+        if let Some(m) = &self.thread_model {
+            cfg.thread_model = m.get();
+        }
+        if let Some(kb) = self.max_cached_file_kb {
+            cfg.max_cached_file = kb.saturating_mul(1024);
+        }
+        if let Some(s) = self.header_timeout {
+            cfg.header_timeout = secs("header-timeout", s)?;
+        }
+        if let Some(s) = self.idle_timeout {
+            cfg.idle_timeout = secs("idle-timeout", s)?;
+        }
+        if let Some(n) = self.max_connections {
+            cfg.max_connections = n;
+        }
+        if let Some(n) = self.event_loops {
+            cfg.event_loops = n;
+        }
+        if let Some(n) = self.parse_threads {
+            cfg.parse_threads = n;
+        }
+        cfg.handoff = match self.handoff.as_ref().map(Word::get) {
+            Some(HandoffArg::Queued) => Handoff::Queued,
+            Some(HandoffArg::Inline) | None => Handoff::Inline,
+        };
+        cfg.admin_listen = match self.admin_listen.as_ref().map(Word::get) {
+            Some(AdminListen::At(a)) => Some(a),
+            Some(AdminListen::None) | None => None,
+        };
+        if let Some(s) = self.send_timeout {
+            cfg.send_timeout = secs("send-timeout", s)?;
+        }
+        if let Some(n) = self.max_pipelined {
+            if n == 0 || n > 4096 {
+                return Err(format!("max-pipelined must be in 1..=4096, got {n}").into());
+            }
+            cfg.max_pipelined = n;
+        }
+        cfg.dotfiles = match self.dotfiles.as_ref().map(Word::get) {
+            Some(DotfilesArg::Serve) => Dotfiles::Serve,
+            Some(DotfilesArg::Hide) | None => Dotfiles::Hide,
+        };
+        if let Some(mb) = self.path_cache_mb {
+            cfg.path_cache_bytes = mb
+                .checked_mul(1 << 20)
+                .ok_or_else(|| format!("path-cache-mb {mb} is too large"))?;
+        }
+        if let Some(f) = &self.file_io {
+            cfg.file_io = f.get();
+        }
+        cfg.header_cache = self.header_cache.unwrap_or(true);
+        cfg.retry_after_secs = self.retry_after_secs.unwrap_or(1);
+        let grace = secs("shutdown-grace", self.shutdown_grace.unwrap_or(10.0))?;
+        let (overload, bottleneck) = self.overload()?;
+        let bottleneck_passes = self.bottleneck_passes;
+        match (bottleneck_passes, bottleneck) {
+            (Some(0), _) => return Err("bottleneck-passes must be at least 1".into()),
+            (Some(_), None) => {
+                return Err("bottleneck-passes needs bottleneck-ms (the handler it sets)".into());
+            }
+            _ => {}
+        }
+        let agent_cfg = AgentConfig {
+            drain_refused: self.agent_drain_refused,
+            ..AgentConfig::default()
+        };
+        agent_cfg
+            .validate()
+            .map_err(|e| format!("agent-drain-refused: {e}"))?;
+        if agent_cfg.drain_refused.is_some() && self.agent_listen.is_none() {
+            return Err("agent-drain-refused needs agent-listen".into());
+        }
+        // The handlers that will be mounted: the demo's without a root, the
+        // bottleneck if asked for. Per-handler targets must name one of them.
+        let mut names = Vec::new();
+        if self.root.is_none() {
+            names.push("hello");
+        }
+        if bottleneck.is_some() {
+            names.push("bottleneck");
+            if overload.degrade {
+                overload
+                    .quality_for("bottleneck")
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        overload.validate(names).map_err(|e| e.to_string())?;
+        Ok(Settings {
+            cfg,
+            root: self.root.clone(),
+            grace,
+            overload,
+            bottleneck,
+            bottleneck_passes,
+            agent_listen: self.agent_listen,
+            agent_cfg,
+        })
+    }
+
+    /// The overload settings and the bottleneck's cost.
+    fn overload(&self) -> Result<(OverloadControl, Option<Duration>), ConfigError> {
+        let mut oc = OverloadControl::default();
+        let bottleneck = self
+            .bottleneck_ms
+            .map(|v| millis("bottleneck-ms", v))
+            .transpose()?;
+        oc.rt_target = self
+            .rt_target_ms
+            .map(|v| millis("rt-target-ms", v))
+            .transpose()?;
+        if let Some(v) = &self.class_targets_ms {
+            oc.class_targets = v
+                .iter()
+                .map(|&t| millis("class-targets-ms", t))
+                .collect::<Result<_, _>>()?;
+        }
+        oc.admission = self.admission.as_ref().map(Word::get);
+        if let Some(n) = self.queue_threshold {
+            if n == 0 {
+                return Err("queue-threshold must be at least 1".into());
+            }
+            oc.queue_threshold = n;
+        }
+        if let Some(v) = self.codel_target_ms {
+            oc.codel.target = millis("codel-target-ms", v)?;
+        }
+        if let Some(v) = self.codel_interval_ms {
+            oc.codel.interval = millis("codel-interval-ms", v)?;
+        }
+        if let Some(c) = &self.classes {
+            oc.classes.header.clone_from(&c.header);
+            oc.classes.cookie.clone_from(&c.cookie);
+            for p in &c.prefixes {
+                let prefix: AddrPrefix = p
+                    .prefix
+                    .parse()
+                    .map_err(|e| format!("[classes] prefixes: {e}"))?;
+                oc.classes.prefixes.push((prefix, p.class));
+            }
+        }
+        if let Some(h) = &self.class_header {
+            oc.classes.header = Some(h.clone());
+        }
+        for h in &self.handler {
+            if oc.handlers.iter().any(|o| o.name == h.name) {
+                return Err(format!("[[handler]] `{}` appears twice", h.name).into());
+            }
+            oc.handlers.push(HandlerTargets {
+                name: h.name.clone(),
+                rt_target: h
+                    .rt_target_ms
+                    .map(|v| millis("[[handler]] rt-target-ms", v))
+                    .transpose()?,
+                class_targets: h
+                    .class_targets_ms
+                    .iter()
+                    .map(|&t| millis("[[handler]] class-targets-ms", t))
+                    .collect::<Result<_, _>>()?,
+            });
+        }
+        if let Some(r) = &self.response_time {
+            let c = &mut oc.response_time;
+            c.nreq = r.nreq.unwrap_or(c.nreq);
+            if let Some(v) = r.timeout_ms {
+                c.timeout = millis("[response-time] timeout-ms", v)?;
+            }
+            if let Some(v) = r.burst_ms {
+                c.burst = if v == 0.0 {
+                    Duration::ZERO
+                } else {
+                    millis("[response-time] burst-ms", v)?
+                };
+            }
+            for (field, v) in [
+                (&mut c.alpha, r.alpha),
+                (&mut c.err_d, r.err_d),
+                (&mut c.err_i, r.err_i),
+                (&mut c.adj_i, r.adj_i),
+                (&mut c.adj_d, r.adj_d),
+                (&mut c.c_i, r.c_i),
+                (&mut c.rate_min, r.rate_min),
+                (&mut c.rate_max, r.rate_max),
+                (&mut c.initial_rate, r.initial_rate),
+                (&mut c.bucket_depth, r.bucket_depth),
+            ] {
+                if let Some(v) = v {
+                    *field = v;
+                }
+            }
+            c.validate().map_err(|e| format!("[response-time]: {e}"))?;
+        }
+        if let Some(g) = &self.gradient {
+            let d = GradientLimitConfig::default();
+            oc.gradient = GradientLimitConfig {
+                initial: g.initial.unwrap_or(d.initial),
+                min: g.min.unwrap_or(d.min),
+                max: g.max.unwrap_or(d.max),
+                tolerance: g.tolerance.unwrap_or(d.tolerance),
+                smoothing: g.smoothing.unwrap_or(d.smoothing),
+                long_window: g.long_window.unwrap_or(d.long_window),
+                window: g
+                    .window_ms
+                    .map(|v| millis("[gradient] window-ms", v))
+                    .transpose()?
+                    .unwrap_or(d.window),
+            };
+        }
+        if let Some(a) = &self.aimd {
+            let timeout = match a.timeout_ms {
+                Some(v) => millis("[aimd] timeout-ms", v)?,
+                None => oc.rt_target.unwrap_or(Duration::from_secs(1)),
+            };
+            let d = AimdLimitConfig::with_timeout(timeout);
+            oc.aimd = Some(AimdLimitConfig {
+                initial: a.initial.unwrap_or(d.initial),
+                min: a.min.unwrap_or(d.min),
+                max: a.max.unwrap_or(d.max),
+                backoff: a.backoff.unwrap_or(d.backoff),
+                timeout,
+            });
+        }
+        let retry_after_secs = self.retry_after_secs.unwrap_or(1);
+        oc.on_overload = overload_action(
+            self.overload_action.as_deref().unwrap_or("reject"),
+            retry_after_secs,
+        )?;
+        oc.degrade = self.degrade.unwrap_or(false);
+        if oc.degrade && bottleneck.is_none() {
+            return Err("degrade needs bottleneck-ms (the handler it degrades)".into());
+        }
+        Ok((oc, bottleneck))
+    }
+}
+
+/// What `seda serve` runs with: the server's configuration, the root, the shutdown
+/// grace period, and the overload control of the dynamic stages. Made only by
+/// [`ServeConfig::validate`].
+#[derive(Debug)]
+pub struct Settings {
+    pub cfg: ServerConfig,
+    pub root: Option<PathBuf>,
+    pub grace: Duration,
+    pub overload: OverloadControl,
+    pub bottleneck: Option<Duration>,
+    pub bottleneck_passes: Option<u64>,
+    pub agent_listen: Option<SocketAddr>,
+    pub agent_cfg: AgentConfig,
+}
+
+/// `v` seconds; the error quotes the value as written (not a 301-digit expansion).
+fn secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
+    if v.is_finite() && v > 0.0 && v < 1e9 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(format!(
+            "{name} must be a positive number of seconds below 1e9, got {}",
+            shown(v)
+        )
+        .into())
+    }
+}
+
+/// `v` milliseconds.
+fn millis(name: &str, v: f64) -> Result<Duration, ConfigError> {
+    if v.is_finite() && v > 0.0 && v < 1e12 {
+        Ok(Duration::from_secs_f64(v / 1000.0))
+    } else {
+        Err(format!(
+            "{name} must be a positive number of milliseconds below 1e12, got {}",
+            shown(v)
+        )
+        .into())
+    }
+}
+
+/// A number as a person wrote it: `1e300`, not its 301 digits.
+fn shown(v: f64) -> String {
+    if v.is_finite() && v.abs() >= 1e15 {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+fn overload_action(s: &str, retry_after_secs: u32) -> Result<OverloadAction, ConfigError> {
+    match s {
+        "reject" => Ok(OverloadAction::Reject503 { retry_after_secs }),
+        "degrade" => Ok(OverloadAction::Degrade),
+        _ => match s.strip_prefix("redirect:") {
+            Some(url) if !url.is_empty() && !url.contains(['\r', '\n']) => {
+                Ok(OverloadAction::Redirect(url.to_owned()))
+            }
+            _ => Err(
+                format!("overload-action must be reject, redirect:URL or degrade, got `{s}`")
+                    .into(),
+            ),
+        },
+    }
+}
