@@ -1,10 +1,19 @@
 //! GnutellaCatcher: the host cache and the outgoing connections (SEDA 5.2.1: "it
 //! attempts to maintain at least 4 simultaneous connections to the network").
 //!
-//! Hosts come from `--peer` (seeds, never forgotten), from pongs answering our own
-//! pings and from `X-Try-Ultrapeers` headers. Every [`TICK`] the catcher dials
-//! hosts until `min_outgoing` outgoing connections are up or being set up. It runs
-//! on a thread of its own because `connect` blocks (bounded by `connect_timeout`).
+//! The stage owns the host cache. Hosts come from `--peer` (seeds, never
+//! forgotten), from pongs answering our own pings (the router sends them), from
+//! `X-Try-Ultrapeers` headers and from the addresses ultrapeers that dialled us
+//! name in their handshake (the server sends those). Every [`TICK`] the catcher
+//! dials hosts until `min_outgoing` outgoing connections are up or being set up,
+//! and hands each connected stream to the sockets ([`Writer::adopt`]: the server
+//! sees it as `Adopted` and runs the handshake); the server tells it how each
+//! fared. It runs on a thread of its own because `connect` blocks (bounded by
+//! `connect_timeout`).
+//!
+//! It is also the watchdog of handshakes: the server reports each connection that
+//! enters its handshake and each that leaves it, and a tick closes those that
+//! stalled past `handshake_timeout`.
 //!
 //! Backoff, per host: after `k` consecutive failures (refused connect, refused or
 //! failed handshake) the next try waits `min(backoff * 2^(k-1), max_backoff)`;
@@ -20,37 +29,24 @@
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use seda::{Batch, Context, EventHandler, Meta, Runtime};
+use parking_lot::Mutex;
+use seda::{Batch, Context, EventHandler, Meta, Sink};
+use seda_io::{ConnId, Writer};
 
 use crate::config::RouterConfig;
-use crate::node::Node;
-use crate::stats::Event;
+use crate::events::CatcherEvent;
+use crate::stats::{Counters, Event, Gauge};
 
 /// Period of the catcher's tick.
 pub const TICK: Duration = Duration::from_millis(500);
 /// Most hosts in the cache.
 pub const MAX_HOSTS: usize = 1024;
 
-/// An event of the catcher stage.
-#[derive(Debug)]
-pub enum CatcherEvent {
-    /// Dial if needed, reap stale handshakes.
-    Tick,
-    /// Hosts learned from pongs or `X-Try-Ultrapeers`.
-    Learned(Vec<SocketAddr>),
-    /// An outgoing connection to `addr` closed (`established`: after its handshake).
-    Lost {
-        /// The host.
-        addr: SocketAddr,
-        /// Whether the handshake had completed.
-        established: bool,
-    },
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+enum HostState {
     Idle,
     Connecting,
     Connected,
@@ -59,7 +55,7 @@ enum State {
 #[derive(Clone, Debug)]
 struct Host {
     seed: bool,
-    state: State,
+    state: HostState,
     failures: u32,
     next_try: Instant,
     learned: Instant,
@@ -67,14 +63,14 @@ struct Host {
 
 /// The known hosts.
 #[derive(Debug)]
-pub(crate) struct HostCache {
+struct HostCache {
     hosts: HashMap<SocketAddr, Host>,
     backoff: Duration,
     max_backoff: Duration,
 }
 
 impl HostCache {
-    pub(crate) fn new(cfg: &RouterConfig) -> HostCache {
+    fn new(cfg: &RouterConfig) -> HostCache {
         let mut c = HostCache {
             hosts: HashMap::new(),
             backoff: cfg.backoff,
@@ -86,17 +82,17 @@ impl HostCache {
         c
     }
 
-    pub(crate) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.hosts.len()
     }
 
-    pub(crate) fn add_seed(&mut self, addr: SocketAddr) {
+    fn add_seed(&mut self, addr: SocketAddr) {
         let now = Instant::now();
         self.hosts
             .entry(addr)
             .or_insert(Host {
                 seed: true,
-                state: State::Idle,
+                state: HostState::Idle,
                 failures: 0,
                 next_try: now,
                 learned: now,
@@ -116,7 +112,7 @@ impl HostCache {
             let oldest = self
                 .hosts
                 .iter()
-                .filter(|(_, h)| !h.seed && h.state == State::Idle)
+                .filter(|(_, h)| !h.seed && h.state == HostState::Idle)
                 .min_by_key(|(_, h)| h.learned)
                 .map(|(a, _)| *a);
             match oldest {
@@ -130,7 +126,7 @@ impl HostCache {
             addr,
             Host {
                 seed: false,
-                state: State::Idle,
+                state: HostState::Idle,
                 failures: 0,
                 next_try: now,
                 learned: now,
@@ -138,32 +134,24 @@ impl HostCache {
         );
     }
 
-    /// Up to `n` hosts for `X-Try-Ultrapeers`, most recently learned first.
-    pub(crate) fn sample(&self, n: usize, not: SocketAddr) -> Vec<SocketAddr> {
-        let mut v: Vec<(&SocketAddr, &Host)> =
-            self.hosts.iter().filter(|(a, _)| **a != not).collect();
-        v.sort_by_key(|(_, h)| std::cmp::Reverse(h.learned));
-        v.into_iter().take(n).map(|(a, _)| *a).collect()
-    }
-
     fn outgoing(&self) -> usize {
         self.hosts
             .values()
-            .filter(|h| h.state != State::Idle)
+            .filter(|h| h.state != HostState::Idle)
             .count()
     }
 
     fn candidate(&self, now: Instant, skip: &dyn Fn(&SocketAddr) -> bool) -> Option<SocketAddr> {
         self.hosts
             .iter()
-            .filter(|(a, h)| h.state == State::Idle && h.next_try <= now && !skip(a))
+            .filter(|(a, h)| h.state == HostState::Idle && h.next_try <= now && !skip(a))
             .min_by_key(|(_, h)| (!h.seed, h.next_try))
             .map(|(a, _)| *a)
     }
 
     fn failed(&mut self, addr: SocketAddr, now: Instant) {
         if let Some(h) = self.hosts.get_mut(&addr) {
-            h.state = State::Idle;
+            h.state = HostState::Idle;
             h.failures = h.failures.saturating_add(1);
             let factor = 1u32 << (h.failures - 1).min(16);
             h.next_try = now + (self.backoff * factor).min(self.max_backoff);
@@ -172,114 +160,165 @@ impl HostCache {
 
     fn closed_after_use(&mut self, addr: SocketAddr, now: Instant) {
         if let Some(h) = self.hosts.get_mut(&addr) {
-            h.state = State::Idle;
+            h.state = HostState::Idle;
             h.failures = 0;
             h.next_try = now + self.backoff;
         }
     }
 
-    pub(crate) fn set_connected(&mut self, addr: SocketAddr) {
+    fn set_connected(&mut self, addr: SocketAddr) {
         if let Some(h) = self.hosts.get_mut(&addr) {
-            h.state = State::Connected;
+            h.state = HostState::Connected;
         }
     }
 
     fn set_connecting(&mut self, addr: SocketAddr) {
         if let Some(h) = self.hosts.get_mut(&addr) {
-            h.state = State::Connecting;
+            h.state = HostState::Connecting;
         }
     }
+}
+
+/// What the catcher owns.
+#[derive(Debug)]
+struct State {
+    hosts: HostCache,
+    /// Hosts dialled and handed to the sockets, not yet `Connected` or `Lost`.
+    dialing: HashMap<SocketAddr, Instant>,
+    /// Connections in their handshake, since when.
+    watch: HashMap<ConnId, Instant>,
+    /// Listening addresses of ultrapeers connected to us (not dialled while up).
+    inbound: HashMap<SocketAddr, usize>,
 }
 
 /// The catcher stage's handler.
 #[derive(Debug)]
 pub(crate) struct Catcher {
-    node: Arc<Node>,
+    cfg: Arc<RouterConfig>,
+    writer: Writer,
+    /// Our own sink (ticks).
+    me: Sink<CatcherEvent>,
+    /// Addresses that are us: never dialled.
+    us: [SocketAddr; 2],
+    state: Mutex<State>,
+    counters: Arc<Counters>,
+    generation: AtomicU64,
+    last_tick: Mutex<Instant>,
 }
 
 impl Catcher {
-    pub(crate) fn new(node: Arc<Node>) -> Catcher {
-        Catcher { node }
+    pub(crate) fn new(
+        cfg: Arc<RouterConfig>,
+        listen: SocketAddr,
+        advertised: SocketAddr,
+        writer: Writer,
+        me: Sink<CatcherEvent>,
+        counters: Arc<Counters>,
+    ) -> Catcher {
+        let hosts = HostCache::new(&cfg);
+        counters.gauge(Gauge::KnownHosts, hosts.len());
+        Catcher {
+            cfg,
+            writer,
+            me,
+            us: [listen, advertised],
+            state: Mutex::new(State {
+                hosts,
+                dialing: HashMap::new(),
+                watch: HashMap::new(),
+                inbound: HashMap::new(),
+            }),
+            counters,
+            generation: AtomicU64::new(1),
+            last_tick: Mutex::new(Instant::now()),
+        }
     }
 
-    fn tick(&self, cx: &Context<'_>) {
-        let node = &self.node;
-        if let Some(sink) = node.catcher.get() {
-            cx.runtime()
-                .schedule_with(TICK, sink, CatcherEvent::Tick, Meta::new());
-        }
-        let now = Instant::now();
-        if let Some(w) = node.writer() {
-            for conn in node
-                .conns
-                .stale(now.checked_sub(node.cfg.handshake_timeout).unwrap_or(now))
-            {
-                node.counters.event(Event::HandshakeTimeout);
-                w.abort(conn);
-            }
+    /// The first tick of chain 1 (scheduled once at start).
+    pub(crate) fn first_tick() -> CatcherEvent {
+        CatcherEvent::Tick(1)
+    }
+
+    fn tick(&self, now: Instant) {
+        let timeout = self.cfg.handshake_timeout;
+        let mut st = self.state.lock();
+        let stale: Vec<ConnId> = st
+            .watch
+            .iter()
+            .filter(|(_, since)| now.saturating_duration_since(**since) > timeout)
+            .map(|(c, _)| *c)
+            .collect();
+        for conn in stale {
+            st.watch.remove(&conn);
+            self.counters.event(Event::HandshakeTimeout);
+            self.writer.abort(conn);
         }
         // A dialled connection the sockets never announced (they were stopping, or
-        // the socket died before its loop took it) must not hold its host forever.
-        let lost: Vec<SocketAddr> = {
-            let mut dialing = node.dialing.lock();
-            let gone: Vec<SocketAddr> = dialing
-                .iter()
-                .filter(|(_, t)| now.saturating_duration_since(**t) > node.cfg.handshake_timeout)
-                .map(|(a, _)| *a)
-                .collect();
-            dialing.retain(|a, _| !gone.contains(a));
-            gone
-        };
+        // at their connection limit) must not hold its host forever.
+        let limit = timeout + self.cfg.connect_timeout;
+        let lost: Vec<SocketAddr> = st
+            .dialing
+            .iter()
+            .filter(|(_, t)| now.saturating_duration_since(**t) > limit)
+            .map(|(a, _)| *a)
+            .collect();
         for addr in lost {
-            node.hosts.lock().failed(addr, now);
+            st.dialing.remove(&addr);
+            st.hosts.failed(addr, now);
         }
-        crate::router::rearm_if_stale(cx.runtime(), node, Duration::from_secs(2));
+        drop(st);
         self.dial(now);
     }
 
     /// Dials hosts until `min_outgoing` outgoing connections exist or are being set up.
     fn dial(&self, now: Instant) {
-        let node = &self.node;
-        let Some(w) = node.writer() else { return };
-        let me = node.advertised();
-        let listen = node.listen.get().copied();
-        let snap = node.peers.snapshot();
-        let connected_to = |a: &SocketAddr| {
-            *a == me
-                || Some(*a) == listen
-                || snap
-                    .list
-                    .iter()
-                    .any(|p| p.info.listen == Some(*a) || (p.outgoing && p.addr == *a))
-        };
-        for _ in 0..node.cfg.min_outgoing {
+        for _ in 0..self.cfg.min_outgoing {
             let addr = {
-                let hosts = node.hosts.lock();
-                if hosts.outgoing() >= node.cfg.min_outgoing {
+                let mut st = self.state.lock();
+                if st.hosts.outgoing() >= self.cfg.min_outgoing {
                     return;
                 }
-                match hosts.candidate(now, &connected_to) {
-                    Some(a) => a,
-                    None => return,
-                }
+                let inbound = &st.inbound;
+                let us = self.us;
+                let skip = |a: &SocketAddr| us.contains(a) || inbound.contains_key(a);
+                let Some(a) = st.hosts.candidate(now, &skip) else {
+                    return;
+                };
+                st.hosts.set_connecting(a);
+                a
             };
-            node.hosts.lock().set_connecting(addr);
-            match TcpStream::connect_timeout(&addr, node.cfg.connect_timeout) {
+            // Blocking (bounded by connect_timeout): this stage has a thread of its own.
+            match TcpStream::connect_timeout(&addr, self.cfg.connect_timeout) {
                 Ok(stream) => {
                     let _ = stream.set_nodelay(true);
-                    node.dialing.lock().insert(addr, now);
-                    if let Err(e) = w.adopt(stream) {
-                        node.dialing.lock().remove(&addr);
-                        node.hosts.lock().failed(addr, now);
-                        tracing::warn!(%addr, "cannot hand a connection to the sockets: {e}");
+                    let mut st = self.state.lock();
+                    match self.writer.adopt(stream) {
+                        Ok(_) => {
+                            st.dialing.insert(addr, now);
+                        }
+                        Err(e) => {
+                            st.hosts.failed(addr, now);
+                            tracing::warn!(%addr, "cannot hand a connection to the sockets: {e}");
+                        }
                     }
                 }
                 Err(e) => {
                     tracing::debug!(%addr, "connect failed: {e}");
-                    node.counters.event(Event::ConnectFailed);
-                    node.hosts.lock().failed(addr, Instant::now());
+                    self.counters.event(Event::ConnectFailed);
+                    self.state.lock().hosts.failed(addr, Instant::now());
                 }
             }
+        }
+    }
+
+    /// Starts a new tick chain if the last tick is stale (a tick refused by a full
+    /// queue ends its chain).
+    fn rearm_if_stale(&self, cx: &Context<'_>, now: Instant) {
+        let mut last = self.last_tick.lock();
+        if now.saturating_duration_since(*last) > TICK * 10 {
+            *last = now;
+            let g = self.generation.fetch_add(1, Relaxed) + 1;
+            cx.schedule_with(TICK, &self.me, CatcherEvent::Tick(g), Meta::new());
         }
     }
 }
@@ -287,37 +326,61 @@ impl Catcher {
 impl EventHandler<CatcherEvent> for Catcher {
     fn handle_events(&self, batch: Batch<'_, CatcherEvent>, cx: &Context<'_>) {
         let mut tick = false;
-        for ev in batch {
-            match ev {
-                CatcherEvent::Tick => tick = true,
-                CatcherEvent::Learned(hosts) => {
-                    let now = Instant::now();
-                    let mut c = self.node.hosts.lock();
-                    for h in hosts {
-                        c.learn(h, now);
+        let now = Instant::now();
+        {
+            let mut st = self.state.lock();
+            for ev in batch {
+                match ev {
+                    CatcherEvent::Tick(g) => {
+                        if g == self.generation.load(Relaxed) {
+                            tick = true;
+                            *self.last_tick.lock() = now;
+                            cx.schedule_with(TICK, &self.me, CatcherEvent::Tick(g), Meta::new());
+                        }
                     }
-                }
-                CatcherEvent::Lost { addr, established } => {
-                    let now = Instant::now();
-                    let mut c = self.node.hosts.lock();
-                    if established {
-                        c.closed_after_use(addr, now);
-                    } else {
-                        c.failed(addr, now);
+                    CatcherEvent::Learned(hosts) => {
+                        for h in hosts {
+                            st.hosts.learn(h, now);
+                        }
+                    }
+                    CatcherEvent::Seed(addr) => st.hosts.add_seed(addr),
+                    CatcherEvent::Inbound { addr, open } => {
+                        if open {
+                            st.hosts.learn(addr, now);
+                            *st.inbound.entry(addr).or_default() += 1;
+                        } else if let Some(n) = st.inbound.get_mut(&addr) {
+                            *n -= 1;
+                            if *n == 0 {
+                                st.inbound.remove(&addr);
+                            }
+                        }
+                    }
+                    CatcherEvent::Connected { addr } => {
+                        st.dialing.remove(&addr);
+                        st.hosts.set_connected(addr);
+                    }
+                    CatcherEvent::Lost { addr, established } => {
+                        st.dialing.remove(&addr);
+                        if established {
+                            st.hosts.closed_after_use(addr, now);
+                        } else {
+                            st.hosts.failed(addr, now);
+                        }
+                    }
+                    CatcherEvent::Handshaking { conn, since } => {
+                        st.watch.insert(conn, since);
+                    }
+                    CatcherEvent::Settled { conn } => {
+                        st.watch.remove(&conn);
                     }
                 }
             }
+            self.counters.gauge(Gauge::KnownHosts, st.hosts.len());
         }
         if tick {
-            self.tick(cx);
+            self.tick(now);
         }
-    }
-}
-
-/// Starts the catcher's tick chain.
-pub(crate) fn start_ticks(rt: &Runtime, node: &Arc<Node>) {
-    if let Some(sink) = node.catcher.get() {
-        rt.schedule_with(Duration::ZERO, sink, CatcherEvent::Tick, Meta::new());
+        self.rearm_if_stale(cx, now);
     }
 }
 
@@ -371,6 +434,5 @@ mod tests {
         }
         assert_eq!(c.len(), MAX_HOSTS);
         assert!(c.hosts.contains_key(&seed));
-        assert_eq!(c.sample(3, seed).len(), 3);
     }
 }

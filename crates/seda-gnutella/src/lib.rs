@@ -11,6 +11,11 @@
 //! - **GnutellaCatcher** ([`CATCHER_STAGE`]): the host cache; keeps at least
 //!   `min_outgoing` outgoing connections, with backoff between reconnects.
 //!
+//! Each stage owns its state and talks to the others by events (the types are in
+//! one leaf module, so no stage imports another): the server owns the connections'
+//! handshake and framing state, the router the routing tables and every
+//! established connection's output, the catcher the host cache and the dials.
+//!
 //! [`proto`] is the wire protocol on its own; [`routing`] the routing decisions and
 //! bounded tables, shared with the stage-less baseline in [`bench`]; [`load`] the
 //! traffic generator of simulated peers; [`experiment`] the Fig. 14 rerun.
@@ -28,9 +33,9 @@
 
 mod catcher;
 mod config;
-mod node;
+mod events;
+mod gnutella;
 mod outq;
-mod peer;
 mod router;
 mod server;
 mod stats;
@@ -41,9 +46,9 @@ pub mod load;
 pub mod proto;
 pub mod routing;
 
-pub use crate::catcher::CatcherEvent;
 pub use crate::config::{RouterAdmission, RouterConfig};
-pub use crate::node::{CATCHER_STAGE, Error, Gnutella, ROUTER_STAGE, SERVER_STAGE, StatsHandle};
-pub use crate::outq::{OutQueue, Pushed, Value};
-pub use crate::router::RouterEvent;
+pub use crate::events::{CatcherEvent, Messages, PeerInfo, Role, RouterEvent};
+pub use crate::gnutella::{
+    CATCHER_STAGE, Error, Gnutella, ROUTER_STAGE, SERVER_STAGE, StatsHandle,
+};
 pub use crate::stats::{GnutellaStats, PeerStats};

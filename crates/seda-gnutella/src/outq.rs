@@ -6,7 +6,7 @@
 //! before giving up on the peer: past the threshold the lowest-value messages go
 //! first (pings, then pongs, then queries; replies and control messages last), the
 //! oldest first within a class. A peer that stays over its threshold is closed by
-//! the router (see [`crate::peer`]).
+//! the router.
 //!
 //! # Invariants
 //! - `bytes` is the sum of the lengths of the queued messages and never exceeds
@@ -23,7 +23,7 @@ use crate::proto::message::MsgType;
 /// The value of a message to the network, lowest first: what is dropped first when a
 /// peer cannot keep up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Value {
+pub(crate) enum Value {
     /// Pings: any later ping does the same job.
     Ping = 0,
     /// Pongs: host addresses, plentiful.
@@ -37,11 +37,11 @@ pub enum Value {
 }
 
 /// Number of value classes.
-pub const CLASSES: usize = 5;
+pub(crate) const CLASSES: usize = 5;
 
 impl Value {
     /// The value of a message of type `kind`.
-    pub fn of(kind: MsgType) -> Value {
+    pub(crate) fn of(kind: MsgType) -> Value {
         match kind {
             MsgType::Ping => Value::Ping,
             MsgType::Pong => Value::Pong,
@@ -52,24 +52,24 @@ impl Value {
     }
 
     /// Name in stats.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         ["ping", "pong", "query", "reply", "control"][self as usize]
     }
 }
 
 /// What [`OutQueue::push`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Pushed {
+pub(crate) struct Pushed {
     /// Whether the new message was queued (false: it was the lowest value and was
     /// dropped itself).
-    pub queued: bool,
+    pub(crate) queued: bool,
     /// Messages dropped per class to make room (the new one included if dropped).
-    pub dropped: [u32; CLASSES],
+    pub(crate) dropped: [u32; CLASSES],
 }
 
 /// The queue. See the module docs.
 #[derive(Debug)]
-pub struct OutQueue {
+pub(crate) struct OutQueue {
     classes: [VecDeque<Bytes>; CLASSES],
     bytes: usize,
     threshold: usize,
@@ -77,7 +77,7 @@ pub struct OutQueue {
 
 impl OutQueue {
     /// An empty queue holding at most `threshold` bytes.
-    pub fn new(threshold: usize) -> OutQueue {
+    pub(crate) fn new(threshold: usize) -> OutQueue {
         OutQueue {
             classes: Default::default(),
             bytes: 0,
@@ -86,22 +86,23 @@ impl OutQueue {
     }
 
     /// Bytes queued.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// The threshold.
-    pub fn threshold(&self) -> usize {
+    pub(crate) fn threshold(&self) -> usize {
         self.threshold
     }
 
     /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.bytes == 0
     }
 
     /// Messages queued.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.classes.iter().map(VecDeque::len).sum()
     }
 
@@ -109,7 +110,7 @@ impl OutQueue {
     /// value (lowest, oldest first) if it would not fit; if only higher-value
     /// messages are in the way, or the message alone passes the threshold, `msg`
     /// itself is dropped.
-    pub fn push(&mut self, v: Value, msg: Bytes) -> Pushed {
+    pub(crate) fn push(&mut self, v: Value, msg: Bytes) -> Pushed {
         let mut out = Pushed::default();
         if msg.len() > self.threshold {
             out.dropped[v as usize] += 1;
@@ -134,7 +135,7 @@ impl OutQueue {
 
     /// Moves messages, highest value first, into `out` until it holds `max` bytes
     /// (at least one message if any is queued). Returns how many moved.
-    pub fn pop_into(&mut self, out: &mut Vec<u8>, max: usize) -> usize {
+    pub(crate) fn pop_into(&mut self, out: &mut Vec<u8>, max: usize) -> usize {
         let mut n = 0;
         for c in (0..CLASSES).rev() {
             while let Some(m) = self.classes[c].front() {

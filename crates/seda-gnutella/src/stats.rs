@@ -85,9 +85,11 @@ pub enum Event {
     QrpConsumed,
     ConnectFailed,
     Connected,
+    RouterRefusedJoin,
 }
 
-const EVENTS: [(Event, &str); 20] = [
+const N_EVENTS: usize = 21;
+const EVENTS: [(Event, &str); N_EVENTS] = [
     (Event::HandshakeOk, "handshake_ok"),
     (Event::HandshakeMalformed, "handshake_malformed"),
     (Event::HandshakeOversized, "handshake_oversized"),
@@ -108,6 +110,7 @@ const EVENTS: [(Event, &str); 20] = [
     (Event::QrpConsumed, "qrp_consumed"),
     (Event::ConnectFailed, "connect_failed"),
     (Event::Connected, "outgoing_connected"),
+    (Event::RouterRefusedJoin, "router_refused_join"),
 ];
 
 /// Counts of one batch, added to [`Counters`] at its end.
@@ -163,7 +166,31 @@ fn add<const N: usize>(to: &[AtomicU64; N], from: &[u64; N]) {
     }
 }
 
-/// Shared counters of one router.
+/// Levels (not counts) a stage publishes: the stage that owns the state sets them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gauge {
+    /// Connections in the handshake (server).
+    Handshaking = 0,
+    /// Entries of the duplicate/reverse-path table (router, at each tick).
+    RouteEntries = 1,
+    /// Entries of the push table (router, at each tick).
+    PushEntries = 2,
+    /// Hosts in the host cache (catcher).
+    KnownHosts = 3,
+}
+
+const GAUGES: usize = 4;
+
+const VALUES: [Value; CLASSES] = [
+    Value::Ping,
+    Value::Pong,
+    Value::Query,
+    Value::Reply,
+    Value::Control,
+];
+
+/// The counters of one stage. Each stage owns its own and is the only writer;
+/// [`GnutellaStats::from_counters`] sums them.
 #[derive(Debug)]
 pub(crate) struct Counters {
     received: [AtomicU64; 10],
@@ -172,7 +199,8 @@ pub(crate) struct Counters {
     dropped: [AtomicU64; 7],
     malformed: [AtomicU64; 6],
     slow: [AtomicU64; CLASSES],
-    events: [AtomicU64; 20],
+    events: [AtomicU64; N_EVENTS],
+    gauges: [AtomicU64; GAUGES],
 }
 
 impl Default for Counters {
@@ -185,6 +213,7 @@ impl Default for Counters {
             malformed: atomics(),
             slow: atomics(),
             events: atomics(),
+            gauges: atomics(),
         }
     }
 }
@@ -199,55 +228,86 @@ impl Counters {
         add(&self.slow, &t.slow);
     }
 
+    /// Counts `n` messages of type `k` sent (our own, outside a batch's tally).
+    pub(crate) fn sent(&self, k: MsgType, n: u64) {
+        self.sent[type_index(k)].fetch_add(n, Relaxed);
+    }
+
     pub(crate) fn event(&self, e: Event) {
         if let Some(i) = EVENTS.iter().position(|(x, _)| *x == e) {
             self.events[i].fetch_add(1, Relaxed);
         }
     }
 
-    pub(crate) fn fill(&self, s: &mut GnutellaStats) {
-        let by_type = |a: &[AtomicU64; 10]| -> BTreeMap<String, u64> {
-            TYPES
-                .iter()
-                .zip(a)
-                .map(|(t, v)| (t.name().to_owned(), v.load(Relaxed)))
-                .filter(|(_, v)| *v > 0)
-                .collect()
-        };
-        s.received = by_type(&self.received);
-        s.routed = by_type(&self.routed);
-        s.sent = by_type(&self.sent);
-        s.dropped = DROPS
-            .iter()
-            .zip(&self.dropped)
-            .map(|(d, v)| (d.name().to_owned(), v.load(Relaxed)))
-            .chain(
-                MALFORMED
-                    .iter()
-                    .zip(&self.malformed)
-                    .map(|(m, v)| (format!("malformed_{}", m.name()), v.load(Relaxed))),
-            )
-            .filter(|(_, v)| *v > 0)
-            .collect();
-        s.slow_peer_drops = (0..CLASSES)
-            .map(|i| {
-                let v = [
-                    Value::Ping,
-                    Value::Pong,
-                    Value::Query,
-                    Value::Reply,
-                    Value::Control,
-                ][i];
-                (v.name().to_owned(), self.slow[i].load(Relaxed))
-            })
-            .filter(|(_, v)| *v > 0)
-            .collect();
-        s.events = EVENTS
-            .iter()
-            .zip(&self.events)
-            .map(|((_, n), v)| ((*n).to_owned(), v.load(Relaxed)))
-            .filter(|(_, v)| *v > 0)
-            .collect();
+    pub(crate) fn gauge(&self, g: Gauge, v: usize) {
+        self.gauges[g as usize].store(v as u64, Relaxed);
+    }
+
+    pub(crate) fn gauge_add(&self, g: Gauge, d: isize) {
+        if d >= 0 {
+            self.gauges[g as usize].fetch_add(d as u64, Relaxed);
+        } else {
+            self.gauges[g as usize].fetch_sub(d.unsigned_abs() as u64, Relaxed);
+        }
+    }
+
+    fn read<const N: usize>(a: &[AtomicU64; N]) -> [u64; N] {
+        std::array::from_fn(|i| a[i].load(Relaxed))
+    }
+}
+
+fn sum<const N: usize>(parts: &[&Counters], f: impl Fn(&Counters) -> [u64; N]) -> [u64; N] {
+    let mut out = [0u64; N];
+    for p in parts {
+        for (o, v) in out.iter_mut().zip(f(p)) {
+            *o += v;
+        }
+    }
+    out
+}
+
+fn nonzero<'a, T: 'a>(
+    names: impl Iterator<Item = T>,
+    values: &[u64],
+    name: impl Fn(T) -> String,
+) -> BTreeMap<String, u64> {
+    names
+        .zip(values)
+        .filter(|(_, v)| **v > 0)
+        .map(|(n, v)| (name(n), *v))
+        .collect()
+}
+
+impl GnutellaStats {
+    /// The counters of the stages (each stage counts its own), summed.
+    pub(crate) fn from_counters(parts: &[&Counters]) -> GnutellaStats {
+        let received = sum(parts, |c| Counters::read(&c.received));
+        let routed = sum(parts, |c| Counters::read(&c.routed));
+        let sent = sum(parts, |c| Counters::read(&c.sent));
+        let dropped = sum(parts, |c| Counters::read(&c.dropped));
+        let malformed = sum(parts, |c| Counters::read(&c.malformed));
+        let slow = sum(parts, |c| Counters::read(&c.slow));
+        let events = sum(parts, |c| Counters::read(&c.events));
+        let gauges = sum(parts, |c| Counters::read(&c.gauges));
+        let g = |x: Gauge| gauges[x as usize] as usize;
+        let by_type = |v: &[u64]| nonzero(TYPES.iter(), v, |t| t.name().to_owned());
+        let mut d = nonzero(DROPS.iter(), &dropped, |d| d.name().to_owned());
+        d.extend(nonzero(MALFORMED.iter(), &malformed, |m| {
+            format!("malformed_{}", m.name())
+        }));
+        GnutellaStats {
+            received: by_type(&received),
+            routed: by_type(&routed),
+            sent: by_type(&sent),
+            dropped: d,
+            slow_peer_drops: nonzero(VALUES.iter(), &slow, |v| v.name().to_owned()),
+            events: nonzero(EVENTS.iter(), &events, |(_, n)| (*n).to_owned()),
+            handshaking: g(Gauge::Handshaking),
+            route_entries: g(Gauge::RouteEntries),
+            push_entries: g(Gauge::PushEntries),
+            known_hosts: g(Gauge::KnownHosts),
+            ..GnutellaStats::default()
+        }
     }
 }
 
@@ -285,7 +345,8 @@ pub struct GnutellaStats {
     pub received: BTreeMap<String, u64>,
     /// Messages routed (sent on to at least one connection), by type.
     pub routed: BTreeMap<String, u64>,
-    /// Copies sent, by type (a broadcast counts once per connection).
+    /// Copies sent, by type (a broadcast counts once per connection); our own
+    /// messages (pongs, keep-alive pings, vendor messages, Byes) included.
     pub sent: BTreeMap<String, u64>,
     /// Messages dropped, by reason (`malformed_*`: broke a payload rule).
     pub dropped: BTreeMap<String, u64>,

@@ -193,3 +193,22 @@ fn deflate_is_negotiated_per_direction_and_both_ways_work() {
     plain.send(&q);
     assert_eq!(a.recv_kind(QUERY, T).unwrap().guid, q.guid);
 }
+
+#[test]
+fn an_ultrapeer_that_dials_in_teaches_the_host_cache_its_node_address() {
+    // gtk-gnutella names its listening address only in `Node:` (several of them).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let node = closed.local_addr().unwrap();
+    drop(closed);
+    let r = TestRouter::start(RouterConfig {
+        min_outgoing: 0,
+        ..RouterConfig::default()
+    });
+    let mut o = Opts::default();
+    o.headers
+        .push(("Node".into(), format!("{node}, [fd00::2]:59565")));
+    let _p = Peer::connect_with(r.addr(), &o);
+    r.wait("the Node: address in the host cache", |s| {
+        s.known_hosts == 1 && s.peers == 1
+    });
+}

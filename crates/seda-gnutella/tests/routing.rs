@@ -254,3 +254,34 @@ fn a_quiet_link_gets_keepalive_pings_and_their_pongs_count_as_ours() {
     });
     r.wait("host learned from the pong", |s| s.known_hosts >= 1);
 }
+
+#[test]
+fn our_own_keepalive_pings_and_vendor_messages_count_as_sent() {
+    let r = TestRouter::start(RouterConfig::default());
+    let _v = peers(&r, 2);
+    // Each peer got "Messages Supported" and a one-hop ping of ours: the per-type
+    // counters carry them as the per-connection totals do.
+    r.wait("own messages counted by type", |s| {
+        s.sent.get("ping").copied().unwrap_or(0) >= 2
+            && s.sent.get("vendor").copied().unwrap_or(0) >= 2
+            && s.connections.iter().all(|c| c.sent >= 2)
+    });
+}
+
+#[test]
+fn stopping_the_router_says_bye_to_every_peer() {
+    let r = TestRouter::start(RouterConfig::default());
+    let mut v = peers(&r, 2);
+    r.router.stop();
+    for p in &mut v {
+        let (closed, seen) = p.closed_within(T);
+        assert!(closed, "the router closes the link after its Bye");
+        let bye = seen
+            .iter()
+            .find(|m| m.kind == BYE)
+            .expect("a Bye before the close (Bye-Packet: 0.1)");
+        assert_eq!((bye.ttl, bye.hops), (1, 0));
+        assert_eq!(u16::from_le_bytes([bye.payload[0], bye.payload[1]]), 200);
+    }
+    r.wait("byes counted", |s| s.event("bye_sent") == 2);
+}

@@ -55,6 +55,26 @@ impl Chunk {
     }
 }
 
+/// The messages of a buffer that holds complete messages back to back (what
+/// [`Framer::feed_each`] returns): `(offset, header)` of each, in order. A
+/// truncated last message is not yielded.
+pub fn messages(buf: &[u8]) -> impl Iterator<Item = (usize, Header)> + '_ {
+    let mut off = 0;
+    std::iter::from_fn(move || {
+        if buf.len() - off < HEADER_LEN {
+            return None;
+        }
+        let h = Header::parse(&buf[off..off + HEADER_LEN]);
+        let end = off + HEADER_LEN + h.len as usize;
+        if end > buf.len() {
+            return None;
+        }
+        let at = off;
+        off = end;
+        Some((at, h))
+    })
+}
+
 /// A header announced a payload longer than the limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TooLarge {
@@ -103,6 +123,46 @@ impl Framer {
         let mut all = std::mem::take(&mut self.pending);
         all.extend_from_slice(data);
         self.frame(all)
+    }
+
+    /// Appends `data` to the stream and returns the complete messages now available,
+    /// back to back in one buffer (the incomplete tail is kept for the next call),
+    /// calling `visit(offset, header, payload)` for each in stream order. One pass
+    /// over the headers, no allocation beyond the buffer. After an error the stream
+    /// is unusable: close it.
+    pub fn feed_each(
+        &mut self,
+        data: Vec<u8>,
+        mut visit: impl FnMut(usize, &Header, &[u8]),
+    ) -> Result<Vec<u8>, TooLarge> {
+        let mut all = if self.pending.is_empty() {
+            data
+        } else {
+            let mut p = std::mem::take(&mut self.pending);
+            p.extend_from_slice(&data);
+            p
+        };
+        let mut off = 0;
+        while all.len() - off >= HEADER_LEN {
+            let header = Header::parse(&all[off..off + HEADER_LEN]);
+            if header.len > self.max_payload {
+                return Err(TooLarge {
+                    len: header.len,
+                    max: self.max_payload,
+                });
+            }
+            let end = off + HEADER_LEN + header.len as usize;
+            if end > all.len() {
+                break;
+            }
+            visit(off, &header, &all[off + HEADER_LEN..end]);
+            off = end;
+        }
+        if off < all.len() {
+            self.pending = all[off..].to_vec();
+            all.truncate(off);
+        }
+        Ok(all)
     }
 
     fn frame(&mut self, mut all: Vec<u8>) -> Result<Chunk, TooLarge> {
@@ -248,6 +308,31 @@ mod tests {
             for (i, (g, p)) in seen.iter().enumerate() {
                 assert_eq!(*g, Guid([i as u8; 16]));
                 assert_eq!(p.len(), i % 40);
+            }
+        }
+    }
+
+    #[test]
+    fn feed_each_visits_every_message_once_and_keeps_the_tail() {
+        let s = stream(50);
+        for cut in [1, 7, 23, 100, 1000] {
+            let mut f = Framer::new(1024);
+            let mut seen = Vec::new();
+            let mut walked = 0;
+            for piece in s.chunks(cut) {
+                let buf = f
+                    .feed_each(piece.to_vec(), |at, h, p| {
+                        seen.push((at, h.guid, p.len()));
+                    })
+                    .unwrap();
+                walked += messages(&buf).count();
+            }
+            assert_eq!(f.pending(), 0, "cut {cut}");
+            assert_eq!(seen.len(), 50, "cut {cut}");
+            assert_eq!(walked, 50, "cut {cut}");
+            for (i, (_, g, n)) in seen.iter().enumerate() {
+                assert_eq!(*g, Guid([i as u8; 16]));
+                assert_eq!(*n, i % 40);
             }
         }
     }

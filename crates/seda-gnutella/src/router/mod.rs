@@ -1,0 +1,468 @@
+//! GnutellaRouter: routing of every message (SEDA 5.2.1: it "performs actual packet
+//! routing and maintenance of routing tables"), the connections' output, the
+//! slow-peer tick (5.2.2), and Fig. 14's artificial query cost.
+//!
+//! The stage owns the routing tables ([`Routes`]), the established peers and their
+//! output path ([`peer`]): the server hands it a connection with
+//! [`RouterEvent::Joined`] and from then on only the router writes to it.
+//!
+//! One batch: decide each message with [`Routes::route`], rewrite a forwarded
+//! message's TTL and hops where it lies, collect per destination the runs of the
+//! read buffer it gets ([`out`]), then hand each destination its runs with one
+//! [`peer::Peer::send`] (fast path: one `writev` per destination per batch, the
+//! bytes never copied). A fresh ping is also answered with our own pong.
+//!
+//! Every [`TICK`] the router drains the held-back queues of slow peers, closes a
+//! peer whose queue has stayed over its threshold for `slow_grace`, and sends a
+//! keep-alive ping on links it has been quiet on. Ticks form a chain (each
+//! schedules the next); a chain broken by a refused tick is re-armed by the next
+//! batch that finds the last tick stale, with a new generation (the old one, if it
+//! still exists, dies at its next tick).
+
+mod out;
+mod peer;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use seda::{Batch, Context, EventHandler, Meta, Sink};
+use seda_io::{ConnId, Writer};
+
+use crate::config::RouterConfig;
+use crate::events::{CatcherEvent, Messages, PeerInfo, RouterEvent};
+use crate::proto::message::{
+    Guid, HEADER_LEN, Header, Malformed, MsgType, bye_payload, pong_addr, pong_payload, pong_port,
+    usable,
+};
+use crate::proto::vendor::{self, VendorMsg};
+use crate::routing::{Action, Dropped, Routes};
+use crate::stats::{Counters, Event, Gauge, Tally};
+
+use self::out::Dest;
+pub(crate) use self::peer::Peers;
+use self::peer::{Peer, Snapshot};
+
+/// Period of the router's tick.
+pub const TICK: Duration = Duration::from_millis(20);
+
+/// A tick older than this many periods means the chain broke.
+const STALE_TICKS: u32 = 50;
+
+/// The router stage's handler.
+#[derive(Debug)]
+pub(crate) struct Router {
+    cfg: Arc<RouterConfig>,
+    writer: Writer,
+    /// Our own sink (ticks).
+    me: Sink<RouterEvent>,
+    catcher: Sink<CatcherEvent>,
+    routes: Routes,
+    peers: Arc<Peers>,
+    counters: Arc<Counters>,
+    /// The address our pongs name.
+    advertised: SocketAddr,
+    /// Generation of the live tick chain.
+    generation: AtomicU64,
+    /// Milliseconds since `epoch` of the last tick handled.
+    last_tick_ms: AtomicU64,
+    epoch: Instant,
+    /// Per-destination buffers, reused across batches.
+    pool: Mutex<Vec<Vec<Dest>>>,
+}
+
+/// What one batch collects.
+struct Work {
+    snap: Arc<Snapshot>,
+    dests: Vec<Dest>,
+    tally: Tally,
+    learned: Vec<SocketAddr>,
+}
+
+impl Router {
+    pub(crate) fn new(
+        cfg: Arc<RouterConfig>,
+        advertised: SocketAddr,
+        writer: Writer,
+        me: Sink<RouterEvent>,
+        catcher: Sink<CatcherEvent>,
+        peers: Arc<Peers>,
+        counters: Arc<Counters>,
+    ) -> Router {
+        Router {
+            routes: Routes::new(cfg.routing.clone()),
+            cfg,
+            writer,
+            me,
+            catcher,
+            peers,
+            counters,
+            advertised,
+            generation: AtomicU64::new(1),
+            last_tick_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            pool: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The first tick of chain 1 (scheduled once at start).
+    pub(crate) fn first_tick() -> RouterEvent {
+        RouterEvent::Tick(1)
+    }
+
+    fn millis(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+
+    fn work(&self) -> Work {
+        let snap = self.peers.snapshot();
+        let mut dests = self.pool.lock().pop().unwrap_or_default();
+        dests.resize_with(snap.list.len(), Dest::default);
+        Work {
+            snap,
+            dests,
+            tally: Tally::default(),
+            learned: Vec::new(),
+        }
+    }
+
+    /// Sends what `w` collected and points it at the current peers.
+    fn flush(&self, w: &mut Work, now: Instant) {
+        let ms = self.millis(now);
+        for (d, peer) in w.dests.iter_mut().zip(&w.snap.list) {
+            if d.msgs == 0 {
+                continue;
+            }
+            d.seal();
+            peer.touch_tx(ms);
+            let sent = peer.send(&self.writer, &mut d.bufs, d.msgs, now);
+            w.tally.slow_drops(&sent.dropped);
+            d.msgs = 0;
+        }
+        w.snap = self.peers.snapshot();
+        w.dests.resize_with(w.snap.list.len(), Dest::default);
+    }
+
+    /// Routes the messages of one read.
+    fn route(&self, w: &mut Work, from: ConnId, m: Messages, now: Instant) {
+        let Messages {
+            mut buf,
+            skip,
+            count,
+        } = m;
+        let src = w.snap.position(from);
+        if let Some(i) = src {
+            w.snap.list[i].received.fetch_add(u64::from(count), Relaxed);
+        }
+        let mut skip = skip.into_iter().peekable();
+        let mut off = 0;
+        while buf.len() - off >= HEADER_LEN {
+            let h = Header::parse(&buf[off..off + HEADER_LEN]);
+            let (at, end) = (off, off + HEADER_LEN + h.len as usize);
+            if end > buf.len() {
+                break;
+            }
+            off = end;
+            if skip.peek() == Some(&(at as u32)) {
+                skip.next();
+                continue;
+            }
+            let p = &buf[at + HEADER_LEN..end];
+            match h.kind {
+                MsgType::Vendor | MsgType::StdVendor => {
+                    if let Some(i) = src {
+                        self.vendor(&w.snap.list[i], p, now);
+                    }
+                    continue;
+                }
+                MsgType::Qrp => {
+                    self.counters.event(Event::QrpConsumed);
+                    continue;
+                }
+                _ => {}
+            }
+            if h.kind == MsgType::Query
+                && let Some(d) = self.cfg.query_delay
+            {
+                std::thread::sleep(d);
+            }
+            let action = self.routes.route(from, &h, p, now);
+            if h.kind == MsgType::Ping
+                && matches!(action, Action::Broadcast(_) | Action::Absorb)
+                && let (Some(i), Some((ph, pp))) = (src, self.pong_for(&h))
+            {
+                w.dests[i].own(&ph, &pp);
+                w.tally.sent(MsgType::Pong, 1);
+            }
+            match action {
+                Action::Broadcast(next) => {
+                    rewrite(&mut buf, at, &next);
+                    let mut n = 0;
+                    for (i, peer) in w.snap.list.iter().enumerate() {
+                        if Some(i) != src && peer.wants(&next) && !peer.is_closing() {
+                            w.dests[i].take(at, end);
+                            n += 1;
+                        }
+                    }
+                    if n > 0 {
+                        w.tally.routed(h.kind);
+                        w.tally.sent(h.kind, n);
+                    }
+                }
+                Action::Absorb => {}
+                // A pong naming an address no one can reach is useless (and
+                // counted against us) once it leaves its sender's neighbour.
+                Action::Forward(..) if h.kind == MsgType::Pong && !usable(pong_addr(p)) => {
+                    w.tally.malformed(Malformed::UnusableAddress);
+                }
+                Action::Forward(to, next) => match w.snap.position(to) {
+                    Some(i) if !w.snap.list[i].is_closing() => {
+                        rewrite(&mut buf, at, &next);
+                        w.dests[i].take(at, end);
+                        w.tally.routed(h.kind);
+                        w.tally.sent(h.kind, 1);
+                    }
+                    _ => w.tally.dropped(Dropped::NoRoute),
+                },
+                Action::Local => {
+                    if h.kind == MsgType::Pong && usable(pong_addr(p)) {
+                        w.learned
+                            .push(SocketAddr::from((pong_addr(p), pong_port(p))));
+                    }
+                }
+                Action::Drop(d) => w.tally.dropped(d),
+            }
+        }
+        if w.dests.iter().any(Dest::has_runs) {
+            let bytes = Bytes::from(buf);
+            for d in &mut w.dests {
+                d.slice(&bytes);
+            }
+        }
+    }
+
+    /// Our pong answering a ping `h`, if our address may be named to whoever sent
+    /// the ping (see [`RouterConfig::advertise`]).
+    fn pong_for(&self, h: &Header) -> Option<(Header, [u8; 14])> {
+        let adv = self.advertised;
+        let ip = match adv.ip() {
+            IpAddr::V4(ip) => ip,
+            IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+        };
+        // An unusable address (loopback, ...) only answers a neighbour's alive ping
+        // (TTL 1, hops 0), which servents match by GUID before they look at the
+        // address; anywhere else it would be counted as an unusable pong.
+        if !(usable(ip) || (h.hops == 0 && h.ttl == 1)) {
+            self.counters.event(Event::PongSuppressed);
+            return None;
+        }
+        self.counters.event(Event::OwnPong);
+        let payload = pong_payload(ip, adv.port(), 0, 0);
+        let header = Header {
+            guid: h.guid,
+            kind: MsgType::Pong,
+            ttl: h.hops.saturating_add(1),
+            hops: 0,
+            len: 14,
+        };
+        Some((header, payload))
+    }
+
+    /// Sends one message of ours to `peer`, counted in the per-type `sent`.
+    fn send_own(&self, peer: &Peer, h: Header, payload: &[u8], now: Instant) {
+        let mut m = Vec::with_capacity(HEADER_LEN + payload.len());
+        Header {
+            len: payload.len() as u32,
+            ..h
+        }
+        .write(&mut m);
+        m.extend_from_slice(payload);
+        peer.touch_tx(self.millis(now));
+        let sent = peer.send(&self.writer, &mut vec![Bytes::from(m)], 1, now);
+        if sent.accepted > 0 {
+            self.counters.sent(h.kind, 1);
+        }
+    }
+
+    /// A one-hop ping of ours (its pong comes back `Local`).
+    fn send_keepalive(&self, peer: &Peer, now: Instant) {
+        let guid = Guid::random();
+        self.routes.originate(guid, MsgType::Ping, now);
+        let h = Header {
+            guid,
+            kind: MsgType::Ping,
+            ttl: 1,
+            hops: 0,
+            len: 0,
+        };
+        self.send_own(peer, h, &[], now);
+    }
+
+    fn send_messages_supported(&self, peer: &Peer, now: Instant) {
+        self.counters.event(Event::VendorAnswered);
+        let h = Header {
+            guid: Guid::random(),
+            kind: MsgType::Vendor,
+            ttl: 1,
+            hops: 0,
+            len: 0,
+        };
+        self.send_own(peer, h, &vendor::messages_supported(), now);
+    }
+
+    fn vendor(&self, peer: &Peer, p: &[u8], now: Instant) {
+        let Some(v) = VendorMsg::parse(p) else { return };
+        if v.is_messages_supported() {
+            if peer.claim_vendor() {
+                self.send_messages_supported(peer, now);
+            }
+        } else if let Some(h) = v.hops_flow() {
+            peer.set_hops_flow(h);
+        }
+    }
+
+    fn join(&self, conn: ConnId, addr: SocketAddr, outgoing: bool, info: PeerInfo, now: Instant) {
+        let vendor = info.vendor;
+        let peer = Arc::new(Peer::new(
+            conn,
+            addr,
+            outgoing,
+            info,
+            self.cfg.out_queue_bytes,
+            self.cfg.socket_budget,
+        ));
+        self.peers.insert(Arc::clone(&peer));
+        if vendor && peer.claim_vendor() {
+            self.send_messages_supported(&peer, now);
+        }
+        // A one-hop ping: its pong tells the catcher the peer's listening address.
+        self.send_keepalive(&peer, now);
+    }
+
+    /// Ends a connection: a Bye (code, reason), then a close once it is flushed.
+    fn bye(&self, conn: ConnId, code: u16, reason: &str, now: Instant) {
+        if let Some(peer) = self.peers.get(conn)
+            && !peer.is_closing()
+        {
+            let payload = bye_payload(code, reason);
+            let h = Header {
+                guid: Guid::random(),
+                kind: MsgType::Bye,
+                ttl: 1,
+                hops: 0,
+                len: 0,
+            };
+            self.send_own(&peer, h, &payload, now);
+            peer.set_closing();
+            self.counters.event(Event::ByeSent);
+        }
+        self.writer.close(conn);
+    }
+
+    fn tick(&self, generation: u64, cx: &Context<'_>, now: Instant) {
+        if generation != self.generation.load(Relaxed) {
+            return;
+        }
+        let ms = self.millis(now);
+        self.last_tick_ms.store(ms, Relaxed);
+        cx.schedule_with(TICK, &self.me, RouterEvent::Tick(generation), Meta::new());
+        let (routes, push) = self.routes.sizes();
+        self.counters.gauge(Gauge::RouteEntries, routes);
+        self.counters.gauge(Gauge::PushEntries, push);
+        let keepalive = self.cfg.keepalive.as_millis() as u64;
+        for peer in &self.peers.snapshot().list {
+            // Keep-alive: a link we have been silent on gets a one-hop ping. Servents
+            // probe a quiet link with "alive" pings and close it after a few go
+            // unanswered (gtk-gnutella: 20 s quiet, 6 pings, Bye 406); traffic of ours
+            // spares both sides the probing.
+            if ms.saturating_sub(peer.last_tx_ms()) >= keepalive && !peer.is_closing() {
+                self.send_keepalive(peer, now);
+            }
+            if peer.queued_bytes() == 0 {
+                continue;
+            }
+            if let Some(over) = peer.drain(&self.writer, now)
+                && over >= self.cfg.slow_grace
+                && peer.set_closing()
+            {
+                tracing::info!(conn = %peer.id, addr = %peer.addr, "closing a slow peer: outgoing queue over its threshold for {over:?}");
+                self.counters.event(Event::SlowPeerClosed);
+                // It does not read: a Bye would only queue behind the backlog.
+                self.writer.abort(peer.id);
+            }
+        }
+    }
+
+    /// Starts a new tick chain if the last tick is stale (a tick refused by a full
+    /// queue ends its chain).
+    fn rearm_if_stale(&self, cx: &Context<'_>, now: Instant) {
+        let last = self.last_tick_ms.load(Relaxed);
+        if self.millis(now).saturating_sub(last) > (TICK * STALE_TICKS).as_millis() as u64 {
+            let g = self.generation.fetch_add(1, Relaxed) + 1;
+            self.last_tick_ms.store(self.millis(now), Relaxed);
+            cx.schedule_with(TICK, &self.me, RouterEvent::Tick(g), Meta::new());
+        }
+    }
+}
+
+/// Writes the TTL and hops of `next` into the header at `at`.
+fn rewrite(buf: &mut [u8], at: usize, next: &Header) {
+    buf[at + 17] = next.ttl;
+    buf[at + 18] = next.hops;
+}
+
+impl EventHandler<RouterEvent> for Router {
+    fn handle_events(&self, batch: Batch<'_, RouterEvent>, cx: &Context<'_>) {
+        let now = Instant::now();
+        let mut w = self.work();
+        for ev in batch {
+            match ev {
+                RouterEvent::Messages { from, messages } => self.route(&mut w, from, messages, now),
+                RouterEvent::Joined {
+                    conn,
+                    addr,
+                    outgoing,
+                    info,
+                } => {
+                    self.flush(&mut w, now);
+                    self.join(conn, addr, outgoing, info, now);
+                    self.flush(&mut w, now);
+                }
+                RouterEvent::Left { conn } => {
+                    self.flush(&mut w, now);
+                    if let Some(p) = self.peers.remove(conn) {
+                        p.set_closing();
+                    }
+                    self.flush(&mut w, now);
+                }
+                RouterEvent::Bye { conn, code, reason } => {
+                    self.flush(&mut w, now);
+                    self.bye(conn, code, &reason, now);
+                }
+                RouterEvent::Tick(g) => {
+                    self.flush(&mut w, now);
+                    self.tick(g, cx, now);
+                }
+                RouterEvent::Shutdown { done } => {
+                    self.flush(&mut w, now);
+                    for p in &self.peers.snapshot().list {
+                        self.bye(p.id, 200, "Servent shutdown", now);
+                    }
+                    let _ = done.try_send(());
+                }
+            }
+        }
+        self.flush(&mut w, now);
+        self.counters.add(&w.tally);
+        if !w.learned.is_empty() {
+            let _ = self
+                .catcher
+                .try_enqueue(CatcherEvent::Learned(std::mem::take(&mut w.learned)));
+        }
+        self.pool.lock().push(w.dests);
+        self.rearm_if_stale(cx, now);
+    }
+}
