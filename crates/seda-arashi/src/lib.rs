@@ -14,13 +14,11 @@
 //! - [`seed`]: the demo accounts (`userK` / `userK-pw`) and folder sizes from 1 to
 //!   thousands of messages.
 //! - [`DataDir`]: the `--data` directory (database, static files), seeded on first use.
-//! - [`load`]: the emulated mail readers (`seda load arashi`); [`experiment`]: USITS'03
-//!   Figs. 8-11 and 14-15 on this machine (`seda experiment arashi`).
+//! - [`load`]: the emulated mail readers (`seda load arashi`).
 #![forbid(unsafe_code)]
 
 pub mod corpus;
 mod data;
-pub mod experiment;
 pub mod load;
 pub mod seed;
 mod service;

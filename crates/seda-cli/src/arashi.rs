@@ -375,7 +375,7 @@ pub struct ExperimentArgs {
 
 /// `seda experiment arashi`.
 pub fn experiment(a: ExperimentArgs) -> Result<(), String> {
-    use seda_arashi::experiment::{ExperimentConfig, ExperimentResults, run, write_outputs};
+    use seda_experiments::arashi::{ExperimentConfig, ExperimentResults, run, write_outputs};
     if a.replot {
         let path = a.out.join("runs.json");
         let text =
@@ -387,7 +387,7 @@ pub fn experiment(a: ExperimentArgs) -> Result<(), String> {
             )
         })?;
         write_outputs(&a.out, &results)?;
-        println!("{}", seda_arashi::experiment::table(&results));
+        println!("{}", seda_experiments::arashi::table(&results));
         return Ok(());
     }
     let mut cfg = ExperimentConfig::new(a.out.clone());
@@ -430,7 +430,7 @@ pub fn experiment(a: ExperimentArgs) -> Result<(), String> {
     ));
     let results = run(&cfg, &mut log)?;
     write_outputs(&a.out, &results)?;
-    println!("{}", seda_arashi::experiment::table(&results));
+    println!("{}", seda_experiments::arashi::table(&results));
     log(&format!("wrote {}", a.out.display()));
     Ok(())
 }

@@ -3,12 +3,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use seda_load::experiment::colors::{self, ColorsConfig, cost::CostConfig};
-use seda_load::experiment::fig12::{self, Fig12Config};
-use seda_load::experiment::flash::{self, DiskServer, FlashConfig};
-use seda_load::experiment::overload::{self, OverloadConfig, Scenario};
-use seda_load::experiment::server::ServerSpec;
-use seda_load::experiment::soak::{self, SoakConfig};
+use seda_experiments::colors::{self, ColorsConfig, cost::CostConfig};
+use seda_experiments::fig12::{self, Fig12Config};
+use seda_experiments::flash::{self, DiskServer, FlashConfig};
+use seda_experiments::harness::server::ServerSpec;
+use seda_experiments::overload::{self, OverloadConfig, Scenario};
+use seda_experiments::soak::{self, SoakConfig};
 
 /// Experiments.
 #[derive(Debug, clap::Subcommand)]

@@ -331,7 +331,7 @@ pub struct Fig14Args {
 
 /// Runs `seda experiment gnutella`.
 pub fn fig14(a: Fig14Args) -> Result<(), String> {
-    use seda_gnutella::experiment;
+    use seda_experiments::gnutella::fig14 as experiment;
     let cfg = experiment::Fig14Config {
         rates: a.rates,
         duration: secs("--duration-s", a.duration_s)?,
@@ -376,7 +376,7 @@ pub struct ThroughputArgs {
 
 /// Runs `seda experiment gnutella-throughput`.
 pub fn throughput(a: ThroughputArgs) -> Result<(), String> {
-    use seda_gnutella::bench;
+    use seda_experiments::gnutella::throughput as bench;
     let cfg = bench::ThroughputConfig {
         peers: a.peers,
         duration: secs("--duration-s", a.duration_s)?,

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use seda_load::experiment::scale_out::{self, ScaleOutConfig, Scenario, proxy};
-use seda_load::haproxy::{Balance, HaproxyConfig, replicas};
+use seda_experiments::harness::haproxy::process as proxy;
+use seda_experiments::harness::haproxy::{Balance, HaproxyConfig, replicas};
+use seda_experiments::scale_out::{self, ScaleOutConfig, Scenario};
 
 /// Arguments of `seda haproxy-config`.
 #[derive(Debug, clap::Args)]

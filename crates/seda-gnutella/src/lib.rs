@@ -17,8 +17,8 @@
 //! established connection's output, the catcher the host cache and the dials.
 //!
 //! [`proto`] is the wire protocol on its own; [`routing`] the routing decisions and
-//! bounded tables, shared with the stage-less baseline in [`bench`]; [`load`] the
-//! traffic generator of simulated peers; [`experiment`] the Fig. 14 rerun.
+//! bounded tables (also used by the stage-less baseline of `seda experiment
+//! gnutella-throughput`); [`load`] the traffic generator of simulated peers.
 //!
 //! ```no_run
 //! use seda::Runtime;
@@ -40,8 +40,6 @@ mod router;
 mod server;
 mod stats;
 
-pub mod bench;
-pub mod experiment;
 pub mod load;
 pub mod proto;
 pub mod routing;

@@ -1,4 +1,4 @@
-//! Load generation and experiments for SEDA (issue 4).
+//! Load generation for SEDA.
 //!
 //! - [`fileset`]: SPECweb99-style file sets and their manifest; [`dist`]: the
 //!   popularity model (Zipf over directories, class mix 35/50/14/1, Zipf in a class).
@@ -6,17 +6,14 @@
 //!   schedules), producing a [`LoadReport`].
 //! - [`metrics`]: response-time histograms, CDFs, Jain's fairness index.
 //! - [`testserver`]: a fixed-delay HTTP server to validate the generator against.
-//! - [`experiment`]: starting and stopping real servers (Haboob, nginx, Apache),
-//!   running load series, and writing JSON, tables and SVG charts; `fig12` reruns
-//!   SEDA SOSP'01 Fig. 12.
-//! - [`haproxy`]: the HAProxy configuration for `seda serve` replicas (agent checks,
-//!   retries of refused requests on other replicas).
+//!
+//! The experiments that use this load (`seda experiment`) are in `seda-experiments`.
+//! This crate depends on no crate of the workspace: it talks to the servers it
+//! measures over the wire only.
 
 pub mod client;
 pub mod dist;
-pub mod experiment;
 pub mod fileset;
-pub mod haproxy;
 pub mod http;
 pub mod metrics;
 pub mod report;

@@ -1,0 +1,509 @@
+//! `seda experiment arashi`: USITS'03 Figs. 8, 9, 10, 11, 14 and 15 rerun on this
+//! machine against the real service (in this process, on loopback) and the emulated
+//! mail readers.
+//!
+//! | figure | what runs | paper | here (default) |
+//! |---|---|---|---|
+//! | 8 | p90 and reject rate vs users, with and without per-stage control | 16..1024 users, target 10 s, 15 min per point | 16, 64, 256, 512, 1024 users; target 100 ms; 10 s warm-up + 30 s |
+//! | 9 | p90 per request type, light and heavy load, with and without control | 16 and 1024 users | the Fig. 8 runs at 16 and 1024 users |
+//! | 10 | spike 3 -> 1000 users and back, with and without control | target 1 s | target 50 ms; 30 s + 60 s + 30 s |
+//! | 11 | per-stage vs one controller in front of all types | 128 users, target 10 s | 1024 users (where this machine is overloaded), target 100 ms |
+//! | 14, 15 | two classes: low users throughout, high users arrive mid-run; without and with differentiation | 128 + 128 users, target 10 s | 512 + 512 users, target 100 ms; high users from 50 s to 100 s of 150 s |
+//!
+//! Targets are scaled to this machine: the paper's service (Java, MySQL, a 1.2 GHz
+//! Pentium 4) answered in seconds under overload; ours answers in milliseconds, so a
+//! 10 s target would never bind. The steady-load target is about the uncontrolled p90
+//! at a quarter of the heaviest load; the spike target keeps the paper's ratio of
+//! about 1:10 to the steady one as far as light-load response times allow.
+//!
+//! Every run starts from a copy of one freshly seeded database (the real corpus if
+//! given, the synthetic one otherwise), so runs do not see each other's changes.
+
+mod output;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use seda_http::OverloadControl;
+use seda_load::Schedule;
+use serde::{Deserialize, Serialize};
+
+use seda_arashi::load::{ArashiLoadConfig, ArashiReport, LoadProgress, UserGroup};
+use seda_arashi::{Arashi, ArashiConfig, ControlScope, DataDir, SeedPlan};
+
+pub use output::{table, write_outputs};
+
+/// The stage whose controller the time series follow (USITS'03 Fig. 7 shows the
+/// list-folders stage; ours is the folder listing, `list`).
+pub const WATCHED_STAGE: &str = "handler:list";
+
+/// How the request stages are controlled in a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Control {
+    /// No admission control.
+    None,
+    /// A response-time controller per stage with this p90 target, ms.
+    PerStage(f64),
+    /// One response-time controller for all stages, ms.
+    Single(f64),
+    /// Per stage, with two classes from the `X-Class` header and this target for
+    /// both (the multiclass controller: low class cut first).
+    Classes(f64),
+}
+
+impl Control {
+    /// Label in tables and charts.
+    pub fn label(&self) -> String {
+        match self {
+            Control::None => "no control".into(),
+            Control::PerStage(t) => format!("per-stage control ({t} ms)"),
+            Control::Single(t) => format!("single controller ({t} ms)"),
+            Control::Classes(t) => format!("per-stage, 2 classes ({t} ms)"),
+        }
+    }
+
+    fn overload(&self) -> (OverloadControl, ControlScope) {
+        let (oc, scope) = self.overload_of_scope();
+        let t = oc.rt_target.unwrap_or(Duration::from_secs(1));
+        (
+            OverloadControl {
+                // The paper's controller (USITS'03 3.2), not the server's default.
+                admission: oc.rt_target.map(|_| seda_http::Admission::ResponseTime),
+                response_time: seda_arashi::controller_config(t),
+                ..oc
+            },
+            scope,
+        )
+    }
+
+    fn overload_of_scope(&self) -> (OverloadControl, ControlScope) {
+        let target = |ms: f64| Some(Duration::from_secs_f64(ms / 1000.0));
+        match self {
+            Control::None => (OverloadControl::default(), ControlScope::PerStage),
+            Control::PerStage(t) => (
+                OverloadControl {
+                    rt_target: target(*t),
+                    ..OverloadControl::default()
+                },
+                ControlScope::PerStage,
+            ),
+            Control::Single(t) => (
+                OverloadControl {
+                    rt_target: target(*t),
+                    ..OverloadControl::default()
+                },
+                ControlScope::Single,
+            ),
+            Control::Classes(t) => {
+                let mut oc = OverloadControl {
+                    rt_target: target(*t),
+                    class_targets: vec![Duration::from_secs_f64(t / 1000.0); 2],
+                    ..OverloadControl::default()
+                };
+                oc.classes.header = Some(CLASS_HEADER.into());
+                (oc, ControlScope::PerStage)
+            }
+        }
+    }
+}
+
+/// The header that carries a user's class.
+pub const CLASS_HEADER: &str = "X-Class";
+
+/// One run of the plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// Unique id, e.g. `fig8-256-control`.
+    pub id: String,
+    /// Figure it belongs to: `fig8`, `fig10`, `fig11`, `fig14`, `fig15`.
+    pub figure: String,
+    /// Control of the request stages.
+    pub control: Control,
+    /// User groups: (schedule as `DURATION@USERS,...`, class).
+    pub groups: Vec<(String, Option<u8>)>,
+    /// Warm-up left out of the totals, s.
+    pub warmup_s: f64,
+}
+
+impl RunSpec {
+    fn length(&self) -> Duration {
+        self.groups
+            .iter()
+            .filter_map(|(s, _)| Schedule::parse(s).ok())
+            .map(|s| s.total())
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct ExperimentConfig {
+    /// Output directory.
+    pub out: PathBuf,
+    /// The SpamAssassin tarball (`None`: the synthetic corpus).
+    pub corpus: Option<PathBuf>,
+    /// Seeding.
+    pub seed: SeedPlan,
+    /// Figure 8's user counts.
+    pub loads: Vec<u32>,
+    /// Figure 9's light and heavy loads (both must be in `loads`).
+    pub light: u32,
+    /// See `light`.
+    pub heavy: u32,
+    /// Measured part of each steady run.
+    pub run: Duration,
+    /// Warm-up of each steady run.
+    pub warmup: Duration,
+    /// Target of Figs. 8, 9, 11, 14, 15, ms.
+    pub target_ms: f64,
+    /// Target of Fig. 10, ms.
+    pub spike_target_ms: f64,
+    /// Fig. 10: base users, spike users, and the three phase lengths.
+    pub spike: (u32, u32, Duration, Duration, Duration),
+    /// Figs. 14-15: users per class, and the phases (before, with, after the high class).
+    pub classes: (u32, Duration, Duration, Duration),
+    /// Most threads per request stage.
+    pub stage_threads: usize,
+}
+
+impl ExperimentConfig {
+    /// The defaults of the module docs.
+    pub fn new(out: PathBuf) -> ExperimentConfig {
+        ExperimentConfig {
+            out,
+            corpus: None,
+            seed: SeedPlan::default(),
+            loads: vec![16, 64, 256, 512, 1024],
+            light: 16,
+            heavy: 1024,
+            run: Duration::from_secs(30),
+            warmup: Duration::from_secs(10),
+            target_ms: 100.0,
+            spike_target_ms: 50.0,
+            spike: (
+                3,
+                1000,
+                Duration::from_secs(30),
+                Duration::from_secs(60),
+                Duration::from_secs(30),
+            ),
+            classes: (
+                512,
+                Duration::from_secs(50),
+                Duration::from_secs(50),
+                Duration::from_secs(50),
+            ),
+            stage_threads: 4,
+        }
+    }
+
+    /// A small version for tests: few users, seconds-long runs, a small database.
+    pub fn quick(mut self) -> ExperimentConfig {
+        self.seed = SeedPlan {
+            users: 32,
+            largest_folder: 100,
+            hash_iterations: 1,
+            seed: 1,
+        };
+        self.loads = vec![4, 16];
+        self.light = 4;
+        self.heavy = 16;
+        self.run = Duration::from_millis(1500);
+        self.warmup = Duration::from_millis(500);
+        let s = Duration::from_secs(1);
+        self.spike = (2, 16, s, s, s);
+        self.classes = (8, s, s, s);
+        self
+    }
+
+    /// The runs, in order.
+    pub fn plan(&self) -> Vec<RunSpec> {
+        let steady = |users: u32| format!("{}ms@{users}", (self.warmup + self.run).as_millis());
+        let warm = self.warmup.as_secs_f64();
+        let mut runs = Vec::new();
+        for &u in &self.loads {
+            for (tag, control) in [
+                ("none", Control::None),
+                ("control", Control::PerStage(self.target_ms)),
+            ] {
+                runs.push(RunSpec {
+                    id: format!("fig8-{u}-{tag}"),
+                    figure: "fig8".into(),
+                    control,
+                    groups: vec![(steady(u), None)],
+                    warmup_s: warm,
+                });
+            }
+        }
+        runs.push(RunSpec {
+            id: format!("fig11-{}-single", self.heavy),
+            figure: "fig11".into(),
+            control: Control::Single(self.target_ms),
+            groups: vec![(steady(self.heavy), None)],
+            warmup_s: warm,
+        });
+        let (base, peak, a, b, c) = self.spike;
+        let spike = format!(
+            "{}ms@{base},{}ms@{peak},{}ms@{base}",
+            a.as_millis(),
+            b.as_millis(),
+            c.as_millis()
+        );
+        for (tag, control) in [
+            ("none", Control::None),
+            ("control", Control::PerStage(self.spike_target_ms)),
+        ] {
+            runs.push(RunSpec {
+                id: format!("fig10-{tag}"),
+                figure: "fig10".into(),
+                control,
+                groups: vec![(spike.clone(), None)],
+                warmup_s: 0.0,
+            });
+        }
+        let (users, a, b, c) = self.classes;
+        let low = format!("{}ms@{users}", (a + b + c).as_millis());
+        let high = format!(
+            "{}ms@0,{}ms@{users},{}ms@0",
+            a.as_millis(),
+            b.as_millis(),
+            c.as_millis()
+        );
+        for (fig, control) in [
+            ("fig14", Control::PerStage(self.target_ms)),
+            ("fig15", Control::Classes(self.target_ms)),
+        ] {
+            runs.push(RunSpec {
+                id: fig.into(),
+                figure: fig.into(),
+                control,
+                groups: vec![(low.clone(), Some(0)), (high.clone(), Some(1))],
+                warmup_s: 0.0,
+            });
+        }
+        runs
+    }
+
+    /// Expected length: the runs plus a few seconds each to start and stop.
+    pub fn eta(&self) -> Duration {
+        self.plan()
+            .iter()
+            .map(|r| r.length() + Duration::from_secs(4))
+            .sum::<Duration>()
+            + Duration::from_secs(60)
+    }
+}
+
+/// The watched stage's controller, once a second.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageSample {
+    /// Seconds since the run's start.
+    pub t: f64,
+    /// Token-bucket rate, requests/s (rate-based control only).
+    pub rate: Option<f64>,
+    /// The controller's smoothed p90, ms.
+    pub controller_p90_ms: Option<f64>,
+    /// Queue length.
+    pub queue_len: usize,
+}
+
+/// One run's results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// What ran.
+    pub spec: RunSpec,
+    /// What the users measured.
+    pub report: ArashiReport,
+    /// The watched stage over time.
+    pub stage: Vec<StageSample>,
+    /// Rejections counted by each request stage (server side), by type.
+    pub server_rejected: Vec<(String, u64)>,
+}
+
+/// Everything the experiment measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentResults {
+    /// `arashi`.
+    pub experiment: String,
+    /// Date (UTC).
+    pub date: String,
+    /// Machine.
+    pub machine: String,
+    /// Load average at the start (1, 5, 15 min).
+    pub load_at_start: String,
+    /// The corpus and the seeding.
+    pub store: String,
+    /// Targets, ms: steady and spike.
+    pub targets_ms: (f64, f64),
+    /// Wall time, s.
+    pub elapsed_s: f64,
+    /// The runs.
+    pub runs: Vec<RunResult>,
+}
+
+impl ExperimentResults {
+    /// The run with this id.
+    pub fn run(&self, id: &str) -> Option<&RunResult> {
+        self.runs.iter().find(|r| r.spec.id == id)
+    }
+}
+
+fn copy_db(from: &DataDir, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    std::fs::copy(from.db_path(), to.join("arashi.db"))
+        .map(|_| ())
+        .map_err(|e| format!("cannot copy the database: {e}"))
+}
+
+fn run_one(
+    cfg: &ExperimentConfig,
+    seeded: &DataDir,
+    work: &Path,
+    spec: &RunSpec,
+) -> Result<RunResult, String> {
+    let dir = work.join(&spec.id);
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_db(seeded, &dir)?;
+    let (overload, scope) = spec.control.overload();
+    let service = Arashi::start(
+        ArashiConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data: dir.clone(),
+            seed: cfg.seed.clone(),
+            overload,
+            scope,
+            stage_threads: cfg.stage_threads,
+            admin_listen: None,
+            ..ArashiConfig::default()
+        },
+        &mut |_| {},
+    )?;
+    let mut groups = Vec::new();
+    for (s, class) in &spec.groups {
+        groups.push(UserGroup {
+            schedule: Schedule::parse(s)?,
+            class: *class,
+        });
+    }
+    let mut load = ArashiLoadConfig::steady(service.local_addr(), 1, Duration::from_secs(1));
+    load.groups = groups;
+    load.accounts = cfg.seed.users;
+    load.warmup = Duration::from_secs_f64(spec.warmup_s);
+    load.class_header = CLASS_HEADER.into();
+    let stop = AtomicBool::new(false);
+    let t0 = Instant::now();
+    let (report, stage) = std::thread::scope(|s| {
+        let poller = s.spawn(|| {
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(st) = service.stats().stage(WATCHED_STAGE) {
+                    samples.push(StageSample {
+                        t: t0.elapsed().as_secs_f64(),
+                        rate: st.admission.rate,
+                        controller_p90_ms: st.admission.p90_ms,
+                        queue_len: st.queue_len,
+                    });
+                }
+                let next = Instant::now() + Duration::from_secs(1);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            samples
+        });
+        let report = seda_arashi::load::run(&load, Arc::new(LoadProgress::default()));
+        stop.store(true, Ordering::Relaxed);
+        (report, poller.join().unwrap_or_default())
+    });
+    let doc = service.stats();
+    let server_rejected = seda_arashi::RequestType::ALL
+        .iter()
+        .map(|t| {
+            let n = doc
+                .stage(&t.stage_name())
+                .map_or(0, |s| s.rejected + s.full);
+            (t.name().to_owned(), n)
+        })
+        .collect();
+    service.shutdown(Duration::from_secs(1));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(RunResult {
+        spec: spec.clone(),
+        report: report?,
+        stage,
+        server_rejected,
+    })
+}
+
+/// Seeds once, then runs the plan; `log` gets a line per step.
+pub fn run(cfg: &ExperimentConfig, log: &mut dyn FnMut(&str)) -> Result<ExperimentResults, String> {
+    let t0 = Instant::now();
+    std::fs::create_dir_all(&cfg.out).map_err(|e| format!("{}: {e}", cfg.out.display()))?;
+    let work = tempfile::Builder::new()
+        .prefix("seda-arashi-exp-")
+        .tempdir()
+        .map_err(|e| format!("cannot create a work directory: {e}"))?;
+    let seeded = DataDir::new(&work.path().join("seeded"));
+    match &cfg.corpus {
+        Some(path) => {
+            log(&format!(
+                "seeding from the SpamAssassin corpus {}",
+                path.display()
+            ));
+            seeded.import(path, &cfg.seed, false, &mut |_| {})?;
+        }
+        None => {
+            log("seeding from the synthetic corpus (no --corpus given)");
+            seeded.open_or_seed(&cfg.seed, &mut |_| {})?;
+        }
+    }
+    let store = {
+        let st = seda_arashi::SqliteStore::open(&seeded.db_path()).map_err(|e| e.to_string())?;
+        st.checkpoint().map_err(|e| e.to_string())?;
+        format!(
+            "{}; Inbox sizes 1..{} (heavy-tailed, median ~{})",
+            DataDir::describe(&st),
+            cfg.seed.largest_folder,
+            (f64::from(cfg.seed.largest_folder)).powf(0.293).round()
+        )
+    };
+    let load_at_start = std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    let plan = cfg.plan();
+    let mut runs = Vec::new();
+    for (i, spec) in plan.iter().enumerate() {
+        log(&format!(
+            "[{}/{}] {} ({}, {} s)",
+            i + 1,
+            plan.len(),
+            spec.id,
+            spec.control.label(),
+            spec.length().as_secs()
+        ));
+        let r = run_one(cfg, &seeded, work.path(), spec)?;
+        log(&format!(
+            "    completed {}, rejected {} ({:.1}%), errors {}, p90 {:.1} ms",
+            r.report.all.completed,
+            r.report.all.rejected,
+            r.report.all.reject_rate * 100.0,
+            r.report.all.errors,
+            r.report.all.rt_p90_ms
+        ));
+        runs.push(r);
+    }
+    Ok(ExperimentResults {
+        experiment: "arashi".into(),
+        date: crate::harness::date_utc(),
+        machine: crate::harness::machine_summary(),
+        load_at_start,
+        store,
+        targets_ms: (cfg.target_ms, cfg.spike_target_ms),
+        elapsed_s: t0.elapsed().as_secs_f64(),
+        runs,
+    })
+}

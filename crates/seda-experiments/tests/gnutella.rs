@@ -1,0 +1,131 @@
+//! The simulated Gnutella peers, the plain-loop baseline and a tiny Fig. 14 run.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use seda::Runtime;
+use seda_experiments::gnutella::plain::PlainLoop;
+use seda_gnutella::load::{LoadConfig, Mix, run};
+use seda_gnutella::{Gnutella, RouterConfig};
+
+/// A router on an ephemeral loopback port, stopped when dropped.
+struct TestRouter {
+    rt: Runtime,
+    router: Gnutella,
+}
+
+impl TestRouter {
+    fn start(cfg: RouterConfig) -> TestRouter {
+        let rt = Runtime::builder().build();
+        let router = Gnutella::start(
+            &rt,
+            RouterConfig {
+                event_loops: Some(1),
+                ..cfg
+            },
+        )
+        .expect("router starts");
+        rt.start().expect("runtime starts");
+        TestRouter { rt, router }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.router.local_addr()
+    }
+}
+
+impl Drop for TestRouter {
+    fn drop(&mut self) {
+        self.router.stop();
+        self.rt.shutdown(Duration::from_secs(2));
+    }
+}
+
+#[test]
+fn simulated_peers_get_every_broadcast_and_time_it() {
+    let r = TestRouter::start(RouterConfig {
+        advertise: Some("192.0.2.1:6346".parse().unwrap()),
+        ..RouterConfig::default()
+    });
+    let report = run(&LoadConfig {
+        router: r.addr(),
+        peers: 3,
+        rate: Some(300.0),
+        duration: Duration::from_millis(1500),
+        hit_fraction: 1.0,
+        ..LoadConfig::default()
+    })
+    .unwrap();
+    let q = &report.kinds["query"];
+    let p = &report.kinds["ping"];
+    assert!(p.sent > 100 && q.sent > 10, "{report:?}");
+    // Every broadcast reaches the two other peers, except those still in flight at
+    // the end of the run (the generator stops reading at the end; on a loaded machine
+    // a tenth of a second's traffic can be in flight; a lost peer would be half).
+    assert!(
+        p.received + 20 + p.sent / 5 >= p.sent * 2,
+        "{}",
+        report.text()
+    );
+    assert!(p.mean_ms > 0.0 && q.p90_ms > 0.0);
+    // Our pings were answered by the router's own pong; queries by the peers' hits.
+    assert!(report.kinds["pong"].received + 10 >= p.sent);
+    assert!(report.kinds["queryhit"].received > 0);
+    assert!(report.fairness.unwrap() > 0.9);
+    assert_eq!(report.closed_by_router, 0);
+    assert_eq!(report.series.len(), 1);
+    let stats = r.router.stats();
+    assert!(seda_gnutella::GnutellaStats::total(&stats.routed) > 0);
+}
+
+#[test]
+fn the_generator_refuses_bad_settings() {
+    let bad = LoadConfig {
+        peers: 1,
+        ..LoadConfig::default()
+    };
+    assert!(run(&bad).is_err());
+    let remote = LoadConfig {
+        router: "10.0.0.1:6346".parse().unwrap(),
+        ..LoadConfig::default()
+    };
+    assert!(run(&remote).unwrap_err().contains("loopback"));
+    assert!(Mix::parse("ping=1,pong=2").is_err());
+    assert!(Mix::parse("ping=0,query=0").is_err());
+    assert_eq!(Mix::parse("ping=3,query=1").unwrap().query, 0.25);
+}
+
+#[test]
+fn the_plain_loop_routes_the_same_traffic() {
+    let plain = PlainLoop::start().unwrap();
+    let report = run(&LoadConfig {
+        router: plain.addr(),
+        peers: 3,
+        rate: Some(300.0),
+        duration: Duration::from_millis(1000),
+        ..LoadConfig::default()
+    })
+    .unwrap();
+    assert!(plain.routed() > 200, "{}", plain.routed());
+    let ping = &report.kinds["ping"];
+    assert!(
+        ping.received + 20 + ping.sent / 5 >= ping.sent * 2,
+        "{}",
+        report.text()
+    );
+}
+
+#[test]
+fn a_tiny_fig14_run_measures_latency_and_samples_the_stage() {
+    use seda_experiments::gnutella::fig14::{Fig14Config, run_one};
+    let cfg = Fig14Config {
+        duration: Duration::from_millis(1500),
+        warmup: Duration::ZERO,
+        query_delay: Duration::from_millis(2),
+        ..Fig14Config::default()
+    };
+    let r = run_one(&cfg, true, 200.0).unwrap();
+    assert!(r.ping.received > 0 && r.query.received > 0);
+    assert!(!r.samples.is_empty());
+    assert!(r.max_threads >= 1);
+}
