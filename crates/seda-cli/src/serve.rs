@@ -30,7 +30,7 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use seda_http::{AgentServer, DemoSite, Server};
+use seda_http::{AccessLogConfig, AgentServer, DemoSite, Server};
 
 mod config;
 mod mount;
@@ -63,7 +63,30 @@ fn check(s: &Settings) -> Result<(), String> {
     let mut cfg = s.cfg.clone();
     // The demo site is written under the temporary directory at start.
     cfg.root = s.root.clone().unwrap_or_else(std::env::temp_dir);
-    cfg.check().map_err(|e| e.to_string())
+    cfg.check().map_err(|e| e.to_string())?;
+    // As the server would at start (nginx -t opens its logs too).
+    if let Some(log) = &cfg.access_log {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log.path)
+            .map_err(|e| format!("access log {}: {e}", log.path.display()))?;
+    }
+    Ok(())
+}
+
+/// SIGUSR1: the access log reopens its file (after logrotate renamed it).
+fn reopen_log(server: &Server, cfg: Option<&AccessLogConfig>) {
+    match (server.access_log(), cfg) {
+        (Some(log), Some(cfg)) => match log.reopen(&cfg.path, cfg.format) {
+            Ok(()) => eprintln!(
+                "seda serve: reopening the access log {}",
+                cfg.path.display()
+            ),
+            Err(e) => eprintln!("seda serve: {e}"),
+        },
+        _ => eprintln!("seda serve: SIGUSR1 ignored: no access log"),
+    }
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -104,9 +127,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         eprintln!("seda serve: warning: {w}");
     }
     let calibrated = mount_overload(&mut cfg, &overload, bottleneck, bottleneck_passes)?;
+    let access_log = cfg.access_log.clone();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGUSR1,
     ])
     .map_err(|e| format!("cannot install signal handler: {e}"))?;
     let root_shown = if demo.is_some() {
@@ -143,7 +168,12 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let _ = std::io::stdout().flush();
     eprintln!("seda serve: serving {root_shown}; Ctrl-C to stop");
     // Block until SIGINT or SIGTERM (no polling: shutdown starts as the signal lands).
-    let _ = signals.forever().next();
+    for signal in signals.forever() {
+        match signal {
+            signal_hook::consts::SIGUSR1 => reopen_log(&server, access_log.as_ref()),
+            _ => break,
+        }
+    }
     eprintln!(
         "seda serve: shutting down (grace {:.1} s)",
         grace.as_secs_f64()

@@ -18,6 +18,8 @@
 //! - [`Handler`] / [`HandlerRegistration`]: the dynamic handler API (HDAPI).
 //! - [`PageCache`] / [`PathCache`]: the caches.
 //! - [`DemoSite`]: the built-in demo site.
+//! - [`AccessLog`]: the access log, a stage of its own fed by lossy enqueue (nginx's
+//!   `combined` or JSON lines, with the request time and the stage that answered).
 //! - [`OverloadControl`]: admission policy, classes and overload action of the
 //!   dynamic stages (USITS'03 3.2-3.4); [`Bottleneck`]: the calibrated CPU-bound
 //!   handler of SEDA 5.1.4 with its quality knob and automatic degradation.
@@ -42,6 +44,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod access_log;
 mod admin;
 mod bottleneck;
 mod cache;
@@ -51,6 +54,9 @@ mod overload;
 pub mod proto;
 mod server;
 
+pub use access_log::{
+    ACCESS_LOG_STAGE, AccessLog, AccessLogConfig, AccessLogFormat, AccessLogStats,
+};
 pub use admin::{
     AdminBuilder, AdminServer, AdmissionView, AgentConfig, AgentReply, AgentServer, ClassCount,
     ClassTarget, DrainReason, Latency, StageStats, StatsDoc,

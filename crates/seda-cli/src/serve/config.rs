@@ -45,8 +45,8 @@ use seda::ThreadModel;
 use seda::admission::{AimdLimitConfig, GradientLimitConfig};
 use seda_http::proto::Dotfiles;
 use seda_http::{
-    AddrPrefix, Admission, AgentConfig, FileIo, HandlerTargets, Handoff, OverloadAction,
-    OverloadControl, ServerConfig,
+    AccessLogConfig, AccessLogFormat, AddrPrefix, Admission, AgentConfig, FileIo, HandlerTargets,
+    Handoff, OverloadAction, OverloadControl, ServerConfig,
 };
 use serde::{Deserialize, Serialize};
 
@@ -223,6 +223,21 @@ pub struct ServeConfig {
     #[arg(skip)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub aimd: Option<FileAimd>,
+    /// Write an access log to this file: one line per response, by a stage of its
+    /// own fed without waiting (a full queue drops lines and counts them); SIGUSR1
+    /// reopens the file (logrotate) [default: none].
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<PathBuf>,
+    /// Access log lines: combined (nginx's, plus request time and the stage that
+    /// answered) or json [default: combined].
+    #[arg(long, value_name = "combined|json")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log_format: Option<Word<AccessLogFormat>>,
+    /// Lines the access log's queue holds before it drops lines [default: 16384].
+    #[arg(long, value_name = "LINES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log_queue: Option<usize>,
     /// Answer HAProxy's agent-check on this address with the admission state
     /// (`ready N%` from the admitted fraction and p90 vs target, `drain` when shutting
     /// down) [default: off].
@@ -575,6 +590,28 @@ impl ServeConfig {
             cfg.file_io = f.get();
         }
         cfg.header_cache = self.header_cache.unwrap_or(true);
+        cfg.access_log = match &self.access_log {
+            Some(path) => {
+                let mut log = AccessLogConfig::new(path);
+                if let Some(f) = &self.access_log_format {
+                    log.format = f.get();
+                }
+                if let Some(n) = self.access_log_queue {
+                    if n == 0 {
+                        return Err("access-log-queue must be at least 1".into());
+                    }
+                    log.queue = n;
+                }
+                if path.as_os_str().is_empty() || path.is_dir() {
+                    return Err(format!("access-log {}: not a file", path.display()).into());
+                }
+                Some(log)
+            }
+            None if self.access_log_format.is_some() || self.access_log_queue.is_some() => {
+                return Err("access-log-format and access-log-queue need access-log".into());
+            }
+            None => None,
+        };
         cfg.retry_after_secs = self.retry_after_secs.unwrap_or(1);
         let grace = secs("shutdown-grace", self.shutdown_grace.unwrap_or(10.0))?;
         let (overload, bottleneck) = self.overload()?;

@@ -83,3 +83,134 @@ pub fn run_bounded(cmd: &mut Command, bound: Duration) -> Output {
         stderr,
     }
 }
+
+/// A running `seda serve`, its addresses, and its output line by line as it comes.
+/// Killed and reaped on drop.
+pub struct Served {
+    pub child: Guard,
+    /// The service address (`listening on http://ADDR`).
+    pub addr: std::net::SocketAddr,
+    /// The admin listener (`admin at http://ADDR/_seda/`).
+    pub admin: std::net::SocketAddr,
+    /// Later lines of stdout (after the first two).
+    pub stdout: mpsc::Receiver<String>,
+    /// Lines of stderr.
+    pub stderr: mpsc::Receiver<String>,
+}
+
+/// Longest wait of the helpers below.
+pub const BOUND: Duration = Duration::from_secs(30);
+
+impl Served {
+    /// Starts `seda serve --listen 127.0.0.1:0 ARGS...` and waits for its
+    /// `listening on` and `admin at` lines.
+    pub fn start(args: &[&str]) -> Served {
+        let mut child = Guard(
+            Command::new(env!("CARGO_BIN_EXE_seda"))
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn seda serve"),
+        );
+        let lines = |pipe: Box<dyn Read + Send>| {
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                use std::io::BufRead as _;
+                for line in std::io::BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            rx
+        };
+        let stdout = lines(Box::new(child.0.stdout.take().expect("piped")));
+        let stderr = lines(Box::new(child.0.stderr.take().expect("piped")));
+        let after = |prefix: &str| -> String {
+            let line = stdout.recv_timeout(BOUND).unwrap_or_else(|_| {
+                let err: Vec<String> = stderr.try_iter().collect();
+                panic!("no `{prefix}` line in time; stderr: {err:?}")
+            });
+            line.strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("expected `{prefix}...`, got {line:?}"))
+                .to_owned()
+        };
+        let addr = after("listening on http://").parse().expect("an address");
+        let admin = after("admin at http://")
+            .trim_end_matches("/_seda/")
+            .parse()
+            .expect("an admin address");
+        Served {
+            child,
+            addr,
+            admin,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Sends `sig` to the server.
+    pub fn signal(&self, sig: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.child.0.id() as i32).expect("a pid");
+        rustix::process::kill_process(pid, sig).expect("kill");
+    }
+
+    /// Waits for a line of stderr containing `needle` (lines before it are passed
+    /// over); panics with what it saw if none comes in time.
+    pub fn stderr_line(&self, needle: &str) -> String {
+        let t0 = Instant::now();
+        let mut seen = Vec::new();
+        while let Some(left) = BOUND.checked_sub(t0.elapsed()) {
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(line) => seen.push(line),
+                Err(_) => break,
+            }
+        }
+        panic!("no stderr line with {needle:?}; saw {seen:?}")
+    }
+
+    /// The admin listener's stats document.
+    pub fn stats(&self) -> serde_json::Value {
+        let (status, _, body) = http_get(self.admin, "/_seda/stats", "");
+        assert_eq!(status, 200);
+        serde_json::from_slice(&body).expect("stats JSON")
+    }
+
+    /// Waits until `cond(stats)` holds; panics with the last stats if it never does.
+    pub fn wait_stats(&self, what: &str, cond: impl Fn(&serde_json::Value) -> bool) {
+        let t0 = Instant::now();
+        loop {
+            let s = self.stats();
+            if cond(&s) {
+                return;
+            }
+            if t0.elapsed() > BOUND {
+                panic!("{what}: never held; last stats {s}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// One request on a fresh connection (`Connection: close`): status, head, body.
+pub fn http_get(addr: std::net::SocketAddr, path: &str, extra: &str) -> (u16, String, Vec<u8>) {
+    use std::io::Write as _;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, BOUND).expect("connect");
+    s.set_read_timeout(Some(BOUND)).unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{extra}\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read response");
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete head");
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let status = head[9..12].parse().expect("a status");
+    (status, head, raw[end + 4..].to_vec())
+}

@@ -123,6 +123,8 @@ pub struct ServerConfig {
     pub admin_listen: Option<SocketAddr>,
     /// Dynamic handlers to mount at start.
     pub handlers: Vec<HandlerRegistration>,
+    /// The access log ([`AccessLog`](crate::AccessLog)), if any. Default none.
+    pub access_log: Option<crate::AccessLogConfig>,
 }
 
 impl Default for ServerConfig {
@@ -153,6 +155,7 @@ impl Default for ServerConfig {
             retry_after_secs: 1,
             admin_listen: None,
             handlers: Vec::new(),
+            access_log: None,
         }
     }
 }

@@ -34,6 +34,8 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use seda_io::{ConnId, ConnWriter, Outgoing, Writer};
 
+use crate::access_log::RequestRecord;
+
 /// `Connection` lines and the blank line that ends a head.
 pub(crate) static KEEP_ALIVE: Bytes = Bytes::from_static(b"Connection: keep-alive\r\n\r\n");
 pub(crate) static CLOSE: Bytes = Bytes::from_static(b"Connection: close\r\n\r\n");
@@ -408,6 +410,8 @@ pub(crate) struct Slot {
     pub(crate) head_only: bool,
     /// The client keeps the connection (HTTP/1.1 default, `Connection` header).
     pub(crate) keep_alive: bool,
+    /// What the access log keeps of the request (only when the log is on).
+    pub(crate) log: Option<Box<RequestRecord>>,
 }
 
 impl Exchange {
@@ -418,7 +422,15 @@ impl Exchange {
                 seq,
                 head_only,
                 keep_alive,
+                log: None,
             }),
+        }
+    }
+
+    /// Keeps `rec` for the access log line of this request's response.
+    pub(crate) fn log(&mut self, rec: RequestRecord) {
+        if let Some(s) = self.slot.as_mut() {
+            s.log = Some(Box::new(rec));
         }
     }
 

@@ -52,6 +52,9 @@ pub(crate) struct HttpRequest {
 #[derive(Debug)]
 pub(crate) struct Route {
     pub(crate) reg: HandlerRegistration,
+    /// The stage's name (`handler:NAME`), shared: the access log names the stage
+    /// of each request without an allocation.
+    pub(crate) stage: Arc<str>,
     pub(crate) sink: Sink<DynJob>,
 }
 

@@ -76,6 +76,7 @@ use self::answer::Framer;
 use self::events::{PageEvent, Route};
 use self::routes::Routes;
 use self::state::{Haboob, Responder, Settings};
+use crate::access_log::AccessLog;
 use crate::admin::{AdminBuilder, AdminServer, StatsDoc};
 use crate::cache::{PageCache, PathCache};
 use crate::handler::HandlerRegistration;
@@ -168,6 +169,10 @@ impl Server {
         })
         .map_err(ServerError::Io)?;
         let files = FileHelper::start(&rt, FileConfig::default())?;
+        let log = match &cfg.access_log {
+            Some(l) => Some(AccessLog::start(&rt, l).map_err(ServerError::Io)?),
+            None => None,
+        };
         let hb = Arc::new(Haboob {
             set: Settings {
                 root,
@@ -187,6 +192,7 @@ impl Server {
             framer: Framer::new(cfg.retry_after_secs, cfg.header_cache),
             writer: bound.writer(),
             routes: Routes::default(),
+            log,
             counters: state::Counters::default(),
             epoch: Instant::now(),
             clock_ms: std::sync::atomic::AtomicU64::new(0),
@@ -338,7 +344,11 @@ impl Server {
     pub fn admin_builder(&self) -> AdminBuilder {
         let (hb, sockets) = (Arc::clone(&self.out.hb), Arc::clone(&self.sockets));
         let (q, m) = (Arc::clone(&hb), Arc::clone(&hb));
-        AdminServer::builder(&self.rt)
+        let mut admin = AdminServer::builder(&self.rt);
+        if let Some(log) = hb.log.clone() {
+            admin = admin.section("access_log", move || log.stats());
+        }
+        admin
             .section("haboob", move || hb.stats())
             .section("sockets", move || sockets.stats())
             .qualities(move || q.routes.qualities())
@@ -358,6 +368,12 @@ impl Server {
     /// Haboob's own counters.
     pub fn haboob_stats(&self) -> HaboobStats {
         self.out.hb.stats()
+    }
+
+    /// The access log, if [`ServerConfig::access_log`] set one (to reopen it, read
+    /// its counters).
+    pub fn access_log(&self) -> Option<&AccessLog> {
+        self.out.hb.log.as_ref()
     }
 
     /// Counters of the socket layer.
@@ -468,7 +484,8 @@ fn register(rt: &Runtime, out: &Responder, reg: HandlerRegistration) -> Result<(
         builder = builder.admission_shared(Arc::clone(policy));
     }
     let sink = builder.build()?;
-    out.hb.routes.add(Route { reg, sink });
+    let stage = Arc::from(reg.stage_name());
+    out.hb.routes.add(Route { reg, sink, stage });
     Ok(())
 }
 

@@ -43,6 +43,7 @@ use super::answer::Answer;
 use super::conn::{Conn, Exchange, PendingBody, RecvState};
 use super::events::{HttpRequest, Job, Route};
 use super::state::{Haboob, Responder};
+use crate::access_log::{Origin, RequestRecord};
 use crate::proto::{
     self, BodyFraming, ChunkLimits, ChunkedDecoder, ChunkedError, Method, RequestHead, Status,
 };
@@ -265,7 +266,20 @@ impl HttpParse {
                             }
                             // The request went on without its body: the stream cannot
                             // be framed after it, so a last response says so and closes.
-                            None => Exchange::new(Arc::clone(c), c.next_seq(), false, false),
+                            None => {
+                                let mut ex =
+                                    Exchange::new(Arc::clone(c), c.next_seq(), false, false);
+                                if hb.log.is_some() {
+                                    let born = rx.born.unwrap_or(now);
+                                    ex.log(RequestRecord::unparsed(
+                                        b"",
+                                        c.peer,
+                                        born,
+                                        Origin::Parse,
+                                    ));
+                                }
+                                ex
+                            }
                         };
                         steps.push(Step::Answer(ex, Answer::Error(status)));
                         rx.stop();
@@ -302,7 +316,16 @@ impl HttpParse {
                 }
                 Err(e) => {
                     hb.counters.bad_requests.fetch_add(1, Relaxed);
-                    let ex = Exchange::new(Arc::clone(c), c.next_seq(), false, false);
+                    let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), false, false);
+                    if hb.log.is_some() {
+                        let born = rx.born.unwrap_or(now);
+                        ex.log(RequestRecord::unparsed(
+                            &rx.buf,
+                            c.peer,
+                            born,
+                            Origin::Parse,
+                        ));
+                    }
                     steps.push(Step::Answer(ex, Answer::Error(e.status())));
                     rx.stop();
                     return;
@@ -315,6 +338,10 @@ impl HttpParse {
             let route = hb.routes.find(head.path(&raw));
             let head_only = head.method == Method::Head;
             let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
+            if hb.log.is_some() {
+                let handler = route.as_ref().map(|r| Arc::clone(&r.stage));
+                ex.log(RequestRecord::parsed(&raw, &head, c.peer, born, handler));
+            }
             if !head.keep_alive {
                 rx.closing = true;
             }

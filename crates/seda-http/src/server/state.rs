@@ -13,11 +13,12 @@ use serde::{Deserialize, Serialize};
 
 use super::answer::{Answer, Framer};
 use super::config::FileIo;
-use super::conn::{ConnTable, Exchange};
+use super::conn::{Body, ConnTable, Exchange, Reply};
 use super::events::SendEvent;
 use super::routes::Routes;
+use crate::access_log::{AccessEntry, AccessLog, Answerer, Origin, RequestRecord};
 use crate::cache::{PageCache, PageCacheStats, PathCache};
-use crate::proto::{Dotfiles, Limits};
+use crate::proto::{Dotfiles, Limits, Status};
 
 /// Settings the stages read on every request.
 #[derive(Debug, Clone)]
@@ -123,6 +124,8 @@ pub(crate) struct Haboob {
     pub(crate) framer: Framer,
     pub(crate) writer: Writer,
     pub(crate) routes: Routes,
+    /// The access log, if on.
+    pub(crate) log: Option<AccessLog>,
     pub(crate) counters: Counters,
     /// Origin of the connections' activity clocks.
     pub(crate) epoch: Instant,
@@ -160,9 +163,16 @@ impl Haboob {
     /// whose answer HttpSend refused.
     pub(crate) fn send(&self, ev: SendEvent) {
         let SendEvent { ex, answer } = ev;
-        let slot = ex.take();
+        let mut slot = ex.take();
         self.counters.responses.fetch_add(1, Relaxed);
+        let logged = slot.log.take().map(|rec| {
+            let by = answerer(&rec, &answer);
+            (rec, by)
+        });
         let reply = self.framer.frame(&slot, answer);
+        if let (Some(log), Some((rec, by))) = (&self.log, logged) {
+            log.offer(entry(rec, &reply, by));
+        }
         slot.conn.deliver(slot.seq, reply, self.set.max_pipelined);
         slot.conn.touch(self.coarse_ms());
     }
@@ -194,6 +204,48 @@ impl Haboob {
             },
             page_cache: self.pages.stats(),
         }
+    }
+}
+
+/// Which stage answered the request of `rec` with `answer` (the access log's word).
+fn answerer(rec: &RequestRecord, answer: &Answer) -> Answerer {
+    let handler = || rec.handler.clone();
+    match (rec.origin, answer) {
+        (Origin::Parse, _) => Answerer::Parse,
+        (Origin::Timeout, _) | (_, Answer::Error(Status::REQUEST_TIMEOUT)) => Answerer::Timeout,
+        (_, Answer::Overload) => Answerer::Admission(handler().unwrap_or_else(|| "static".into())),
+        (_, Answer::Dynamic(_)) => match handler() {
+            Some(h) => Answerer::Handler(h),
+            None => Answerer::Static,
+        },
+        // A handler's request answered with an error: its body could not be read.
+        (_, Answer::Error(_)) if rec.handler.is_some() => Answerer::Parse,
+        _ => Answerer::Static,
+    }
+}
+
+/// The access log's line for a response framed as `reply`.
+fn entry(rec: Box<RequestRecord>, reply: &Reply, by: Answerer) -> AccessEntry {
+    // Every head starts `HTTP/1.1 NNN `.
+    let status = reply
+        .head
+        .get(9..12)
+        .and_then(|s| std::str::from_utf8(s).ok())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body_bytes = match &reply.body {
+        Body::None => 0,
+        Body::Bytes(b) => b.len() as u64,
+        Body::File { len, .. } => *len,
+    };
+    let took = rec.born.elapsed();
+    AccessEntry {
+        rec,
+        status,
+        body_bytes,
+        at: std::time::SystemTime::now(),
+        took,
+        by,
     }
 }
 

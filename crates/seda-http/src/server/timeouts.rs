@@ -11,6 +11,7 @@ use seda::Meta;
 use super::answer::Answer;
 use super::conn::Exchange;
 use super::state::Responder;
+use crate::access_log::{Origin, RequestRecord};
 use crate::proto::Status;
 
 /// One sweep over every connection.
@@ -36,7 +37,19 @@ pub(crate) fn sweep(out: &Responder, now: Instant) {
                     ex.close_after();
                     ex
                 }
-                None => Exchange::new(Arc::clone(&c), c.next_seq(), false, false),
+                None => {
+                    let mut ex = Exchange::new(Arc::clone(&c), c.next_seq(), false, false);
+                    if hb.log.is_some() {
+                        let born = rx.born.unwrap_or(t0);
+                        ex.log(RequestRecord::unparsed(
+                            &rx.buf,
+                            c.peer,
+                            born,
+                            Origin::Timeout,
+                        ));
+                    }
+                    ex
+                }
             };
             rx.stop();
             drop(rx);
