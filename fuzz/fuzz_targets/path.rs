@@ -1,12 +1,17 @@
-//! Path translation (`proto::url_to_relative`, `translate`, `slash_location`) of any
-//! bytes as a raw URL path, against a real directory tree with files, a directory
-//! without an index, dotfiles, `.well-known`, and symlinks inside, out of the root,
-//! to the parent, to hidden files, and in a loop. Properties checked beyond "no panic":
+//! Path translation (`proto::remove_dot_segments`, `url_to_relative`, `translate`,
+//! `slash_location`) of any bytes as a raw URL path, against a real directory tree
+//! with files, a directory without an index, dotfiles, `.well-known`, and symlinks
+//! inside, out of the root, to the parent, to hidden files, and in a loop. Properties
+//! checked beyond "no panic":
+//! - dot-segment removal is idempotent, keeps the leading `/`, leaves no `.` or `..`
+//!   segment, and never lengthens a path by more than the trailing `/` of a final
+//!   dot segment; `translate` acts on the path it gives;
 //! - a relative path has only plain segments (no root, `.`, `..`), so joining it to the
 //!   root stays under the root; hidden segments never pass `Dotfiles::Hide`;
 //! - hiding dotfiles only ever refuses more: what `Hide` accepts, `Serve` accepts alike;
 //! - a translated file is canonical, a regular file, inside the canonical root, never
-//!   the secret beside the root, and not hidden under `Hide`;
+//!   the secret beside the root, not hidden under `Hide`, and named with a trailing
+//!   `/` only when the path is a directory (its index);
 //! - a redirect location starts with exactly one `/` (never `//host` or `/\host`) and
 //!   ends with `/`; a refusal of the URL is the refusal `translate` gives.
 #![no_main]
@@ -15,7 +20,10 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use seda_http::proto::{Dotfiles, Translation, slash_location, translate, url_to_relative};
+use seda_http::proto::{
+    Dotfiles, PathError, Translation, remove_dot_segments, slash_location, translate,
+    url_to_relative,
+};
 
 struct Fixture {
     root: PathBuf,
@@ -78,6 +86,32 @@ fuzz_target!(|data: &[u8]| {
     assert!(loc.len() >= 2 && loc[0] == b'/' && loc.last() == Some(&b'/'), "{loc:?}");
     assert!(loc[1] != b'/' && loc[1] != b'\\' || loc.len() == 2, "{loc:?}");
 
+    let norm = match remove_dot_segments(data) {
+        Ok(n) => n.into_owned(),
+        Err(e) => {
+            assert_eq!(e, PathError::Malformed);
+            for mode in [Dotfiles::Hide, Dotfiles::Serve] {
+                let t = translate(&f.root, data, "index.html", mode);
+                assert_eq!(t.err(), Some(PathError::Malformed), "translate of a path above the root");
+            }
+            return;
+        }
+    };
+    if data.first() == Some(&b'/') {
+        assert_eq!(norm.first(), Some(&b'/'));
+        assert!(norm.len() <= data.len() + 1, "{norm:?} longer than {data:?}");
+        assert_eq!(remove_dot_segments(&norm).unwrap().as_ref(), &norm[..], "idempotent");
+        for seg in norm.split(|&c| c == b'/') {
+            let lower = seg.to_ascii_lowercase();
+            assert!(
+                !matches!(&lower[..], b"." | b".." | b"%2e" | b"%2e%2e" | b".%2e" | b"%2e."),
+                "{norm:?} keeps a dot segment"
+            );
+        }
+    } else {
+        assert_eq!(norm, data, "only absolute paths are normalised");
+    }
+    let data = &norm[..];
     let served = url_to_relative(data, Dotfiles::Serve);
     for mode in [Dotfiles::Hide, Dotfiles::Serve] {
         let rel = url_to_relative(data, mode);
@@ -93,7 +127,7 @@ fuzz_target!(|data: &[u8]| {
             (Err(e), Err(r)) => assert_eq!(e, r, "the URL's refusal is translate's"),
             (_, Err(r)) => panic!("url_to_relative refused ({r:?}), translate did not"),
             (Err(_), Ok(_)) => {}
-            (Ok(Translation::File(p, meta)), Ok(_)) => {
+            (Ok(Translation::File(p, meta)), Ok(rel)) => {
                 assert!(meta.is_file(), "{p:?}");
                 assert!(p.starts_with(&f.root) && p != f.secret, "{p:?} escapes the root");
                 assert_eq!(std::fs::canonicalize(&p).unwrap(), p, "{p:?} not canonical");
@@ -102,10 +136,16 @@ fuzz_target!(|data: &[u8]| {
                     mode == Dotfiles::Serve || !inside.iter().any(hidden),
                     "{p:?} served under Hide"
                 );
+                let lower = data.to_ascii_lowercase();
+                assert!(
+                    !(lower.ends_with(b"/") || lower.ends_with(b"%2f")) || f.root.join(&rel).is_dir(),
+                    "{p:?} served under a directory spelling"
+                );
             }
             (Ok(Translation::AddSlash(loc)), Ok(_)) => {
                 assert_eq!(loc, slash_location(data));
-                assert!(data.last() != Some(&b'/'));
+                let lower = data.to_ascii_lowercase();
+                assert!(!lower.ends_with(b"/") && !lower.ends_with(b"%2f"));
             }
         }
     }

@@ -297,7 +297,7 @@ fn load() -> Vec<Case> {
 #[derive(Debug)]
 enum Verdict {
     Rejected(u16),
-    Parsed(RequestHead),
+    Parsed(Box<RequestHead>),
     /// `Ok(None)` on a complete head: a client would wait for a timeout.
     Waiting,
 }
@@ -305,7 +305,7 @@ enum Verdict {
 fn verdict(raw: &[u8]) -> (Verdict, usize) {
     let skip = skip_leading_crlf(raw);
     let v = match parse_head(&raw[skip..], &Limits::default()) {
-        Ok(Some(head)) => Verdict::Parsed(head),
+        Ok(Some(head)) => Verdict::Parsed(Box::new(head)),
         Ok(None) => Verdict::Waiting,
         Err(e) => Verdict::Rejected(e.status().code()),
     };

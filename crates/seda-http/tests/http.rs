@@ -317,6 +317,85 @@ fn nothing_outside_the_root_is_served() {
     assert_eq!(r.status, 403, "a symlink out of the root is refused");
 }
 
+/// Issue 29.1: `/hello.txt/` and `/hello.txt/.` answered 200 with the file (a second
+/// spelling of every file: another cache key, a way past a proxy's rules).
+#[test]
+fn a_file_named_as_a_directory_is_not_found() {
+    let s = start(|_| {});
+    for path in [
+        "/hello.txt/",
+        "/hello.txt/.",
+        "/hello.txt//",
+        "/hello.txt%2F",
+        "/sub/index.html/",
+        "/big.bin/",
+        "/sub/../hello.txt/",
+    ] {
+        let r = s.connect().get(path);
+        assert_eq!(r.status, 404, "{path}");
+        assert!(
+            !r.body.starts_with(b"hello, world"),
+            "{path} served the file"
+        );
+    }
+    assert_eq!(s.connect().get("/hello.txt").status, 200);
+    assert_eq!(s.connect().get("/sub/").body, b"<p>sub</p>\n");
+}
+
+/// Issue 29.2: `/sub/../hello.txt` was a 403 (nginx serves the file); a path above
+/// the root is a 400, and every spelling of a file is one key of the caches.
+#[test]
+fn dot_segments_are_removed_before_any_cache_key() {
+    let s = start(|c| {
+        c.handlers.push(seda_http::HandlerRegistration::new(
+            "/api",
+            |_: &seda_http::Request, _: &seda_http::HandlerContext<'_>| {
+                seda_http::Response::text(seda_http::proto::Status::OK, "handler\n")
+            },
+        ));
+    });
+    for path in [
+        "/hello.txt",
+        "/sub/../hello.txt",
+        "/./hello.txt",
+        "/sub/./../hello.txt",
+        "/sub/%2e%2e/hello.txt",
+        "/sub/%2E./nodex/../hello.txt",
+        "/api/../hello.txt",
+    ] {
+        let r = s.connect().get(path);
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, &b"hello, world\n"[..]),
+            "{path}"
+        );
+    }
+    let stats = s.server().haboob_stats();
+    assert_eq!(
+        stats.path_cache.entries, 1,
+        "one translation for every spelling of /hello.txt"
+    );
+    assert_eq!(stats.dynamic_requests, 0, "/api/.. is not the handler's");
+    // A final dot segment names the directory it is in.
+    assert_eq!(s.connect().get("/sub/..").body, b"<p>home</p>\n");
+    assert_eq!(s.connect().get("/sub/.").body, b"<p>sub</p>\n");
+    assert_eq!(s.connect().get("/nodex/../sub/").body, b"<p>sub</p>\n");
+    assert_eq!(s.connect().get("/api/x/..").body, b"handler\n");
+    for path in [
+        "/..",
+        "/../hello.txt",
+        "/sub/../../hello.txt",
+        "/%2e%2e/hello.txt",
+        "/sub/.%2E/..",
+    ] {
+        let r = raw_request(
+            s.addr,
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 400, "{path} climbs above the root");
+    }
+}
+
 #[test]
 fn a_slow_client_trips_the_header_timeout() {
     let s = start(|c| c.header_timeout = Duration::from_millis(600));

@@ -18,7 +18,8 @@ pub use chunked::{ChunkLimits, ChunkedDecoder, ChunkedError, Fed};
 pub use date::{DateCache, http_date};
 pub use mime::content_type;
 pub use path::{
-    Dotfiles, PathError, Translation, percent_decode, slash_location, translate, url_to_relative,
+    Dotfiles, PathError, Translation, percent_decode, remove_dot_segments, slash_location,
+    translate, url_to_relative,
 };
 pub use request::{
     BodyFraming, Limits, MAX_HEADERS, Method, ParseError, RequestHead, Version, parse_head,

@@ -1,9 +1,20 @@
-//! Request paths: percent-decoding and safe translation to a file under the root.
+//! Request paths: dot-segment removal, percent-decoding and safe translation to a
+//! file under the root.
 //!
 //! This is the work Flash's pathname-translation cache (Flash 5.2) saves: decoding,
 //! normalising and resolving symlinks are done once per URL, on the miss path.
+//! [`remove_dot_segments`] is not: the parser applies it to every request's path
+//! ([`RequestHead::path`](super::RequestHead::path)), so that every cache key, route
+//! and handler sees one spelling of a path (`/sub/../a.txt` is `/a.txt`), as nginx
+//! does.
 //!
 //! # Invariants
+//! - A path that climbs above the root (`/..`, `/a/../..`, `/%2e%2e/x`) is refused
+//!   as malformed (400), never clamped to the root.
+//! - A file is served only under its own spelling: a path that ends with `/` (or
+//!   with a `.` segment, which stands for the directory it is in) names a
+//!   directory, so a regular file there is `NotFound` (`/a.txt/` and `/a.txt/.`
+//!   are 404, as in nginx).
 //! - A [`Translation::File`] path is canonical (no symlinks, no `.`/`..`) and lies
 //!   inside the canonical root: `..` segments, encoded `%2e%2e`, NUL bytes and symlinks
 //!   that lead out of the root are all refused before any file is opened.
@@ -13,6 +24,7 @@
 //! - A redirect location is an absolute path starting with exactly one `/`, never
 //!   `//host` (which a browser would read as another host).
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::fs::Metadata;
 use std::io;
@@ -50,10 +62,88 @@ fn hex(c: u8) -> Option<u8> {
     }
 }
 
+/// Whether `seg`, a segment of a raw path, is `.` or `..` (0 for neither), with
+/// `%2e`/`%2E` counted as `.` (RFC 3986 6.2.2.2: an encoded unreserved character is
+/// that character).
+fn dots(seg: &[u8]) -> u8 {
+    let mut n = 0;
+    let mut rest = seg;
+    while !rest.is_empty() {
+        rest = match rest {
+            [b'.', tail @ ..] => tail,
+            [b'%', b'2', b'e' | b'E', tail @ ..] => tail,
+            _ => return 0,
+        };
+        n += 1;
+        if n > 2 {
+            return 0;
+        }
+    }
+    n
+}
+
+/// Removes the `.` and `..` segments of a raw (still percent-encoded) absolute path,
+/// RFC 3986 5.2.4, with `%2e` counted as `.`; other escapes are left as they are.
+/// `Err(PathError::Malformed)` (400, as nginx answers) for a path that climbs above
+/// the root. A path without dot segments (nearly all) is returned as it is,
+/// borrowed; a path not starting with `/` (`*`) too.
+///
+/// A final `.` or `..` segment leaves the trailing slash the directory spelling
+/// needs (`/a/.` is `/a/`, `/a/b/..` is `/a/`).
+///
+/// ```
+/// use seda_http::proto::{PathError, remove_dot_segments};
+/// assert_eq!(&*remove_dot_segments(b"/a/./b/../c").unwrap(), b"/a/c");
+/// assert_eq!(&*remove_dot_segments(b"/sub/%2e%2e/hello.txt").unwrap(), b"/hello.txt");
+/// assert_eq!(&*remove_dot_segments(b"/hello.txt/.").unwrap(), b"/hello.txt/");
+/// assert_eq!(remove_dot_segments(b"/a/../../etc/passwd"), Err(PathError::Malformed));
+/// ```
+pub fn remove_dot_segments(raw_path: &[u8]) -> Result<Cow<'_, [u8]>, PathError> {
+    if raw_path.first() != Some(&b'/')
+        || !raw_path.split(|&c| c == b'/').skip(1).any(|s| dots(s) > 0)
+    {
+        return Ok(Cow::Borrowed(raw_path));
+    }
+    let mut out: Vec<u8> = Vec::with_capacity(raw_path.len());
+    // Segments after the leading `/`: `/a/b/` is `a`, `b`, ``.
+    let mut segs = raw_path[1..].split(|&c| c == b'/').peekable();
+    while let Some(seg) = segs.next() {
+        let last = segs.peek().is_none();
+        match dots(seg) {
+            1 => {}
+            2 => {
+                // Drop the last output segment with its `/`; none left: above the root.
+                let Some(cut) = out.iter().rposition(|&c| c == b'/') else {
+                    return Err(PathError::Malformed);
+                };
+                out.truncate(cut);
+            }
+            _ => {
+                out.push(b'/');
+                out.extend_from_slice(seg);
+                continue;
+            }
+        }
+        if last {
+            // A final dot segment names the directory: keep its slash.
+            out.push(b'/');
+        }
+    }
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    Ok(Cow::Owned(out))
+}
+
+/// Whether a raw path spells a directory: it ends with `/`, encoded or not.
+fn ends_with_slash(raw_path: &[u8]) -> bool {
+    matches!(raw_path, [.., b'/'] | [.., b'%', b'2', b'f' | b'F'])
+}
+
 /// Why a URL path cannot name a file under the root.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PathError {
-    /// Bad escape or not an absolute path: 400.
+    /// Bad escape, not an absolute path, or a path above the root: 400.
     Malformed,
     /// `..`, NUL, or a symlink out of the root: 403.
     Forbidden,
@@ -87,8 +177,9 @@ fn hidden(segment: &[u8]) -> bool {
 }
 
 /// Decodes and normalises a raw URL path into the segments of a relative file path.
-/// Empty and `.` segments are dropped; `..` anywhere is refused (even where it would
-/// stay inside the root: a client has no business sending it); a hidden segment is
+/// Empty and `.` segments are dropped; a `..` segment is refused (`Forbidden`): once
+/// [`remove_dot_segments`] has run, one can only come from an encoded slash
+/// (`/a%2f..%2fb`), which is an attack, not a spelling; a hidden segment is
 /// `NotFound` under [`Dotfiles::Hide`].
 pub fn url_to_relative(raw_path: &[u8], dotfiles: Dotfiles) -> Result<PathBuf, PathError> {
     if raw_path.first() != Some(&b'/') {
@@ -136,20 +227,23 @@ pub fn slash_location(raw_path: &[u8]) -> Vec<u8> {
 }
 
 /// Translates a raw (encoded) URL path to a file under `root`, which must be
-/// canonical. A directory gives its `index`, or a redirect to the slash form when
-/// the URL lacks the trailing slash. Blocking: call it on a helper stage.
+/// canonical. Dot segments are removed first ([`remove_dot_segments`]; the server
+/// has done it already). A directory gives its `index`, or a redirect to the slash
+/// form when the URL lacks the trailing slash; a regular file named with a trailing
+/// slash is `NotFound`. Blocking: call it on a helper stage.
 pub fn translate(
     root: &Path,
     raw_path: &[u8],
     index: &str,
     dotfiles: Dotfiles,
 ) -> Result<Translation, PathError> {
+    let raw_path = &*remove_dot_segments(raw_path)?;
     let rel = url_to_relative(raw_path, dotfiles)?;
     let joined = root.join(&rel);
     let canonical = canonical_under(root, &joined, dotfiles)?;
     let meta = std::fs::metadata(&canonical).map_err(io_to_path_error)?;
     if meta.is_dir() {
-        if raw_path.last() != Some(&b'/') {
+        if !ends_with_slash(raw_path) {
             return Ok(Translation::AddSlash(slash_location(raw_path)));
         }
         let index_path = canonical_under(root, &canonical.join(index), dotfiles)?;
@@ -160,7 +254,11 @@ pub fn translate(
             Err(PathError::NotFound)
         };
     }
-    if meta.is_file() {
+    if meta.is_file() && ends_with_slash(raw_path) {
+        // `/a.txt/`: a directory spelling of a file (a second cache key, a way
+        // around a proxy's rules): nothing there, as nginx answers.
+        Err(PathError::NotFound)
+    } else if meta.is_file() {
         Ok(Translation::File(canonical, meta))
     } else {
         Err(PathError::Forbidden)
@@ -224,6 +322,89 @@ mod tests {
         assert_eq!(rel(b"*").unwrap_err(), PathError::Malformed);
         assert_eq!(rel(b"/./a//b/").unwrap(), PathBuf::from("a/b"));
         assert_eq!(rel(b"/..a/b..").unwrap(), PathBuf::from("..a/b.."));
+    }
+
+    #[test]
+    fn dot_segments_are_removed_as_rfc_3986_says() {
+        let norm =
+            |p: &[u8]| remove_dot_segments(p).map(|c| String::from_utf8_lossy(&c).into_owned());
+        for (given, want) in [
+            ("/a/b/c/./../../g", "/a/g"), // RFC 3986 5.2.4's own example
+            ("/mid/content=5/../6", "/mid/6"),
+            ("/sub/../hello.txt", "/hello.txt"),
+            ("/sub/%2e%2E/hello.txt", "/hello.txt"),
+            ("/sub/.%2e/hello.txt", "/hello.txt"),
+            ("/./a", "/a"),
+            ("/a/.", "/a/"),
+            ("/a/..", "/"),
+            ("/a/b/..", "/a/"),
+            ("/.", "/"),
+            ("//..", "/"),
+            ("/a//../b", "/a/b"),
+            ("/a/.../b", "/a/.../b"),
+            ("/a/..b/c", "/a/..b/c"),
+            ("/a/%2e%2e%2e", "/a/%2e%2e%2e"),
+            ("/a%2f..%2fb", "/a%2f..%2fb"),
+            ("*", "*"),
+        ] {
+            assert_eq!(norm(given.as_bytes()).as_deref(), Ok(want), "{given}");
+        }
+        for above in [
+            "/..",
+            "/../a",
+            "/a/../..",
+            "/a/../../b",
+            "/%2e%2e/x",
+            "/a/./../../.",
+        ] {
+            assert_eq!(
+                remove_dot_segments(above.as_bytes()),
+                Err(PathError::Malformed),
+                "{above}"
+            );
+        }
+        // Nearly every path: no copy.
+        assert!(matches!(
+            remove_dot_segments(b"/a/b.txt"),
+            Ok(Cow::Borrowed(_))
+        ));
+        assert!(matches!(
+            remove_dot_segments(b"/.well-known/x"),
+            Ok(Cow::Borrowed(_))
+        ));
+    }
+
+    #[test]
+    fn a_file_named_with_a_trailing_slash_is_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("a.txt"), b"a").unwrap();
+        std::fs::write(dir.path().join("sub/index.html"), b"i").unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let tr = |p: &[u8]| translate(&root, p, "index.html", Dotfiles::Serve);
+        for p in [
+            &b"/a.txt/"[..],
+            b"/a.txt/.",
+            b"/a.txt//",
+            b"/a.txt%2f",
+            b"/sub/index.html/",
+        ] {
+            assert_eq!(
+                tr(p).unwrap_err(),
+                PathError::NotFound,
+                "{}",
+                String::from_utf8_lossy(p)
+            );
+        }
+        assert!(matches!(tr(b"/a.txt"), Ok(Translation::File(..))));
+        assert!(matches!(tr(b"/sub/../a.txt"), Ok(Translation::File(..))));
+        assert!(
+            matches!(tr(b"/sub/."), Ok(Translation::File(p, _)) if p.ends_with("sub/index.html"))
+        );
+        assert!(
+            matches!(tr(b"/sub/nope/.."), Ok(Translation::File(p, _)) if p.ends_with("sub/index.html"))
+        );
+        assert_eq!(tr(b"/sub/../..").unwrap_err(), PathError::Malformed);
     }
 
     #[test]

@@ -24,6 +24,8 @@
 //!   missing, repeated or invalid is a 400.
 //! - `Expect: 100-continue` is reported to the caller (an HTTP/1.0 request's is
 //!   ignored); any other expectation is a 417.
+//! - The path's dot segments are removed here (RFC 3986 5.2.4, [`RequestHead::path`]),
+//!   before anything keys on it; a path that climbs above the root is a 400.
 //!
 //! # Invariants
 //! - Never panics, whatever the bytes (proptests and the fuzz target check this).
@@ -36,11 +38,13 @@
 //! - Every range of a parsed head lies inside `..head_len`, and `head_len` is at most
 //!   `max_head_bytes`.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::Status;
+use super::path::remove_dot_segments;
 
 /// Limits on one request head and body. Every size is in bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,10 +201,14 @@ pub struct RequestHead {
     pub method: Method,
     /// The method token.
     pub method_token: Range<usize>,
-    /// Path part of the target, still percent-encoded: starts with `/`, or is `*`
-    /// for `OPTIONS *`, or is empty for an absolute-form target without a path
-    /// (which means `/`; [`RequestHead::path`] says so).
+    /// Path part of the target as sent, still percent-encoded: starts with `/`, or
+    /// is `*` for `OPTIONS *`, or is empty for an absolute-form target without a
+    /// path (which means `/`). Read the path the server acts on with
+    /// [`RequestHead::path`], which has its dot segments removed.
     pub path: Range<usize>,
+    /// The path with its dot segments removed ([`remove_dot_segments`]), when that
+    /// changed it (rare: `None` for a path without `.` or `..` segments).
+    pub normalized_path: Option<Box<[u8]>>,
     /// Query string after `?`, still encoded (empty if none).
     pub query: Range<usize>,
     /// Protocol version.
@@ -234,8 +242,14 @@ impl RequestHead {
         buf.get(r.clone()).unwrap_or_default()
     }
 
-    /// The path of the head in `buf` (`/` for an absolute-form target without one).
-    pub fn path<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+    /// The path of the head in `buf`, still percent-encoded, with its dot segments
+    /// removed (RFC 3986 5.2.4: `/sub/../a.txt` is `/a.txt`), `/` for an
+    /// absolute-form target without one: the one spelling every cache key, route
+    /// and handler sees.
+    pub fn path<'a>(&'a self, buf: &'a [u8]) -> &'a [u8] {
+        if let Some(p) = &self.normalized_path {
+            return p;
+        }
         match self.get(buf, &self.path) {
             b"" => b"/",
             p => p,
@@ -336,10 +350,16 @@ fn parse_validated(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, P
     if path == b"*" && method != Method::Options {
         return Err(ParseError::Malformed);
     }
+    // Before anything keys on the path (RFC 3986 5.2.4; above the root: 400).
+    let normalized_path = match remove_dot_segments(path).map_err(|_| ParseError::Malformed)? {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(p) => Some(p.into_boxed_slice()),
+    };
     let mut head = RequestHead {
         method,
         method_token: at(method_str.as_bytes()),
         path: at(path),
+        normalized_path,
         query: at(query),
         version,
         keep_alive: version == Version::Http11,

@@ -323,6 +323,33 @@ fn absolute_form_and_fragment() {
 }
 
 #[test]
+fn dot_segments_are_removed_and_a_climb_above_the_root_is_400() {
+    let buf = b"GET /sub/../a.txt?x HTTP/1.1\r\nHost: h\r\n\r\n";
+    let h = parse_head(buf, &Limits::default()).unwrap().unwrap();
+    assert_eq!(h.path(buf), b"/a.txt");
+    assert_eq!(h.get(buf, &h.path), b"/sub/../a.txt", "the target as sent");
+    assert_eq!(h.get(buf, &h.query), b"x");
+    let (_, p, ..) = parse(b"GET http://e.com/a/%2e/b/. HTTP/1.1\r\nHost: h\r\n\r\n")
+        .unwrap()
+        .unwrap();
+    assert_eq!(p, b"/a/b/");
+    let plain = b"GET /a.txt HTTP/1.1\r\nHost: h\r\n\r\n";
+    let h = parse_head(plain, &Limits::default()).unwrap().unwrap();
+    assert_eq!(h.normalized_path, None, "no copy for a plain path");
+    for target in ["/..", "/a/../../b", "/%2E%2e", "http://e.com/../x"] {
+        let req = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!(code(req.as_bytes()), 400, "{target}");
+    }
+    assert_eq!(
+        parse(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n")
+            .unwrap()
+            .unwrap()
+            .1,
+        b"*"
+    );
+}
+
+#[test]
 fn header_fields_and_conditionals() {
     let buf = b"GET / HTTP/1.1\r\nhost: h\r\nIf-None-Match: \"a\"\r\nif-modified-since: x\r\nRange:  bytes=0-1 \r\n\r\n";
     let h = parse_head(buf, &Limits::default()).unwrap().unwrap();
