@@ -1,4 +1,5 @@
-//! The `seda` command: `serve | gnutella | load | fileset | experiment | haproxy-config`.
+//! The `seda` command: `serve | arashi | gnutella | load | fileset | experiment |
+//! haproxy-config` (the first line of `seda --help` is built from the subcommands).
 //!
 //! Each subcommand lives in its own module; `main` only parses and dispatches, prints
 //! a one-line error on failure and exits non-zero: 2 for a command line clap refuses
@@ -26,11 +27,11 @@ mod serve;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// SEDA: staged event-driven servers with adaptive overload control.
 #[derive(Debug, Parser)]
-#[command(name = "seda", version, about, propagate_version = true)]
+#[command(name = "seda", version, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -71,8 +72,24 @@ fn one_line(rendered: &str) -> &str {
     first.strip_prefix("error:").map_or(first, str::trim_start)
 }
 
+/// The command line, whose first help line names every command: built from the
+/// subcommands themselves, so that it cannot fall behind them.
+fn command() -> clap::Command {
+    let cmd = Cli::command();
+    let names: Vec<&str> = cmd.get_subcommands().map(clap::Command::get_name).collect();
+    let about = format!(
+        "SEDA, staged event-driven servers with adaptive overload control: {}",
+        names.join(" | ")
+    );
+    cmd.about(about)
+}
+
+fn parse() -> Result<Cli, clap::Error> {
+    Cli::from_arg_matches(&command().try_get_matches()?)
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
             return match e.kind() {
@@ -129,5 +146,23 @@ mod tests {
         }
         let e = Cli::try_parse_from(["seda", "serve", "--cache-mb", "x"]).unwrap_err();
         assert!(one_line(&e.render().to_string()).contains("--cache-mb"));
+    }
+
+    /// Issue 29.7: the first line of `seda --help` named five of seven commands.
+    #[test]
+    fn the_first_help_line_names_every_command() {
+        let help = command().render_help().to_string();
+        let first = help.lines().next().unwrap();
+        let names: Vec<String> = Cli::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .collect();
+        assert!(names.len() >= 7, "{names:?}");
+        for n in &names {
+            assert!(
+                first.split([' ', '|', ':']).any(|w| w == n),
+                "`{n}` missing from {first:?}"
+            );
+        }
     }
 }

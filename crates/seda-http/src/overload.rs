@@ -207,6 +207,22 @@ impl ClassRules {
         self.header.is_none() && self.cookie.is_none() && self.prefixes.is_empty()
     }
 
+    /// Checks that the header and cookie names can occur in a request: each must be
+    /// an RFC 9110 token (`X-Class`; not `bad name`, which no request can carry, so
+    /// every request would silently be class 0).
+    pub fn validate(&self) -> Result<(), ServerError> {
+        for (what, name) in [("header", &self.header), ("cookie", &self.cookie)] {
+            if let Some(n) = name
+                && !is_token(n)
+            {
+                return Err(config_err(format!(
+                    "class {what} `{n}` is not a valid {what} name (letters, digits and                      !#$%&'*+-.^_`|~ only, no spaces)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The class of a request (0 when no source gives one).
     pub fn class_of(&self, req: &Request) -> Class {
         let from_header = || {
@@ -232,6 +248,13 @@ impl ClassRules {
             .or_else(from_prefix)
             .unwrap_or(0)
     }
+}
+
+/// Whether `s` is an RFC 9110 5.6.2 token: one or more `tchar`.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
 }
 
 /// A class written as a decimal integer (surrounding blanks and quotes allowed).
@@ -448,6 +471,7 @@ impl OverloadControl {
         names: impl IntoIterator<Item = &'a str>,
     ) -> Result<(), ServerError> {
         let names: Vec<&str> = names.into_iter().collect();
+        self.classes.validate()?;
         for h in &self.handlers {
             if !names.contains(&h.name.as_str()) {
                 return Err(config_err(format!(
@@ -526,6 +550,34 @@ mod tests {
         assert_eq!(
             ClassRules::default().class_of(&req_from("1.2.3.4:1", &[])),
             0
+        );
+    }
+
+    #[test]
+    fn class_header_and_cookie_names_must_be_tokens() {
+        let rules = |h: &str, c: &str| ClassRules {
+            header: Some(h.into()),
+            cookie: Some(c.into()),
+            prefixes: Vec::new(),
+        };
+        assert!(rules("X-Class", "class").validate().is_ok());
+        for (h, c) in [
+            ("bad name", "c"),
+            ("", "c"),
+            ("X:Class", "c"),
+            ("X-Class", "a b"),
+            ("X-Cläss", "c"),
+        ] {
+            let e = rules(h, c).validate().unwrap_err().to_string();
+            assert!(e.contains("not a valid"), "{h:?} {c:?}: {e}");
+        }
+        let oc = OverloadControl {
+            classes: rules("bad name", "c"),
+            ..OverloadControl::default()
+        };
+        assert!(
+            oc.validate(["hello"]).is_err(),
+            "validate checks the class rules"
         );
     }
 

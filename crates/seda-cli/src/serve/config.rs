@@ -704,6 +704,8 @@ impl ServeConfig {
         if let Some(h) = &self.class_header {
             oc.classes.header = Some(h.clone());
         }
+        // A name no request can carry is a mistake, not a setting without effect.
+        oc.classes.validate().map_err(|e| e.to_string())?;
         for h in &self.handler {
             if oc.handlers.iter().any(|o| o.name == h.name) {
                 return Err(format!("[[handler]] `{}` appears twice", h.name).into());
@@ -810,38 +812,42 @@ pub struct Settings {
     pub agent_cfg: AgentConfig,
 }
 
-/// `v` seconds; the error quotes the value as written (not a 301-digit expansion).
+/// `v` seconds, in `0.001..1e9` (shorter rounds to nothing: `1e-300` would be a
+/// zero timeout; longer is a typo); the error quotes the value as written (not a
+/// 301-digit expansion).
 fn secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
-    if v.is_finite() && v > 0.0 && v < 1e9 {
+    if (0.001..1e9).contains(&v) {
         Ok(Duration::from_secs_f64(v))
     } else {
         Err(format!(
-            "{name} must be a positive number of seconds below 1e9, got {}",
+            "{name} must be a number of seconds from 0.001 to 1e9, got {}",
             shown(v)
         )
         .into())
     }
 }
 
-/// `v` milliseconds.
+/// `v` milliseconds, in `0.001..1e12`.
 fn millis(name: &str, v: f64) -> Result<Duration, ConfigError> {
-    if v.is_finite() && v > 0.0 && v < 1e12 {
+    if (0.001..1e12).contains(&v) {
         Ok(Duration::from_secs_f64(v / 1000.0))
     } else {
         Err(format!(
-            "{name} must be a positive number of milliseconds below 1e12, got {}",
+            "{name} must be a number of milliseconds from 0.001 to 1e12, got {}",
             shown(v)
         )
         .into())
     }
 }
 
-/// A number as a person wrote it: `1e300`, not its 301 digits.
+/// A number as a person wrote it, near enough: `1e300` and `1e-300`, not their
+/// 301 digits; `-1`, `2.5` and `2000000000` as they are.
 fn shown(v: f64) -> String {
-    if v.is_finite() && v.abs() >= 1e15 {
+    let plain = v.to_string();
+    if plain.len() > 20 {
         format!("{v:e}")
     } else {
-        format!("{v}")
+        plain
     }
 }
 

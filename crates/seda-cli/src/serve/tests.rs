@@ -74,6 +74,37 @@ fn flags_override_the_config_file_over_the_defaults() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Issue 29.7: `--idle-timeout 1e300` printed a 301-digit number; `1e-300` was taken
+/// as a timeout of nothing.
+#[test]
+fn a_bad_number_is_shown_as_given() {
+    for (given, text) in [
+        ("1e300", "1e300"),
+        ("-1", "-1"),
+        ("2e9", "2000000000"),
+        ("1e-300", "1e-300"),
+    ] {
+        let err = resolve_argv(&[&format!("--idle-timeout={given}")]).unwrap_err();
+        assert!(err.ends_with(&format!("got {text}")), "{err}");
+        assert!(err.len() < 100, "{err}");
+    }
+    let err = resolve_argv(&["--rt-target-ms", "1e300"]).unwrap_err();
+    assert!(err.ends_with("got 1e300"), "{err}");
+}
+
+/// Issue 29.7: `--class-header 'bad name'` only warned (and every request was class 0).
+#[test]
+fn an_invalid_class_header_is_refused_at_start() {
+    let err = resolve_argv(&["--class-header", "bad name"]).unwrap_err();
+    assert!(
+        err.contains("`bad name` is not a valid header name"),
+        "{err}"
+    );
+    let err = with_file("[classes]\ncookie = \"a;b\"\n", &[]).unwrap_err();
+    assert!(err.contains("cookie"), "{err}");
+    assert!(resolve_argv(&["--class-header", "X-Class"]).is_ok());
+}
+
 /// Writes `toml` to a fresh file and resolves it under the flags `argv`.
 fn with_file(toml: &str, argv: &[&str]) -> Result<Settings, String> {
     let dir = tempfile_dir();
