@@ -11,10 +11,14 @@
 #
 # Usage: bench/callgrind/hops.sh [CONFIG...]   (default: crossbeam and all eight)
 # Environment: STAGES (default 5), N1 (2000), N2 (12000), KEEP (a directory to keep
-# the callgrind.out files in, for callgrind_annotate).
+# the callgrind.out files in, for callgrind_annotate). It takes the benchmark lock
+# (bench/lib.sh) but does not wait for a quiet machine.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+. "$REPO/bench/lib.sh"
+bench_lock
+VALGRIND=$(bench_need valgrind valgrind)
 STAGES=${STAGES:-5}
 N1=${N1:-2000}
 N2=${N2:-12000}
@@ -27,19 +31,20 @@ fi
 (cd "$REPO" && cargo bench -p seda --bench pipeline --no-run -q 2>/dev/null)
 BIN=$REPO/$(cd "$REPO" && cargo bench -p seda --bench pipeline --no-run 2>&1 |
     sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
-OUT=${KEEP:-$(mktemp -d)}
+OUT=${KEEP:-$(mktemp -d -t seda-cg-hops.XXXXXX)}
 mkdir -p "$OUT"
+[[ -n "${KEEP:-}" ]] || bench_at_exit 'rm -rf "$OUT"'
+bench_begin --any-load callgrind/hops
 ir() { # config n -> total Ir
     local f="$OUT/callgrind.out.$1.$2"
     SEDA_BENCH_ONLY=$1 SEDA_BENCH_COUNT=$2 SEDA_BENCH_STAGES=$STAGES \
-        timeout 600 valgrind --tool=callgrind --callgrind-out-file="$f" "$BIN" >/dev/null 2>"$f.log"
+        timeout 600 "$VALGRIND" --tool=callgrind --callgrind-out-file="$f" "$BIN" >/dev/null 2>"$f.log"
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$f.log"
 }
-echo "instructions per event, $STAGES stages, N = $N1 and $N2 (callgrind); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "instructions per event, $STAGES stages, N = $N1 and $N2 (callgrind)"
 printf '%-30s %12s %12s\n' config "Ir/event" "Ir/hop"
 for c in "${CONFIGS[@]}"; do
     a=$(ir "$c" "$N1")
     b=$(ir "$c" "$N2")
     python3 -c "d=($b-$a)/($N2-$N1); print('%-30s %12.0f %12.0f' % ('$c', d, d/$STAGES))"
 done
-[[ -n "${KEEP:-}" ]] || rm -rf "$OUT"

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Rerun the overload-control experiment (SEDA Fig. 13, USITS'03 Figs. 10, 12-15: the
 # capacity at the knee, the CPU per refusal, many users, every admission policy and
 # nginx's limit_req on a spike, degradation with admission control, two classes;
@@ -6,19 +6,15 @@
 # live. About 21 minutes plus the release build. Extra arguments go to
 # `seda experiment overload` (e.g. --only spike/default, --repeats 1, or --quick).
 #
-# It needs the whole machine: it takes /work/coord/bench.lock when that exists, and
-# prints the load average, which the results record too.
-set -eu
+# It needs the whole machine: it takes the benchmark lock and waits for a quiet
+# machine (bench/lib.sh), and prints the load average, which the results record too.
+set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
+bench_lock
 cargo build --release -p seda-cli
 target="${CARGO_TARGET_DIR:-target}"
-set -- "$target/release/seda" experiment overload \
+bench_begin overload
+"$target/release/seda" experiment overload \
     --scenarios knee,refusal,fig13,degrade,classes,policies --scale 0.7 \
     --out docs/overload "$@"
-echo "load before: $(cat /proc/loadavg)"
-if [ -e /work/coord/bench.lock ]; then
-    flock /work/coord/bench.lock "$@"
-else
-    "$@"
-fi
-echo "load after: $(cat /proc/loadavg)"

@@ -10,19 +10,15 @@
 # The default run (8 points x 3 servers x ~5-10 s) takes about 3-5 minutes; it is cut
 # off after 20 minutes. The load generator is a child process, so server and
 # generator each need one descriptor per connection under the open-files limit
-# (raised to the hard limit; 16384 clients need about 16,700). It takes
-# /work/coord/bench.lock when that exists and prints the load average.
+# (raised to the hard limit; 16384 clients need about 16,700). It takes the benchmark
+# lock and waits for a quiet machine (bench/lib.sh), and prints the load average.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
+bench_lock
 cargo build --release -q -p seda-io --example sockets_bench
 target="${CARGO_TARGET_DIR:-target}"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); load before: $(cut -d' ' -f1-3 /proc/loadavg); open-files limit $(ulimit -n)"
-args=(--max-clients 16384 "$@")
-run=(timeout 1200 "$target/release/examples/sockets_bench" "${args[@]}")
-if [ -e /work/coord/bench.lock ]; then
-    flock /work/coord/bench.lock "${run[@]}"
-else
-    "${run[@]}"
-fi
-echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_begin sockets
+echo "# open-files limit $(ulimit -n)"
+timeout 1200 "$target/release/examples/sockets_bench" --max-clients 16384 "$@"

@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
-# Haboob (`seda serve`) against nginx at its best static setup, and against the
-# ceiling (bench/ceiling: a minimal epoll responder with a canned reply), on loopback,
-# same files, same machine, alternating rounds in one run.
+# Haboob (`seda serve`) against nginx and h2o at their best static setups, and against
+# the ceiling (bench/ceiling: a minimal epoll responder with a canned reply), on
+# loopback, same files, same machine, alternating rounds in one run.
 #
 # Serves one directory (1 KiB, 16 KiB and 256 KiB files) from every server with its
 # best settings for static files:
 #   nginx   worker_processes 2, listen reuseport, open_file_cache max=1000,
 #           access_log off, sendfile on, tcp_nopush on, tcp_nodelay on, keep-alive
 #           without a request cap;
+#   h2o     Debian's h2o, num-threads 2, no access log (none configured), file.dir
+#           (h2o keeps its own open-file cache), max-connections 20000;
 #   seda    --event-loops 2, page cache on, inline handoff (and, with QUEUED=1, a
-#           second Haboob with --handoff queued);
+#           second Haboob with --handoff queued), plus EXTRA;
 #   ceiling 2 threads, SO_REUSEPORT, one canned response of the file's size.
 # For each file and 100 / 1,000 keep-alive connections (wrk -t$THREADS), every round
 # runs each server once (a 1 s warm-up, then DURATION s), the order rotating from
 # round to round; the table shows the median over ROUNDS of requests per second and
 # of the server's CPU time per request (user + system of all its threads or worker
-# processes, from /proc), and the ratios seda/nginx and seda/ceiling.
-# Loopback only; stops by itself (about 8 minutes with the defaults).
+# processes, from /proc/PID/stat), the ratio of seda's requests/s to the better of
+# nginx and h2o ("/best", and which one), seda's CPU per request over h2o's
+# ("cpu/h2o"), and seda/ceiling.
+# Loopback only; stops by itself (about 11 minutes with the defaults). It takes the
+# benchmark lock and waits for a quiet machine (bench/lib.sh); run it alone.
 #
 # Environment: DURATION (seconds per run, default 5), ROUNDS (default 3), THREADS
 # (wrk threads, 2), QUEUED (1: also Haboob with queued handoff; default 1),
 # FILES (default "1k.bin 16k.bin 256k.bin"; 64k.bin also exists), CONNS (default "100 1000"),
-# CARGO_TARGET_DIR (where to build seda), SEDA_BIN (use this binary instead).
+# EXTRA (more `seda serve` arguments for every Haboob, e.g. "--io uring"),
+# H2O_THREADS (default 2), CARGO_TARGET_DIR (where to build seda), SEDA_BIN (use this
+# binary instead).
 set -euo pipefail
 
 DURATION=${DURATION:-5}
@@ -36,19 +43,16 @@ size_of() { case "$1" in 1k.bin) echo 1024 ;; 16k.bin) echo 16384 ;; 64k.bin) ec
 for f in $FILES; do
     size_of "$f" >/dev/null || { echo "run.sh: unknown file '$f' in FILES (known: 1k.bin 16k.bin 64k.bin 256k.bin)" >&2; exit 2; }
 done
+EXTRA=${EXTRA:-}
+H2O_THREADS=${H2O_THREADS:-2}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+. "$REPO/bench/lib.sh"
+bench_lock # before installing and building: they would disturb another benchmark
 
-install_if_missing() { # command package
-    if ! command -v "$1" >/dev/null 2>&1 && [[ ! -x "/usr/sbin/$1" ]]; then
-        echo "installing $2 ..." >&2
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
-    fi
-}
-install_if_missing wrk wrk
-install_if_missing nginx nginx
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+WRK=$(bench_need wrk wrk)
+NGINX=$(bench_need nginx nginx)
+H2O=$(bench_need h2o h2o)
 
 if [[ -z "${SEDA_BIN:-}" ]]; then
     (cd "$REPO" && cargo build --release -q -p seda-cli)
@@ -58,7 +62,7 @@ fi
 CEILING_BIN="$REPO/bench/ceiling/target/release/ceiling"
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-WORK=$(mktemp -d /tmp/seda-vs-nginx.XXXXXX)
+WORK=$(mktemp -d -t seda-vs-nginx.XXXXXX)
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do
@@ -69,7 +73,9 @@ cleanup() {
     done
     rm -rf "$WORK"
 }
-trap cleanup EXIT
+bench_at_exit cleanup
+bench_begin vs-nginx
+echo "# ${ROUNDS} rounds x ${DURATION} s, wrk -t$THREADS, files: $FILES, connections: $CONNS, QUEUED=$QUEUED, EXTRA='$EXTRA', $($NGINX -v 2>&1 | sed 's/.*: //'), $($H2O --version 2>&1 | head -1), h2o threads $H2O_THREADS"
 
 mkdir -p "$WORK/www" "$WORK/nginx/logs"
 chmod 755 "$WORK" # nginx workers run as an unprivileged user
@@ -107,16 +113,40 @@ http {
     }
 }
 CONF
-"$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+bench_spawn "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
 NGINX_PID=$!
 PIDS+=("$NGINX_PID")
+
+# h2o: one process, H2O_THREADS threads sharing one listener; no access-log
+# directive, so no access log. As root it must drop to a user (nobody).
+H2O_PORT=$(free_port)
+mkdir -p "$WORK/h2o"
+{
+    echo "num-threads: $H2O_THREADS"
+    echo "max-connections: 20000"
+    echo "error-log: $WORK/h2o/error.log"
+    [[ $(id -u) == 0 ]] && echo "user: nobody"
+    cat <<CONF
+listen:
+  host: 127.0.0.1
+  port: $H2O_PORT
+hosts:
+  default:
+    paths:
+      /:
+        file.dir: $WORK/www
+CONF
+} >"$WORK/h2o/h2o.conf"
+bench_spawn "$H2O" -c "$WORK/h2o/h2o.conf" >"$WORK/h2o/out" 2>&1
+H2O_PID=$!
+PIDS+=("$H2O_PID")
 
 # start_listening NAME CMD... : runs CMD, waits for its `listening on http://ADDR`
 # line; sets LAST_PID and LAST_ADDR.
 start_listening() {
     local name=$1
     shift
-    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    bench_spawn "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
     LAST_PID=$!
     PIDS+=("$LAST_PID")
     for _ in $(seq 100); do
@@ -133,11 +163,13 @@ start_listening() {
 
 SEDA_ARGS=(serve --listen 127.0.0.1:0 --root "$WORK/www" --event-loops 2 --idle-timeout 65
     --max-connections 20000 --admin-listen none)
+# shellcheck disable=SC2206 # EXTRA is a list of words
+SEDA_ARGS+=($EXTRA)
 start_listening seda "$SEDA_BIN" "${SEDA_ARGS[@]}" --handoff inline
 declare -A PID ADDR
 PID[seda]=$LAST_PID
 ADDR[seda]=$LAST_ADDR
-SERVERS=(nginx seda)
+SERVERS=(nginx h2o seda)
 if [[ "$QUEUED" == 1 ]]; then
     start_listening seda-queued "$SEDA_BIN" "${SEDA_ARGS[@]}" --handoff queued
     PID[seda-queued]=$LAST_PID
@@ -152,13 +184,23 @@ done
 SERVERS+=(ceiling)
 PID[nginx]=$NGINX_PID
 ADDR[nginx]=127.0.0.1:$NGINX_PORT
-for _ in $(seq 50); do
-    curl -sf -o /dev/null "http://${ADDR[nginx]}/1k.bin" && break
-    sleep 0.1
+PID[h2o]=$H2O_PID
+ADDR[h2o]=127.0.0.1:$H2O_PORT
+first=${FILES%% *}
+for s in nginx h2o; do
+    for _ in $(seq 100); do
+        curl -sf -o /dev/null "http://${ADDR[$s]}/$first" && break
+        sleep 0.1
+    done
+    curl -sf -o /dev/null "http://${ADDR[$s]}/$first" || {
+        echo "$s did not start:"
+        cat "$WORK/nginx/logs/error.log" "$WORK/h2o/out" "$WORK/h2o/error.log" 2>/dev/null
+        exit 1
+    }
 done
 
 # CPU time (user+system, clock ticks) of a process and its child processes (nginx
-# workers); /proc/PID/stat counts all threads of a process.
+# workers); /proc/PID/stat counts all threads of a process (h2o's, Haboob's).
 cpu_ticks() {
     local total=0 p
     for p in "$1" $(pgrep -P "$1" || true); do
@@ -172,9 +214,9 @@ TICK=$(getconf CLK_TCK)
 # measure PID URL CONNS -> prints "rps us_per_req errors"
 measure() {
     local pid=$1 url=$2 conns=$3 before after out rps reqs errs us
-    wrk -t"$THREADS" -c"$conns" -d1s "$url" >/dev/null 2>&1 || true
+    "$WRK" -t"$THREADS" -c"$conns" -d1s "$url" >/dev/null 2>&1 || true
     before=$(cpu_ticks "$pid")
-    out=$(wrk -t"$THREADS" -c"$conns" -d"${DURATION}s" "$url" 2>&1)
+    out=$("$WRK" -t"$THREADS" -c"$conns" -d"${DURATION}s" "$url" 2>&1)
     after=$(cpu_ticks "$pid")
     rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
     reqs=$(awk '/requests in/ {print $1}' <<<"$out")
@@ -187,7 +229,6 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END { if (NR =
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }'; }
 
 declare -A RPS US ERR
-echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) at start; ${ROUNDS} rounds x ${DURATION} s, wrk -t$THREADS" >&2
 for round in $(seq "$ROUNDS"); do
     # Rotate the order of the servers from round to round.
     order=("${SERVERS[@]:$(((round - 1) % ${#SERVERS[@]}))}" "${SERVERS[@]:0:$(((round - 1) % ${#SERVERS[@]}))}")
@@ -206,10 +247,13 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-printf '\n%-8s %5s | %9s %6s | %9s %6s | %6s | %9s %6s | %6s' file conns "nginx r/s" "us/req" "seda r/s" "us/req" "/nginx" "ceil r/s" "us/req" "/ceil"
-[[ "$QUEUED" == 1 ]] && printf ' | %9s %6s' "queued r/s" "us/req"
+best_of() { awk -v n="$1" -v h="$2" 'BEGIN { if (h > n) print "h2o"; else print "nginx" }'; }
+printf '\n%-8s %5s | %9s %6s | %9s %6s | %9s %6s | %5s %5s %7s | %9s %6s | %6s' file conns \
+    "nginx r/s" "us/req" "h2o r/s" "us/req" "seda r/s" "us/req" "/best" "best" "cpu/h2o" \
+    "ceil r/s" "us/req" "/ceil"
+[[ "$QUEUED" == 1 ]] && printf ' | %9s %6s %6s' "queued r/s" "us/req" "/best"
 echo
-printf -- '-%.0s' {1..100}
+printf -- '-%.0s' {1..135}
 echo
 for f in $FILES; do
     for c in $CONNS; do
@@ -217,10 +261,14 @@ for f in $FILES; do
             declare "r_${s//-/_}=$(median <<<"${RPS[$s,$f,$c]}")"
             declare "u_${s//-/_}=$(median <<<"${US[$s,$f,$c]}")"
         done
-        printf '%-8s %5s | %9.0f %6s | %9.0f %6s | %5sx | %9.0f %6s | %5sx' "$f" "$c" \
-            "$r_nginx" "$u_nginx" "$r_seda" "$u_seda" "$(ratio "$r_seda" "$r_nginx")" \
+        best=$(best_of "$r_nginx" "$r_h2o")
+        r_best=$r_nginx
+        [[ $best == h2o ]] && r_best=$r_h2o
+        printf '%-8s %5s | %9.0f %6s | %9.0f %6s | %9.0f %6s | %4sx %5s %6sx | %9.0f %6s | %5sx' "$f" "$c" \
+            "$r_nginx" "$u_nginx" "$r_h2o" "$u_h2o" "$r_seda" "$u_seda" \
+            "$(ratio "$r_seda" "$r_best")" "$best" "$(ratio "$u_seda" "$u_h2o")" \
             "$r_ceiling" "$u_ceiling" "$(ratio "$r_seda" "$r_ceiling")"
-        [[ "$QUEUED" == 1 ]] && printf ' | %9.0f %6s' "$r_seda_queued" "$u_seda_queued"
+        [[ "$QUEUED" == 1 ]] && printf ' | %9.0f %6s %5sx' "$r_seda_queued" "$u_seda_queued" "$(ratio "$r_seda_queued" "$r_best")"
         errs=""
         for s in "${SERVERS[@]}"; do
             [[ "${ERR[$s,$f,$c]:-0}" != 0 ]] && errs+=" $s:${ERR[$s,$f,$c]}"
@@ -231,4 +279,6 @@ for f in $FILES; do
 done
 echo
 echo "r/s: median requests per second over $ROUNDS rounds; us/req: median server CPU time"
-echo "(user+system, all threads/workers) per request; wrk shares the same cores."
+echo "(user+system, all threads/workers) per request; /best: seda r/s over the better of"
+echo "nginx and h2o (named under best); cpu/h2o: seda us/req over h2o's; /ceil: seda r/s"
+echo "over the ceiling's. wrk shares the same cores."
