@@ -29,8 +29,8 @@ pub enum ExperimentCommand {
     Arashi(crate::arashi::ExperimentArgs),
     /// libasync-mp thesis 5.2: an SFS-like server that encrypts and MACs every
     /// response, with one color for everything vs per-connection colors, on 1 and 2
-    /// workers; and the cost of colored events. Run it under
-    /// `flock /work/coord/bench.lock` on a quiet machine.
+    /// workers; and the cost of colored events. Run it alone on a quiet machine
+    /// (`bench/colors/run.sh` takes the benchmark lock and waits for one).
     Colors(ColorsArgs),
     /// Haboob under cycles of overload spikes and hostile clients (slowloris, slow
     /// readers, pipelining floods, oversized heads and bodies, half-closes, resets)
@@ -44,7 +44,7 @@ pub enum ExperimentCommand {
     /// blocking reads on the event loop (SPED) vs nginx with and without `aio
     /// threads`, as the share of a file set that fits in a memory cgroup shrinks; then
     /// Haboob's caches switched off one by one. Needs root (cgroup v1). About 13
-    /// minutes; run it under `flock /work/coord/bench.lock`.
+    /// minutes; run it alone (`bench/flash/run.sh` takes the benchmark lock).
     Flash(FlashArgs),
 }
 
