@@ -20,6 +20,11 @@
 //! - [`DemoSite`]: the built-in demo site.
 //! - [`AccessLog`]: the access log, a stage of its own fed by lossy enqueue (nginx's
 //!   `combined` or JSON lines, with the request time and the stage that answered).
+//! - [`ProxyRoute`]: the front door, a route whose requests go to upstream servers
+//!   through a stage of its own (`proxy:<name>`) with the same admission control as
+//!   a dynamic handler; upstream connections over seda-io, pooled, bodies streamed
+//!   both ways through bounded windows, one framing forwarded, `502`/`504`, retries
+//!   and passive health. Its counters are the `proxy` section of the stats.
 //! - [`OverloadControl`]: admission policy, classes and overload action of the
 //!   dynamic stages (USITS'03 3.2-3.4); [`Bottleneck`]: the calibrated CPU-bound
 //!   handler of SEDA 5.1.4 with its quality knob and automatic degradation.
@@ -52,6 +57,7 @@ mod demo;
 mod handler;
 mod overload;
 pub mod proto;
+mod proxy;
 mod server;
 
 pub use access_log::{
@@ -68,6 +74,10 @@ pub use handler::{
     Classifier, Handler, HandlerContext, HandlerRegistration, OverloadAction, Request, Response,
 };
 pub use overload::{AddrPrefix, Admission, ClassRules, HandlerTargets, OverloadControl};
+pub use proxy::{
+    DEFAULT_TIMEOUT as DEFAULT_PROXY_TIMEOUT, ProxyRoute, ProxyStats, RouteStats, UPSTREAM_STAGE,
+    UpstreamStats, UpstreamUrl,
+};
 pub use server::{
     FileIo, HaboobStats, Handoff, PathCacheStats, Server, ServerConfig, ServerError,
     ServerShutdown, stages,

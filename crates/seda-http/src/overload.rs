@@ -48,6 +48,7 @@ use seda::admission::{
 use seda::control::{MulticlassConfig, QualityConfig, ResponseTimeConfig};
 
 use crate::handler::{HandlerRegistration, OverloadAction, Request};
+use crate::proxy::ProxyRoute;
 use crate::server::ServerError;
 
 /// The admission policy of each dynamic stage. See the module docs for the laws.
@@ -485,6 +486,29 @@ impl OverloadControl {
             self.policy_for(n)?;
         }
         Ok(())
+    }
+
+    /// A proxy route with this control: a fresh policy for its stage (the route's
+    /// own target, else the one for its stage name or the global one), the class
+    /// rules with the route's class header first, and the overload action.
+    pub fn apply_route(&self, mut route: ProxyRoute) -> Result<ProxyRoute, ServerError> {
+        let name = route.stage_name();
+        let mut oc = self.clone();
+        if let Some(t) = route.rt_target {
+            oc.handlers.retain(|h| h.name != name);
+            oc.handlers.push(HandlerTargets {
+                name: name.clone(),
+                rt_target: Some(t),
+                class_targets: Vec::new(),
+            });
+        }
+        route.admission = oc.policy_for(&name)?;
+        route.classes = self.classes.clone();
+        if let Some(h) = &route.class_header {
+            route.classes.header = Some(h.clone());
+        }
+        route.on_overload = self.on_overload.clone();
+        Ok(route)
     }
 
     /// The registration with this control: a fresh policy for its stage, the class

@@ -60,6 +60,10 @@ impl Status {
     pub const NOT_IMPLEMENTED: Status = Status(501);
     /// 503
     pub const SERVICE_UNAVAILABLE: Status = Status(503);
+    /// 502
+    pub const BAD_GATEWAY: Status = Status(502);
+    /// 504
+    pub const GATEWAY_TIMEOUT: Status = Status(504);
     /// 505
     pub const VERSION_NOT_SUPPORTED: Status = Status(505);
 

@@ -125,6 +125,8 @@ pub struct ServerConfig {
     pub handlers: Vec<HandlerRegistration>,
     /// The access log ([`AccessLog`](crate::AccessLog)), if any. Default none.
     pub access_log: Option<crate::AccessLogConfig>,
+    /// Reverse-proxy routes to mount at start (the front door, `ProxyRoute`).
+    pub proxies: Vec<crate::proxy::ProxyRoute>,
 }
 
 impl Default for ServerConfig {
@@ -156,6 +158,7 @@ impl Default for ServerConfig {
             admin_listen: None,
             handlers: Vec::new(),
             access_log: None,
+            proxies: Vec::new(),
         }
     }
 }

@@ -100,6 +100,9 @@ pub(crate) struct RecvState {
     /// The client shut down its sending side: `buf` is all it will send. Once
     /// every request in it is answered, the connection closes.
     pub(crate) peer_done: bool,
+    /// The last request must be alone in flight (a proxied one): parse nothing more
+    /// until every response is out.
+    pub(crate) solo: bool,
 }
 
 impl RecvState {
@@ -181,8 +184,10 @@ pub(crate) struct Conn {
     parsed: AtomicU64,
     /// Responses finished (sent, or dropped with the connection).
     sent: AtomicU64,
-    /// HttpParse stopped reading: too many requests of this connection in flight.
-    pipeline_paused: AtomicBool,
+    /// HttpParse stopped reading until at most this many requests are in flight
+    /// (`u64::MAX`: reading is not stopped): half of `max_pipelined`, or 0 around a
+    /// request that must be alone in flight (a proxied one).
+    resume_at: AtomicU64,
     /// The client sends nothing more and every request it sent is parsed: close
     /// once all are answered.
     close_when_answered: AtomicBool,
@@ -202,7 +207,7 @@ impl Conn {
             gone: AtomicBool::new(false),
             parsed: AtomicU64::new(0),
             sent: AtomicU64::new(0),
-            pipeline_paused: AtomicBool::new(false),
+            resume_at: AtomicU64::new(u64::MAX),
             close_when_answered: AtomicBool::new(false),
             last_active_ms: AtomicU64::new(now_ms),
             rx: Mutex::new(RecvState::default()),
@@ -246,25 +251,37 @@ impl Conn {
     /// HttpParse: too many requests in flight; stop reading until HttpSend has
     /// finished half of them. Returns false if they finished meanwhile (go on).
     pub(crate) fn pause_pipeline(&self, limit: u64) -> bool {
-        self.pipeline_paused.store(true, SeqCst);
+        self.pause_until(limit / 2, |n| n >= limit)
+    }
+
+    /// HttpParse, before a request that must be alone in flight (a proxied one, whose
+    /// response streams) or after it: stop reading until every response is out.
+    /// Returns false if they are out already (go on).
+    pub(crate) fn pause_until_idle(&self) -> bool {
+        self.pause_until(0, |n| n > 0)
+    }
+
+    fn pause_until(&self, resume_at: u64, busy: impl Fn(u64) -> bool) -> bool {
+        self.resume_at.store(resume_at, SeqCst);
         self.writer.pause_reading(self.id);
-        if self.in_flight() >= limit {
+        if busy(self.in_flight()) {
             return true;
         }
-        // HttpSend may have looked at the flag before it was set: undo it here.
-        if self.pipeline_paused.swap(false, SeqCst) {
+        // HttpSend may have looked before the mark was set: undo it here.
+        if self.resume_at.swap(u64::MAX, SeqCst) != u64::MAX {
             self.writer.resume_reading(self.id);
         }
         false
     }
 
     /// HttpSend, after finishing responses: resume a paused pipeline once at most
-    /// `limit / 2` requests are in flight. Reading resumes with a `Resumed` event, on
-    /// which HttpParse parses what it held back.
-    fn resume_pipeline(&self, limit: u64) {
-        if self.pipeline_paused.load(SeqCst)
-            && self.in_flight() <= limit / 2
-            && self.pipeline_paused.swap(false, SeqCst)
+    /// the mark's count of requests is in flight. Reading resumes with a `Resumed`
+    /// event, on which HttpParse parses what it held back.
+    fn resume_pipeline(&self) {
+        let at = self.resume_at.load(SeqCst);
+        if at != u64::MAX
+            && self.in_flight() <= at
+            && self.resume_at.swap(u64::MAX, SeqCst) != u64::MAX
         {
             self.writer.resume_reading(self.id);
         }
@@ -299,7 +316,7 @@ impl Conn {
     /// Hands `reply` for request `seq` to the connection: sends it (and any responses
     /// it unblocks) if it is its turn, else parks it. Returns whether the connection
     /// is still open for writing.
-    pub(crate) fn deliver(&self, seq: u64, reply: Reply, pipeline_limit: u64) -> bool {
+    pub(crate) fn deliver(&self, seq: u64, reply: Reply) -> bool {
         let mut tx = self.tx.lock();
         if tx.dead {
             return false;
@@ -331,12 +348,18 @@ impl Conn {
         self.flush(&mut tx, &mut out);
         tx.out = out;
         drop(tx);
+        self.answered();
+        true
+    }
+
+    /// After responses finished: close a half-closed client's connection once all
+    /// are out, resume a paused pipeline.
+    fn answered(&self) {
         if self.close_when_answered.load(SeqCst) && self.in_flight() == 0 {
             // Closes once the output is flushed; the client reads to the end.
             self.writer.close(self.id);
         }
-        self.resume_pipeline(pipeline_limit);
-        true
+        self.resume_pipeline();
     }
 
     fn emit(&self, tx: &mut SendState, r: Reply, out: &mut Vec<Bytes>) {
@@ -450,6 +473,52 @@ impl Exchange {
         self.slot().conn.is_gone()
     }
 
+    /// The client's connection.
+    pub(crate) fn conn_id(&self) -> ConnId {
+        self.slot().conn.id
+    }
+
+    /// The connection closes after this response (the client asked, or a
+    /// parse-level error made it so; the server's draining is the framer's).
+    pub(crate) fn closes(&self) -> bool {
+        !self.slot().keep_alive
+    }
+
+    /// Sends the interim `100 Continue` the request's `Expect` asked for, in turn.
+    pub(crate) fn send_continue(&self) {
+        let s = self.slot();
+        s.conn.send_continue(s.seq);
+    }
+
+    /// Starts a response whose body streams (a proxied response): `bufs` (its head
+    /// and the body bytes at hand) go out now, the rest through the returned
+    /// [`ResponseStream`]. The request must be alone in flight on its connection
+    /// (HttpParse parses a proxied request only once every earlier response is out,
+    /// and nothing after it until its response is): the exchange comes back if an
+    /// earlier response is still pending, or if the connection is gone.
+    pub(crate) fn stream(
+        mut self,
+        bufs: &mut Vec<Bytes>,
+        close: bool,
+    ) -> Result<ResponseStream, Exchange> {
+        let Some(slot) = self.slot.take() else {
+            return Err(self);
+        };
+        let mut tx = slot.conn.tx.lock();
+        if tx.dead || tx.next != slot.seq {
+            drop(tx);
+            self.slot = Some(slot);
+            return Err(self);
+        }
+        slot.conn.flush(&mut tx, bufs);
+        drop(tx);
+        Ok(ResponseStream {
+            conn: slot.conn,
+            close,
+            finished: false,
+        })
+    }
+
     /// Close the connection after this response.
     pub(crate) fn close_after(&mut self) {
         if let Some(s) = self.slot.as_mut() {
@@ -488,7 +557,81 @@ impl Drop for Exchange {
             body: Body::None,
             close: true,
         };
-        slot.conn.deliver(slot.seq, reply, u64::MAX);
+        slot.conn.deliver(slot.seq, reply);
+    }
+}
+
+/// A response whose body streams, holding its connection's next response slot
+/// until [`ResponseStream::finish`]. Dropped unfinished (the upstream failed
+/// mid-body), it aborts the connection: the client sees a truncated response
+/// (short of its `Content-Length`, or without the last chunk), never a response
+/// spliced with the next.
+#[derive(Debug)]
+pub(crate) struct ResponseStream {
+    conn: Arc<Conn>,
+    close: bool,
+    finished: bool,
+}
+
+impl ResponseStream {
+    /// The client's connection.
+    pub(crate) fn conn_id(&self) -> ConnId {
+        self.conn.id
+    }
+
+    /// Whether the client is gone.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.conn.is_gone()
+    }
+
+    /// Sends more of the body; false once the connection is gone.
+    pub(crate) fn send(&self, bufs: &mut Vec<Bytes>) -> bool {
+        let mut tx = self.conn.tx.lock();
+        self.conn.flush(&mut tx, bufs);
+        !tx.dead
+    }
+
+    /// Bytes waiting in the client's outgoing queue.
+    pub(crate) fn queued(&self) -> usize {
+        self.conn.writer.queued(self.conn.id).unwrap_or(0)
+    }
+
+    /// The response is complete: the slot is released (the next response may go),
+    /// and the connection closes if the response said so.
+    pub(crate) fn finish(mut self) {
+        self.finished = true;
+        let mut tx = self.conn.tx.lock();
+        tx.next += 1;
+        self.conn.sent.fetch_add(1, SeqCst);
+        if self.close {
+            self.conn.writer.close(self.conn.id);
+            tx.dead = true;
+            self.conn.gone.store(true, Relaxed);
+        }
+        let next = tx.next;
+        let parked = tx.pending.remove(&next);
+        drop(tx);
+        match parked {
+            // Cannot happen while proxied requests are alone in flight; kept correct.
+            Some(r) => {
+                self.conn.deliver(next, r);
+            }
+            None => self.conn.answered(),
+        }
+    }
+}
+
+impl Drop for ResponseStream {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut tx = self.conn.tx.lock();
+        tx.dead = true;
+        tx.pending.clear();
+        drop(tx);
+        self.conn.gone.store(true, Relaxed);
+        self.conn.writer.abort(self.conn.id);
     }
 }
 

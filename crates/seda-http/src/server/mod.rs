@@ -70,12 +70,18 @@ use seda_io::{
 };
 
 pub use config::{FileIo, Handoff, ServerConfig, ServerError};
+// The seam the front door's stages (`crate::proxy`) use: a request, its response
+// slot, the way to answer, a streamed response.
+pub(crate) use answer::Answer;
+pub(crate) use conn::{Exchange, ResponseStream};
+pub(crate) use events::Job;
+pub(crate) use state::Responder;
 pub use state::{HaboobStats, PathCacheStats};
 
 use self::answer::Framer;
 use self::events::{PageEvent, Route};
 use self::routes::Routes;
-use self::state::{Haboob, Responder, Settings};
+use self::state::{Haboob, Settings};
 use crate::access_log::AccessLog;
 use crate::admin::{AdminBuilder, AdminServer, StatsDoc};
 use crate::cache::{PageCache, PathCache};
@@ -83,6 +89,9 @@ use crate::handler::HandlerRegistration;
 
 /// Stage names of Haboob (SEDA Fig. 5).
 pub mod stages {
+    /// The events of upstream connections of the proxy routes (each route's own
+    /// stage is `proxy:<name>`).
+    pub const PROXY_UPSTREAM: &str = crate::proxy::UPSTREAM_STAGE;
     /// Accepts connections and parses requests (colored by connection).
     pub const HTTP_PARSE: &str = "HttpParse";
     /// Routes requests: static, dynamic, or an error.
@@ -119,6 +128,8 @@ pub struct Server {
     admin: Option<AdminServer>,
     sweeper_stop: Arc<AtomicBool>,
     sweeper: Option<JoinHandle<()>>,
+    /// The front door's timeout sweeper, if routes are mounted.
+    proxy: Option<crate::proxy::ProxyHandle>,
 }
 
 impl fmt::Debug for Server {
@@ -193,6 +204,7 @@ impl Server {
             writer: bound.writer(),
             routes: Routes::default(),
             log,
+            proxies: crate::proxy::ProxyTable::default(),
             counters: state::Counters::default(),
             epoch: Instant::now(),
             clock_ms: std::sync::atomic::AtomicU64::new(0),
@@ -282,6 +294,23 @@ impl Server {
         for reg in cfg.handlers.iter().cloned() {
             register(&rt, &out, reg)?;
         }
+        for r in &cfg.proxies {
+            if hb.routes.has_prefix(&r.prefix) {
+                return Err(ServerError::Config(format!(
+                    "a handler and a route are both mounted at {}",
+                    r.prefix
+                )));
+            }
+        }
+        let proxy = crate::proxy::mount(
+            &rt,
+            &domain,
+            model,
+            &out,
+            bound.writer(),
+            &hb.proxies,
+            &cfg.proxies,
+        )?;
         let sockets = Arc::new(bound.start(&rt, parse).map_err(ServerError::Io)?);
         rt.start()?;
         let local_addr = sockets.local_addr();
@@ -293,6 +322,7 @@ impl Server {
             admin: None,
             sweeper_stop: Arc::new(AtomicBool::new(false)),
             sweeper: None,
+            proxy,
         };
         if let Some(addr) = cfg.admin_listen {
             server.admin = Some(
@@ -343,16 +373,20 @@ impl Server {
     /// start on an address of the caller's choice.
     pub fn admin_builder(&self) -> AdminBuilder {
         let (hb, sockets) = (Arc::clone(&self.out.hb), Arc::clone(&self.sockets));
-        let (q, m) = (Arc::clone(&hb), Arc::clone(&hb));
+        let (q, m, p) = (Arc::clone(&hb), Arc::clone(&hb), Arc::clone(&hb));
         let mut admin = AdminServer::builder(&self.rt);
         if let Some(log) = hb.log.clone() {
             admin = admin.section("access_log", move || log.stats());
         }
-        admin
+        let builder = admin
             .section("haboob", move || hb.stats())
             .section("sockets", move || sockets.stats())
             .qualities(move || q.routes.qualities())
-            .metrics(move |out| metrics(&m.stats(), out))
+            .metrics(move |out| metrics(&m.stats(), out));
+        if p.proxies.is_empty() {
+            return builder;
+        }
+        builder.section("proxy", move || p.proxies.stats())
     }
 
     /// The stats document (what the admin listener's `/_seda/stats` serves).
@@ -437,6 +471,7 @@ impl Server {
             h.thread().unpark();
             let _ = h.join();
         }
+        self.proxy = None;
     }
 
     /// Breaks the reference cycles (routes hold stages' sinks; a request waiting for
@@ -444,6 +479,7 @@ impl Server {
     fn release(&self) {
         let hb = &self.out.hb;
         hb.routes.clear();
+        hb.proxies.clear();
         for c in hb.conns.all() {
             c.mark_gone();
             c.rx.lock().stop();

@@ -25,6 +25,14 @@
 //! its connect, so the server's p90 covers what the client waits for, including
 //! the socket layer's and this stage's queues.
 //!
+//! # Proxied requests (the front door, `crate::proxy`)
+//! A request for a proxy route goes to the route's stage as soon as its head is
+//! parsed; its body, if any, streams to the upstream through a bounded pipe as it
+//! arrives ([`BodySender`]: when the pipe is full, the client is not read until the
+//! upstream has taken half). Such a request is alone in flight on its connection: it
+//! is parsed only once every earlier response is out, and nothing after it until
+//! its own response is (its response streams). Its body's limit is the route's.
+//!
 //! # Half-close
 //! A client that shuts down its sending side (`ReadClosed`: `nc -N`, a health check)
 //! has sent all it will. Its requests are answered in order; one left incomplete gets
@@ -47,6 +55,7 @@ use crate::access_log::{Origin, RequestRecord};
 use crate::proto::{
     self, BodyFraming, ChunkLimits, ChunkedDecoder, ChunkedError, Method, RequestHead, Status,
 };
+use crate::proxy::{Accept, BodySender, Mount, ProxyTable};
 
 /// The body of a request whose head is parsed.
 #[derive(Debug)]
@@ -57,6 +66,8 @@ pub(crate) struct BodyInProgress {
     reader: BodyReader,
     /// Decoded chunked data so far (kept bodies only).
     data: BytesMut,
+    /// Where a proxied request's body goes (see the module docs).
+    stream: Option<BodySender>,
 }
 
 #[derive(Debug)]
@@ -106,6 +117,8 @@ fn take_body(rx: &mut RecvState) -> Option<BodyInProgress> {
 enum Step {
     /// A request and its `born` (see the module docs).
     Forward(Job, Instant),
+    /// A request for a proxy route, its body's pipe, its `born`.
+    Proxy(Mount, Job, Option<crate::proxy::BodyPipe>, Instant),
     Answer(Exchange, Answer),
 }
 
@@ -214,6 +227,11 @@ impl HttpParse {
                     self.out.answer(job.ex, Answer::Overload, meta);
                 }
             }
+            Step::Proxy(mount, job, body, born) => {
+                self.hb
+                    .proxies
+                    .submit(&mount, job, body, Meta { born, ..meta });
+            }
             Step::Answer(ex, answer) => self.out.answer(ex, answer, meta),
         }
     }
@@ -222,7 +240,18 @@ impl HttpParse {
     /// buffer, within the pipelining bound.
     fn advance(&self, c: &Arc<Conn>, rx: &mut RecvState, now: Instant, steps: &mut Vec<Step>) {
         let hb = &self.hb;
-        let limits = &hb.set.limits;
+        // Heads are parsed with the largest body limit of any proxy route; the
+        // handlers' limit is checked once the route is known.
+        let raised;
+        let limits = if hb.proxies.max_body() > hb.set.limits.max_body {
+            raised = crate::proto::Limits {
+                max_body: hb.proxies.max_body(),
+                ..hb.set.limits.clone()
+            };
+            &raised
+        } else {
+            &hb.set.limits
+        };
         loop {
             if let Some(body) = body_mut(&mut rx.body) {
                 let read = match read_body(body, &mut rx.buf) {
@@ -230,14 +259,31 @@ impl HttpParse {
                     Ok(false) if rx.peer_done => Err(Status::BAD_REQUEST),
                     read => read,
                 };
+                // A body streaming to an upstream is timed by its route (its
+                // response timeout); one that is read for us or skipped, here.
+                let streaming = body
+                    .stream
+                    .as_ref()
+                    .is_some_and(|s| s.accepting() != Accept::Discard);
                 match read {
                     Ok(false) => {
-                        rx.head_started.get_or_insert(now);
+                        if !streaming {
+                            rx.head_started.get_or_insert(now);
+                        }
                         return;
                     }
                     Ok(true) => {
                         let done = take_body(rx);
                         rx.head_started = None;
+                        let done = match done {
+                            Some(BodyInProgress {
+                                stream: Some(s), ..
+                            }) => {
+                                s.finish();
+                                None
+                            }
+                            other => other,
+                        };
                         if let Some(BodyInProgress {
                             waiting: Some(w),
                             data,
@@ -259,7 +305,17 @@ impl HttpParse {
                     }
                     Err(status) => {
                         hb.counters.bad_requests.fetch_add(1, Relaxed);
-                        let ex = match take_body(rx).and_then(|mut b| b.take_waiting()) {
+                        let mut body = take_body(rx);
+                        if let Some(s) = body.as_mut().and_then(|b| b.stream.take()) {
+                            if streaming {
+                                // The route answers it (the exchange is its).
+                                s.fail(Some(status));
+                                rx.stop();
+                                return;
+                            }
+                            s.fail(None);
+                        }
+                        let ex = match body.and_then(|mut b| b.take_waiting()) {
                             Some(mut ex) => {
                                 ex.close_after();
                                 ex
@@ -290,6 +346,12 @@ impl HttpParse {
             if rx.closing {
                 rx.buf.clear();
                 return;
+            }
+            if rx.solo {
+                if c.pause_until_idle() {
+                    return;
+                }
+                rx.solo = false;
             }
             if c.in_flight() >= hb.set.max_pipelined && c.pause_pipeline(hb.set.max_pipelined) {
                 hb.counters.pipeline_pauses.fetch_add(1, Relaxed);
@@ -332,10 +394,37 @@ impl HttpParse {
                 }
                 Ok(Some(head)) => head,
             };
+            let path = head.path(&rx.buf);
+            let route = hb.routes.find(path);
+            let proxy = match hb.proxies.is_empty() {
+                true => None,
+                false => hb.proxies.find(path).filter(|m| {
+                    route
+                        .as_ref()
+                        .is_none_or(|r| m.route.cfg.prefix.len() >= r.reg.prefix().len())
+                }),
+            };
+            if let Some(mount) = proxy {
+                // Alone in flight (module docs): wait for earlier responses.
+                if c.pause_until_idle() {
+                    return;
+                }
+                self.proxied(c, rx, head, mount, now, steps);
+                if rx.closing {
+                    return;
+                }
+                continue;
+            }
+            if matches!(head.body, BodyFraming::Length(n) if n > hb.set.limits.max_body) {
+                hb.counters.bad_requests.fetch_add(1, Relaxed);
+                let ex = Exchange::new(Arc::clone(c), c.next_seq(), false, false);
+                steps.push(Step::Answer(ex, Answer::Error(Status::PAYLOAD_TOO_LARGE)));
+                rx.stop();
+                return;
+            }
             hb.counters.requests.fetch_add(1, Relaxed);
             let raw = rx.take_front(head.head_len);
             let born = rx.take_born(now);
-            let route = hb.routes.find(head.path(&raw));
             let head_only = head.method == Method::Head;
             let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
             if hb.log.is_some() {
@@ -357,9 +446,9 @@ impl HttpParse {
                     continue;
                 }
                 BodyFraming::Length(n) => BodyReader::Length { left: n },
-                BodyFraming::Chunked => {
-                    BodyReader::Chunked(ChunkedDecoder::new(ChunkLimits::new(limits.max_body)))
-                }
+                BodyFraming::Chunked => BodyReader::Chunked(ChunkedDecoder::new(ChunkLimits::new(
+                    hb.set.limits.max_body,
+                ))),
             };
             rx.head_started = Some(now);
             match route {
@@ -378,6 +467,7 @@ impl HttpParse {
                         }),
                         reader,
                         data: BytesMut::new(),
+                        stream: None,
                     }));
                 }
                 None => {
@@ -402,10 +492,70 @@ impl HttpParse {
                         waiting: None,
                         reader,
                         data: BytesMut::new(),
+                        stream: None,
                     }));
                 }
             }
         }
+    }
+
+    /// Takes a request for a proxy route whose head is at the front of the buffer:
+    /// its body (if any) will stream through a pipe; nothing after it is parsed until
+    /// its response is out (module docs).
+    fn proxied(
+        &self,
+        c: &Arc<Conn>,
+        rx: &mut RecvState,
+        head: RequestHead,
+        mount: Mount,
+        now: Instant,
+        steps: &mut Vec<Step>,
+    ) {
+        let hb = &self.hb;
+        let max_body = mount.route.cfg.max_body;
+        if matches!(head.body, BodyFraming::Length(n) if n > max_body) {
+            hb.counters.bad_requests.fetch_add(1, Relaxed);
+            let ex = Exchange::new(Arc::clone(c), c.next_seq(), false, false);
+            steps.push(Step::Answer(ex, Answer::Error(Status::PAYLOAD_TOO_LARGE)));
+            rx.stop();
+            return;
+        }
+        hb.counters.requests.fetch_add(1, Relaxed);
+        let raw = rx.take_front(head.head_len);
+        let born = rx.take_born(now);
+        let head_only = head.method == Method::Head;
+        let ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
+        if !head.keep_alive {
+            rx.closing = true;
+        }
+        rx.solo = true;
+        let reader = match head.body {
+            BodyFraming::None => None,
+            BodyFraming::Length(n) => Some(BodyReader::Length { left: n }),
+            BodyFraming::Chunked => Some(BodyReader::Chunked(ChunkedDecoder::new(
+                ChunkLimits::new(max_body),
+            ))),
+        };
+        let pipe = reader.map(|reader| {
+            let chunked = matches!(reader, BodyReader::Chunked(_));
+            let (sender, pipe) = ProxyTable::pipe(hb.writer.clone(), c.id, chunked);
+            // The body is read even if the request asked to close after it (its
+            // response closes the connection).
+            rx.closing = false;
+            rx.body = Some(Box::new(BodyInProgress {
+                waiting: None,
+                reader,
+                data: BytesMut::new(),
+                stream: Some(sender),
+            }));
+            pipe
+        });
+        let req = HttpRequest::new(raw, head, Bytes::new(), c.peer, None);
+        let job = Job {
+            ex,
+            req: Box::new(req),
+        };
+        steps.push(Step::Proxy(mount, job, pipe, born));
     }
 }
 
@@ -419,6 +569,9 @@ fn body_len(head: &RequestHead) -> usize {
 /// Reads or skips as much of the body as `buf` holds. `Ok(true)` when it is complete;
 /// a kept `Content-Length` body is then at the front of `buf`.
 fn read_body(body: &mut BodyInProgress, buf: &mut BytesMut) -> Result<bool, Status> {
+    if let Some(s) = &body.stream {
+        return stream_body(s, &mut body.reader, buf);
+    }
     let keep = body.waiting.is_some();
     match &mut body.reader {
         BodyReader::Length { left } => {
@@ -445,6 +598,52 @@ fn read_body(body: &mut BodyInProgress, buf: &mut BytesMut) -> Result<bool, Stat
                 })?;
             buf.advance(fed.consumed);
             Ok(fed.done)
+        }
+    }
+}
+
+/// Moves as much of a proxied request's body as `buf` holds and the pipe takes
+/// (skipping it if the route gave it up). `Ok(true)` when it is complete.
+fn stream_body(
+    s: &BodySender,
+    reader: &mut BodyReader,
+    buf: &mut BytesMut,
+) -> Result<bool, Status> {
+    loop {
+        let room = match s.accepting() {
+            // Full: the client is paused until the upstream has taken half.
+            Accept::Full => return Ok(false),
+            Accept::Discard => usize::MAX,
+            Accept::Room(n) => n,
+        };
+        let take = buf.len().min(room);
+        let done = match reader {
+            BodyReader::Length { left } => {
+                let n = usize::try_from(*left).unwrap_or(usize::MAX).min(take);
+                s.push(&buf[..n]);
+                buf.advance(n);
+                *left -= n as u64;
+                *left == 0
+            }
+            BodyReader::Chunked(d) => {
+                let fed = d
+                    .feed(&buf[..take], |piece| s.push(piece))
+                    .map_err(|e| match e {
+                        ChunkedError::Malformed => Status::BAD_REQUEST,
+                        ChunkedError::TooLarge => Status::PAYLOAD_TOO_LARGE,
+                    })?;
+                buf.advance(fed.consumed);
+                if fed.consumed == 0 && !fed.done {
+                    return Ok(false);
+                }
+                fed.done
+            }
+        };
+        if done {
+            return Ok(true);
+        }
+        if buf.is_empty() {
+            return Ok(false);
         }
     }
 }

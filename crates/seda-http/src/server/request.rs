@@ -36,6 +36,16 @@ impl HttpRequest {
         self.head.method
     }
 
+    /// The head's bytes and its parse (a proxy forwards them).
+    pub(crate) fn head(&self) -> (&Bytes, &RequestHead) {
+        (&self.raw, &self.head)
+    }
+
+    /// The client's address.
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
     /// The path, still percent-encoded.
     pub(crate) fn path(&self) -> &[u8] {
         self.head.path(&self.raw)

@@ -126,6 +126,8 @@ pub(crate) struct Haboob {
     pub(crate) routes: Routes,
     /// The access log, if on.
     pub(crate) log: Option<AccessLog>,
+    /// The front door's routes (`crate::proxy`).
+    pub(crate) proxies: crate::proxy::ProxyTable,
     pub(crate) counters: Counters,
     /// Origin of the connections' activity clocks.
     pub(crate) epoch: Instant,
@@ -173,7 +175,7 @@ impl Haboob {
         if let (Some(log), Some((rec, by))) = (&self.log, logged) {
             log.offer(entry(rec, &reply, by));
         }
-        slot.conn.deliver(slot.seq, reply, self.set.max_pipelined);
+        slot.conn.deliver(slot.seq, reply);
         slot.conn.touch(self.coarse_ms());
     }
 
