@@ -139,6 +139,14 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     } else {
         cfg.root.display().to_string()
     };
+    let routes: Vec<String> = cfg
+        .proxies
+        .iter()
+        .map(|r| {
+            let ups: Vec<String> = r.upstreams.iter().map(ToString::to_string).collect();
+            format!("{} -> {}", r.prefix, ups.join(", "))
+        })
+        .collect();
     let server = Server::start(cfg).map_err(|e| e.to_string())?;
     announce!("listening on http://{}", server.local_addr());
     if let Some(admin) = server.admin_addr() {
@@ -167,6 +175,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     };
     let _ = std::io::stdout().flush();
     eprintln!("seda serve: serving {root_shown}; Ctrl-C to stop");
+    for r in &routes {
+        eprintln!("seda serve: proxy {r}");
+    }
     // Block until SIGINT or SIGTERM (no polling: shutdown starts as the signal lands).
     for signal in signals.forever() {
         match signal {

@@ -31,6 +31,13 @@
 //! tolerance = 2.0                        #   smoothing, long-window, window-ms
 //! [aimd]                                 # any of: initial, min, max, backoff, timeout-ms
 //! backoff = 0.8
+//! [[route]]                              # the front door (also --proxy PREFIX=URL,...)
+//! prefix = "/api"
+//! upstreams = ["http://127.0.0.1:9000", "http://127.0.0.1:9001"]
+//! rt-target-ms = 200                     # this route's p90 target
+//! class-header = "X-Class"
+//! max-body-kb = 10240
+//! timeout-ms = 5000                      # to the response head [default: proxy-timeout-ms]
 //! ```
 
 use std::fmt;
@@ -45,8 +52,8 @@ use seda::ThreadModel;
 use seda::admission::{AimdLimitConfig, GradientLimitConfig};
 use seda_http::proto::Dotfiles;
 use seda_http::{
-    AccessLogConfig, AccessLogFormat, AddrPrefix, Admission, AgentConfig, FileIo, HandlerTargets,
-    Handoff, OverloadAction, OverloadControl, ServerConfig,
+    AccessLogConfig, AccessLogFormat, AddrPrefix, Admission, AgentConfig, DEFAULT_PROXY_TIMEOUT,
+    FileIo, HandlerTargets, Handoff, OverloadAction, OverloadControl, ProxyRoute, ServerConfig,
 };
 use serde::{Deserialize, Serialize};
 
@@ -211,6 +218,22 @@ pub struct ServeConfig {
     #[arg(skip)]
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub handler: Vec<FileHandler>,
+    /// Forward requests under PREFIX to the upstream servers (round robin, passive
+    /// health), through a stage of its own with the server's admission control;
+    /// repeatable, e.g. `--proxy /api=http://127.0.0.1:9000,http://127.0.0.1:9001`.
+    #[arg(long, value_name = "PREFIX=URL[,URL...]")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub proxy: Vec<String>,
+    /// Time a proxy route waits for its upstream's response head (and the longest
+    /// silence of a streaming body), milliseconds; past it the client gets 504
+    /// [default: 30000].
+    #[arg(long, value_name = "MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_timeout_ms: Option<f64>,
+    /// `[[route]]`: proxy routes with settings of their own (file only).
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub route: Vec<FileRoute>,
     /// `[response-time]`: the USITS'03 controller's parameters (file only).
     #[arg(skip)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -400,6 +423,18 @@ pub struct FileHandler {
     rt_target_ms: Option<f64>,
     #[serde(default)]
     class_targets_ms: Vec<f64>,
+}
+
+/// One `[[route]]` of the TOML file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileRoute {
+    prefix: String,
+    upstreams: Vec<String>,
+    rt_target_ms: Option<f64>,
+    class_header: Option<String>,
+    max_body_kb: Option<u64>,
+    timeout_ms: Option<f64>,
 }
 
 /// `[gradient]` of the TOML file.
@@ -648,6 +683,7 @@ impl ServeConfig {
             }
         }
         overload.validate(names).map_err(|e| e.to_string())?;
+        cfg.proxies = self.routes(&overload)?;
         Ok(Settings {
             cfg,
             root: self.root.clone(),
@@ -658,6 +694,52 @@ impl ServeConfig {
             agent_listen: self.agent_listen,
             agent_cfg,
         })
+    }
+
+    /// The proxy routes of `--proxy` and `[[route]]`, with the overload control
+    /// applied to each.
+    fn routes(&self, overload: &OverloadControl) -> Result<Vec<ProxyRoute>, ConfigError> {
+        let timeout = self
+            .proxy_timeout_ms
+            .map(|v| millis("proxy-timeout-ms", v))
+            .transpose()?
+            .unwrap_or(DEFAULT_PROXY_TIMEOUT);
+        let mut routes = Vec::new();
+        for flag in &self.proxy {
+            routes.push(ProxyRoute::parse_flag(flag)?.with_timeout(timeout));
+        }
+        for r in &self.route {
+            let urls: Vec<&str> = r.upstreams.iter().map(String::as_str).collect();
+            let mut route = ProxyRoute::new(&r.prefix, &urls)
+                .map_err(|e| format!("[[route]] {}: {e}", r.prefix))?
+                .with_timeout(timeout);
+            if let Some(v) = r.rt_target_ms {
+                route = route.with_rt_target(millis("[[route]] rt-target-ms", v)?);
+            }
+            if let Some(h) = &r.class_header {
+                route = route.with_class_header(h);
+            }
+            if let Some(kb) = r.max_body_kb {
+                route = route.with_max_body(kb.saturating_mul(1024));
+            }
+            if let Some(v) = r.timeout_ms {
+                route = route.with_timeout(millis("[[route]] timeout-ms", v)?);
+            }
+            routes.push(route);
+        }
+        let mut seen = std::collections::HashSet::new();
+        routes
+            .into_iter()
+            .map(|r| {
+                if !seen.insert(r.prefix.clone()) {
+                    return Err(format!("two proxy routes at {}", r.prefix).into());
+                }
+                r.validate()?;
+                overload
+                    .apply_route(r)
+                    .map_err(|e| ConfigError::from(e.to_string()))
+            })
+            .collect()
     }
 
     /// The overload settings and the bottleneck's cost.

@@ -13,7 +13,7 @@ pub(super) fn warnings(
     bottleneck: Option<Duration>,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    if cfg.handlers.is_empty() && bottleneck.is_none() {
+    if cfg.handlers.is_empty() && cfg.proxies.is_empty() && bottleneck.is_none() {
         let set: Vec<&str> = [
             (overload.rt_target.is_some(), "--rt-target-ms"),
             (overload.admission.is_some(), "--admission"),
@@ -25,8 +25,9 @@ pub(super) fn warnings(
         .collect();
         if !set.is_empty() {
             out.push(format!(
-                "{} has no effect: no dynamic handler is mounted (static files have no \
-                 admission controller; add --bottleneck-ms or serve the demo site)",
+                "{} has no effect: no dynamic handler or proxy route is mounted (static \
+                 files have no admission controller; add --bottleneck-ms, a --proxy route \
+                 or serve the demo site)",
                 set.join(", ")
             ));
         }
