@@ -211,8 +211,12 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     let _ = signals.forever().next();
     let report = service.shutdown(Duration::from_secs_f64(a.grace_s));
     eprintln!(
-        "seda arashi: stopped; requests drained: {}, connections cut: {}",
-        report.requests_drained, report.connections_cut
+        "seda arashi: stopped; requests drained: {}, refused at the end of the grace: {}, \
+         running when cut: {}, connections cut: {}",
+        report.requests_drained,
+        report.requests_refused,
+        report.requests_running,
+        report.connections_cut
     );
     Ok(())
 }

@@ -196,8 +196,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let report = server.shutdown(grace);
     drop(agent);
     eprintln!(
-        "seda serve: stopped; requests drained: {}, connections cut: {}, events unfinished: {}",
+        "seda serve: stopped; requests drained: {}, refused at the end of the grace: {}, \
+         running when cut: {}, connections cut: {}, events unfinished: {}",
         report.requests_drained,
+        report.requests_refused,
+        report.requests_running,
         report.connections_cut,
         report.runtime.unfinished()
     );

@@ -97,7 +97,9 @@ impl RouteStage {
         let route = &*self.route;
         let client = pj.client();
         let ProxyJob { job, body } = pj;
-        if job.ex.is_cancelled() {
+        // Marked as begun before it goes upstream: the end of the shutdown grace
+        // answers 503 only to requests never forwarded (server/conn.rs invariants).
+        if !job.ex.begin() {
             route.gate.forget();
             route.counters.client_gone.fetch_add(1, Relaxed);
             if let Some(b) = &body {

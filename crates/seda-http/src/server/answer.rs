@@ -94,6 +94,21 @@ impl Framer {
         }
     }
 
+    /// The `503` of a request the shutdown grace ended before it started
+    /// ([`Conn::cut`](super::conn::Conn::cut)): `Retry-After`, no body whatever the
+    /// method (the request's method is not known there), `Connection: close`.
+    pub(crate) fn shutdown_refusal(&self) -> Reply {
+        Reply {
+            head: Bytes::from(format!(
+                "HTTP/1.1 503 Service Unavailable\r\nServer: seda\r\nRetry-After: {}\r\nContent-Length: 0\r\n",
+                self.retry_after_secs
+            )),
+            date: Some(self.date.line()),
+            body: Body::None,
+            close: true,
+        }
+    }
+
     /// The one decision of every response's framing (module docs).
     pub(crate) fn frame(&self, slot: &Slot, answer: Answer) -> Reply {
         let close = !slot.keep_alive || self.draining.load(Relaxed);

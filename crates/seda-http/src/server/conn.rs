@@ -20,6 +20,12 @@
 //!   still queued for the connection is cancelled where it is found.
 //! - No lock of a connection is held while enqueueing to a stage (an enqueue may
 //!   run the next stage inline, which may take the same lock).
+//! - A request whose work has effects outside the server (a dynamic handler) is
+//!   marked `running` ([`Exchange::begin`]) before that work starts, under the send
+//!   half's lock, until its response is handed over; [`Conn::cut`] (the end of the
+//!   shutdown grace) answers `503` only to a request not marked so. A request is
+//!   therefore either answered `503` and never started, or started and never
+//!   answered `503`.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
@@ -167,6 +173,22 @@ struct SendState {
     /// The buffers of the responses being written, kept for its capacity (empty
     /// between calls): a response allocates no vector.
     out: Vec<Bytes>,
+    /// Requests a handler has begun whose responses are not handed over yet (see
+    /// the invariants); nearly always empty, so no allocation.
+    running: Vec<u64>,
+}
+
+/// What [`Conn::cut`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// Nothing in flight, or the connection is gone already.
+    Idle,
+    /// The next response's request had not started: it got the `503`, and the
+    /// connection closes after it.
+    Refused,
+    /// The next response's request is running in a handler: nothing was written
+    /// (the connection is cut when the sockets stop).
+    Running,
 }
 
 /// An open connection.
@@ -318,6 +340,9 @@ impl Conn {
     /// is still open for writing.
     pub(crate) fn deliver(&self, seq: u64, reply: Reply) -> bool {
         let mut tx = self.tx.lock();
+        if !tx.running.is_empty() {
+            tx.running.retain(|&s| s != seq);
+        }
         if tx.dead {
             return false;
         }
@@ -360,6 +385,41 @@ impl Conn {
             self.writer.close(self.id);
         }
         self.resume_pipeline();
+    }
+
+    /// Marks request `seq` as begun by a handler (module invariants). False if the
+    /// connection is gone or was cut: the work must not start.
+    pub(crate) fn begin(&self, seq: u64) -> bool {
+        let mut tx = self.tx.lock();
+        if tx.dead {
+            return false;
+        }
+        tx.running.push(seq);
+        true
+    }
+
+    /// The end of the shutdown grace: if a request is in flight and the one whose
+    /// response is due next has not begun, answers it with `reply` (a `503` that
+    /// closes) and closes the connection after it; the requests behind it on the
+    /// connection get nothing, as the `Connection: close` tells the client. If that
+    /// request is running, writes nothing.
+    pub(crate) fn cut(&self, reply: Reply) -> Cut {
+        debug_assert!(reply.close, "a cut closes the connection");
+        let mut tx = self.tx.lock();
+        if tx.dead || self.in_flight() == 0 {
+            return Cut::Idle;
+        }
+        if tx.running.contains(&tx.next) {
+            return Cut::Running;
+        }
+        tx.next += 1;
+        self.sent.fetch_add(1, SeqCst);
+        let mut out = std::mem::take(&mut tx.out);
+        self.emit(&mut tx, reply, &mut out);
+        out.clear();
+        tx.out = out;
+        tx.pending.clear();
+        Cut::Refused
     }
 
     fn emit(&self, tx: &mut SendState, r: Reply, out: &mut Vec<Bytes>) {
@@ -519,6 +579,14 @@ impl Exchange {
         })
     }
 
+    /// Call before work with effects outside the server (a dynamic handler) starts:
+    /// false if the connection is gone or the shutdown cut it (its client got a
+    /// `503` for this request, so the work must not run). See the module invariants.
+    pub(crate) fn begin(&self) -> bool {
+        let s = self.slot();
+        s.conn.begin(s.seq)
+    }
+
     /// Close the connection after this response.
     pub(crate) fn close_after(&mut self) {
         if let Some(s) = self.slot.as_mut() {
@@ -601,6 +669,10 @@ impl ResponseStream {
     pub(crate) fn finish(mut self) {
         self.finished = true;
         let mut tx = self.conn.tx.lock();
+        let seq = tx.next;
+        if !tx.running.is_empty() {
+            tx.running.retain(|&s| s != seq);
+        }
         tx.next += 1;
         self.conn.sent.fetch_add(1, SeqCst);
         if self.close {

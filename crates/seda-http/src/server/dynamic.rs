@@ -1,7 +1,8 @@
 //! The stage of one dynamic handler (`handler:<name>`): runs the handler on its own
 //! pool, under its own admission controller, and hands the response to HttpSend. A
 //! panic in the handler is caught and answered `500`; a request whose client is gone
-//! is dropped before the handler runs.
+//! (or that the end of the shutdown grace answered `503`) is dropped before the
+//! handler runs.
 //!
 //! # Early refusal (USITS'03 6)
 //! [`submit`] is called by HttpParse as soon as a request for a handler is parsed:
@@ -37,7 +38,9 @@ impl EventHandler<DynJob> for DynamicStage {
 
     fn handle_events(&self, mut batch: Batch<'_, DynJob>, cx: &Context<'_>) {
         while let Some((job, meta)) = batch.next_with_meta() {
-            if job.ex.is_cancelled() {
+            // Marked as begun first: the end of the shutdown grace answers `503`
+            // only to requests that never start (conn.rs invariants).
+            if !job.ex.begin() {
                 self.out.cancel(job.ex);
                 continue;
             }

@@ -36,7 +36,10 @@
 //! returns once the server accepts connections. [`Server::shutdown`] stops taking new
 //! work (new connections are closed, responses carry `Connection: close`), waits up
 //! to its grace period for requests in flight to be answered and flushed, then stops
-//! the sockets and the runtime.
+//! the sockets and the runtime. A request still waiting when the grace ends (queued,
+//! not begun by a handler) is answered `503` with `Retry-After` and `Connection:
+//! close` first; only a request a handler is running then is cut without an answer
+//! (its effects may have happened: a `503` would say they had not).
 
 mod answer;
 mod cache_miss;
@@ -113,7 +116,18 @@ pub mod stages {
 pub struct ServerShutdown {
     /// Whether every request in flight was answered before the grace period ended.
     pub requests_drained: bool,
-    /// Connections still open when the sockets stopped.
+    /// Requests not yet started when the grace period ended, answered `503` with
+    /// `Retry-After` and `Connection: close` (one per connection: the requests
+    /// pipelined behind it are left to the client to retry, as the close says).
+    pub requests_refused: usize,
+    /// Connections whose next response belonged to a request running in a handler
+    /// when the grace period ended: cut without an answer (the request may have had
+    /// its effects; a `503` would say it had not).
+    pub requests_running: usize,
+    /// Connections the sockets' stop closed under a client that was not told (not
+    /// idle-closed, not closing after a last response): those of
+    /// [`requests_running`](Self::requests_running), and any that had sent part of a
+    /// request.
     pub connections_cut: usize,
     /// The runtime's report.
     pub runtime: ShutdownReport,
@@ -437,8 +451,22 @@ impl Server {
             std::thread::sleep(Duration::from_millis(5));
             timeouts::sweep(&self.out, Instant::now());
         }
-        // Give the last responses a moment to leave the socket buffers.
-        while Instant::now() < deadline
+        // The grace is over: a request that has not started gets a 503 now (not
+        // the silence of a closed socket); one running in a handler is cut.
+        let (mut requests_refused, mut requests_running) = (0, 0);
+        if !requests_drained {
+            for c in hb.conns.all() {
+                match c.cut(hb.framer.shutdown_refusal()) {
+                    conn::Cut::Refused => requests_refused += 1,
+                    conn::Cut::Running => requests_running += 1,
+                    conn::Cut::Idle => {}
+                }
+            }
+        }
+        // Give the last responses a moment to leave the socket buffers (the 503s
+        // of the cut are small and written at once: a short extension at most).
+        let flush_by = deadline.max(Instant::now() + Duration::from_millis(100));
+        while Instant::now() < flush_by
             && hb
                 .conns
                 .all()
@@ -447,7 +475,8 @@ impl Server {
         {
             std::thread::sleep(Duration::from_millis(5));
         }
-        let connections_cut = self.sockets.open_connections();
+        // Open and not closing on the server's own terms (after a last response).
+        let connections_cut = hb.conns.all().iter().filter(|c| !c.is_gone()).count();
         self.stop_background();
         self.sockets.stop();
         let remaining = deadline
@@ -457,6 +486,8 @@ impl Server {
         self.release();
         ServerShutdown {
             requests_drained,
+            requests_refused,
+            requests_running,
             connections_cut,
             runtime,
         }
