@@ -14,12 +14,13 @@
 //! - [`seed`]: the demo accounts (`userK` / `userK-pw`) and folder sizes from 1 to
 //!   thousands of messages.
 //! - [`DataDir`]: the `--data` directory (database, static files), seeded on first use.
-//! - [`load`]: the emulated mail readers (`seda load arashi`).
+//!
+//! The emulated mail readers that load it (`seda load arashi`) are in `seda-load`;
+//! `seda experiment arashi` is in `seda-experiments`.
 #![forbid(unsafe_code)]
 
 pub mod corpus;
 mod data;
-pub mod load;
 pub mod seed;
 mod service;
 mod stages;

@@ -293,7 +293,7 @@ fn seconds(flag: &str, v: f64) -> Result<Duration, String> {
 
 /// `seda load arashi`.
 pub fn load(a: LoadArgs) -> Result<(), String> {
-    use seda_arashi::load::{ArashiLoadConfig, LoadProgress, UserGroup};
+    use seda_load::arashi::{ArashiLoadConfig, LoadProgress, UserGroup};
     use seda_load::schedule::{Schedule, parse_duration};
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
@@ -333,7 +333,7 @@ pub fn load(a: LoadArgs) -> Result<(), String> {
             }
         })
     });
-    let report = seda_arashi::load::run(&cfg, progress)?;
+    let report = seda_load::arashi::run(&cfg, progress)?;
     if let Some(t) = ticker {
         let _ = t.join();
     }

@@ -280,20 +280,20 @@ pub struct LoadArgs {
 
 /// Runs `seda load gnutella`.
 pub fn load(a: LoadArgs) -> Result<(), String> {
-    let cfg = seda_gnutella::load::LoadConfig {
+    let cfg = seda_load::gnutella::LoadConfig {
         router: a.router,
         peers: a.peers,
         threads: a.threads,
         rate: (a.rate > 0.0).then_some(a.rate),
         duration: secs("--duration-s", a.duration_s)?,
-        mix: seda_gnutella::load::Mix::parse(&a.mix)?,
+        mix: seda_load::gnutella::Mix::parse(&a.mix)?,
         ttl: a.ttl,
         query_bytes: a.query_bytes,
         hit_fraction: a.hit_fraction,
         seed: a.seed,
-        ..seda_gnutella::load::LoadConfig::default()
+        ..seda_load::gnutella::LoadConfig::default()
     };
-    let report = seda_gnutella::load::run(&cfg)?;
+    let report = seda_load::gnutella::run(&cfg)?;
     print!("{}", report.text());
     if let Some(path) = a.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
@@ -382,7 +382,7 @@ pub fn throughput(a: ThroughputArgs) -> Result<(), String> {
         duration: secs("--duration-s", a.duration_s)?,
         rounds: a.rounds.max(1),
         threads: a.threads,
-        mix: seda_gnutella::load::Mix::parse(&a.mix)?,
+        mix: seda_load::gnutella::Mix::parse(&a.mix)?,
     };
     let load = std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seda_arashi::load::{ArashiLoadConfig, LoadProgress, run};
-use seda_arashi::{Arashi, ArashiConfig, RequestType, SeedPlan};
+use seda_arashi::{Arashi, ArashiConfig, SeedPlan};
+use seda_load::arashi::RequestType;
+use seda_load::arashi::{ArashiLoadConfig, LoadProgress, run};
 
 #[test]
 fn markov_users_exercise_every_common_request_type() {
@@ -49,7 +50,7 @@ fn markov_users_exercise_every_common_request_type() {
     let show = r.of_type(RequestType::Show).unwrap().completed as f64;
     assert!(show / r.all.completed as f64 > 0.25, "{}", r.summary());
     assert!(r.all.rt_p90_ms > 0.0 && r.timeseries.len() >= 4);
-    let back = seda_arashi::load::ArashiReport::from_json(&r.to_json()).unwrap();
+    let back = seda_load::arashi::ArashiReport::from_json(&r.to_json()).unwrap();
     assert_eq!(
         (back.all.completed, back.all.rt_p90_ms),
         (r.all.completed, r.all.rt_p90_ms)
@@ -106,4 +107,26 @@ fn the_quick_experiment_writes_every_table_and_chart() {
             .map_or(0, |s| s.completed)
     };
     assert!(high(1) > 0 && high(0) == 0, "{:?}", fig15.report.phases);
+}
+
+/// The mail readers know Arashi from the wire only (`seda_load::arashi::request`);
+/// this holds their request types, paths and accounts to the service's.
+#[test]
+fn the_readers_request_types_and_accounts_are_arashis() {
+    use seda_load::arashi::request;
+    let ours: Vec<(&str, String)> = RequestType::ALL
+        .iter()
+        .map(|t| (t.name(), t.path()))
+        .collect();
+    let theirs: Vec<(&str, String)> = seda_arashi::RequestType::ALL
+        .iter()
+        .map(|t| (t.name(), t.path()))
+        .collect();
+    assert_eq!(ours, theirs);
+    assert_eq!(request::DEFAULT_ACCOUNTS, SeedPlan::default().users);
+    for k in [1, 7, 1024] {
+        let name = request::user_name(k);
+        assert_eq!(name, seda_arashi::seed::user_name(k));
+        assert_eq!(request::password(&name), seda_arashi::seed::password(&name));
+    }
 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use seda::Runtime;
 use seda_experiments::gnutella::plain::PlainLoop;
-use seda_gnutella::load::{LoadConfig, Mix, run};
 use seda_gnutella::{Gnutella, RouterConfig};
+use seda_load::gnutella::{LoadConfig, Mix, run};
 
 /// A router on an ephemeral loopback port, stopped when dropped.
 struct TestRouter {
@@ -128,4 +128,63 @@ fn a_tiny_fig14_run_measures_latency_and_samples_the_stage() {
     assert!(r.ping.received > 0 && r.query.received > 0);
     assert!(!r.samples.is_empty());
     assert!(r.max_threads >= 1);
+}
+
+/// The simulated peers speak through their own codec (`seda_load::gnutella::wire`);
+/// this holds it to the router's (`seda_gnutella::proto`) in both directions.
+#[test]
+fn the_peers_codec_agrees_with_the_routers() {
+    use seda_gnutella::proto::handshake::Block;
+    use seda_gnutella::proto::message::{self, Guid, MsgType};
+    use seda_load::gnutella::wire;
+
+    for (ours, theirs) in [
+        (wire::PING, MsgType::Ping),
+        (wire::PONG, MsgType::Pong),
+        (wire::QUERY, MsgType::Query),
+        (wire::QUERY_HIT, MsgType::QueryHit),
+    ] {
+        assert_eq!(ours, theirs.byte());
+    }
+    assert_eq!(wire::HEADER_LEN, message::HEADER_LEN);
+
+    // A message the peers write, read by the router's codec.
+    let guid = [0x5a; 16];
+    let payload = b"\x80\x00qqq\x00";
+    let mut out = Vec::new();
+    wire::write_message(&mut out, guid, wire::QUERY, 2, 1, payload);
+    let h = message::Header::parse(&out);
+    assert_eq!(
+        (h.guid, h.kind, h.ttl, h.hops, h.len),
+        (Guid(guid), MsgType::Query, 2, 1, payload.len() as u32)
+    );
+    assert_eq!(&out[message::HEADER_LEN..], payload);
+
+    // A message the router writes, read by the peers' codec.
+    let mut out = Vec::new();
+    message::write_message(&mut out, Guid(guid), MsgType::Pong, 1, 3, &[9; 14]);
+    let h = wire::Header::parse(&out).unwrap();
+    assert_eq!(
+        (h.guid, h.kind, h.ttl, h.hops, h.len),
+        (guid, wire::PONG, 1, 3, 14)
+    );
+
+    // The handshake: the peers' first block as the router reads it...
+    let hello = wire::connect_block(&[
+        ("User-Agent", "seda-load-gnutella/0"),
+        ("X-Ultrapeer", "True"),
+    ]);
+    let (block, used) = Block::parse(&hello).unwrap().unwrap();
+    assert_eq!(used, hello.len());
+    assert_eq!(block.start, "GNUTELLA CONNECT/0.6");
+    assert_eq!(block.get("user-agent"), Some("seda-load-gnutella/0"));
+    assert!(block.is_true("X-Ultrapeer"));
+    // ...the router's answers as the peers read them...
+    for (start, code) in [("GNUTELLA/0.6 200 OK", 200), ("GNUTELLA/0.6 503 Full", 503)] {
+        let answer = Block::new(start).header("X-Ultrapeer", "True").to_bytes();
+        assert_eq!(wire::answer_status(&answer), Some((code, start.to_owned())));
+    }
+    // ...and the peers' acceptance as the router reads it.
+    let (accept, _) = Block::parse(wire::ACCEPT_BLOCK).unwrap().unwrap();
+    assert_eq!(accept.status(), Some(200));
 }

@@ -18,7 +18,8 @@
 //!
 //! [`proto`] is the wire protocol on its own; [`routing`] the routing decisions and
 //! bounded tables (also used by the stage-less baseline of `seda experiment
-//! gnutella-throughput`); [`load`] the traffic generator of simulated peers.
+//! gnutella-throughput`). The simulated peers that load it (`seda load gnutella`)
+//! are in `seda-load`, with a codec of their own.
 //!
 //! ```no_run
 //! use seda::Runtime;
@@ -40,7 +41,6 @@ mod router;
 mod server;
 mod stats;
 
-pub mod load;
 pub mod proto;
 pub mod routing;
 

@@ -6,14 +6,20 @@
 //!   schedules), producing a [`LoadReport`].
 //! - [`metrics`]: response-time histograms, CDFs, Jain's fairness index.
 //! - [`testserver`]: a fixed-delay HTTP server to validate the generator against.
+//! - [`arashi`]: emulated mail readers against the Arashi mail service (a Markov
+//!   model of a mail reader, `seda load arashi`).
+//! - [`gnutella`]: simulated Gnutella 0.6 peers against a router (`seda load
+//!   gnutella`), with their own small wire codec.
 //!
 //! The experiments that use this load (`seda experiment`) are in `seda-experiments`.
 //! This crate depends on no crate of the workspace: it talks to the servers it
 //! measures over the wire only.
 
+pub mod arashi;
 pub mod client;
 pub mod dist;
 pub mod fileset;
+pub mod gnutella;
 pub mod http;
 pub mod metrics;
 pub mod report;

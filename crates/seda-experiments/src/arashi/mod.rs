@@ -31,8 +31,8 @@ use seda_http::OverloadControl;
 use seda_load::Schedule;
 use serde::{Deserialize, Serialize};
 
-use seda_arashi::load::{ArashiLoadConfig, ArashiReport, LoadProgress, UserGroup};
 use seda_arashi::{Arashi, ArashiConfig, ControlScope, DataDir, SeedPlan};
+use seda_load::arashi::{ArashiLoadConfig, ArashiReport, LoadProgress, UserGroup};
 
 pub use output::{table, write_outputs};
 
@@ -415,7 +415,7 @@ fn run_one(
             }
             samples
         });
-        let report = seda_arashi::load::run(&load, Arc::new(LoadProgress::default()));
+        let report = seda_load::arashi::run(&load, Arc::new(LoadProgress::default()));
         stop.store(true, Ordering::Relaxed);
         (report, poller.join().unwrap_or_default())
     });

@@ -1,11 +1,10 @@
 //! The experiment's outputs: `runs.json`, `table.md` (one table per figure) and SVG
-//! charts drawn with `seda-load`'s plot helpers.
+//! charts drawn with the harness's plot helpers.
 
 use std::fmt::Write;
 use std::path::Path;
 
-use seda_arashi::RequestType;
-use seda_arashi::load::{Second, Stats};
+use seda_load::arashi::{RequestType, Second, Stats};
 
 use super::{ExperimentResults, RunResult};
 use crate::harness::plot::{Chart, Series, line_chart};

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use seda_gnutella::load::{KindStats, LoadConfig, LoadReport};
 use seda_gnutella::{Gnutella, GnutellaStats, ROUTER_STAGE, RouterConfig};
+use seda_load::gnutella::{KindStats, LoadConfig, LoadReport};
 
 use super::plain::BENCH_ADVERTISE;
 use crate::harness::plot::{Chart, Series, line_chart};
@@ -151,7 +151,7 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
             v
         })
     };
-    let load = seda_gnutella::load::run(&LoadConfig {
+    let load = seda_load::gnutella::run(&LoadConfig {
         router: g.local_addr(),
         peers: cfg.peers,
         rate: Some(rate),

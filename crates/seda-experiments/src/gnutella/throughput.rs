@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use seda_gnutella::{Gnutella, GnutellaStats, RouterConfig};
 
 use super::plain::{BENCH_ADVERTISE, PlainLoop};
-use seda_gnutella::load::{LoadConfig, LoadReport, Mix};
+use seda_load::gnutella::{LoadConfig, LoadReport, Mix};
 
 /// Settings of the throughput comparison.
 #[derive(Clone, Debug)]
@@ -77,7 +77,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn load(cfg: &ThroughputConfig, router: SocketAddr) -> Result<LoadReport, String> {
-    seda_gnutella::load::run(&LoadConfig {
+    seda_load::gnutella::run(&LoadConfig {
         router,
         peers: cfg.peers,
         threads: cfg.threads,

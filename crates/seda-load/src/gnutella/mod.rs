@@ -4,20 +4,20 @@
 //! binary messages). Peers send a mix of pings and queries (SEDA 5.2.3's traffic
 //! model: 15 % queries, ~32-byte query payloads) at a total rate, or as fast as the
 //! router takes them; they answer a fraction of the queries they receive with query
-//! hits; and they time every message the router delivers (see [`sim`] for how send
-//! times travel in GUIDs). The report gives per-type latency (one way for pings and
-//! queries, round trip for hits and the router's own pongs), delivered copies and
-//! estimated drops, routed messages per second, and Jain's fairness over peers.
+//! hits; and they time every message the router delivers (the GUIDs of generated
+//! messages carry their send time). The report gives per-type latency (one way for
+//! pings and queries, round trip for hits and the router's own pongs), delivered
+//! copies and estimated drops, routed messages per second, and Jain's fairness over
+//! peers. The peers speak the protocol through their own small codec ([`wire`]).
 
 mod sim;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-
-use crate::proto::message::MsgType;
 
 /// Message kinds the generator times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,12 +32,13 @@ pub(crate) const N_KINDS: usize = 4;
 const KIND_NAMES: [&str; N_KINDS] = ["ping", "query", "pong", "queryhit"];
 
 impl Kind {
-    fn of(t: MsgType) -> Option<Kind> {
+    /// The kind of payload-type byte `t`, if it is one the generator times.
+    fn of(t: u8) -> Option<Kind> {
         match t {
-            MsgType::Ping => Some(Kind::Ping),
-            MsgType::Query => Some(Kind::Query),
-            MsgType::Pong => Some(Kind::Pong),
-            MsgType::QueryHit => Some(Kind::QueryHit),
+            wire::PING => Some(Kind::Ping),
+            wire::QUERY => Some(Kind::Query),
+            wire::PONG => Some(Kind::Pong),
+            wire::QUERY_HIT => Some(Kind::QueryHit),
             _ => None,
         }
     }
@@ -248,7 +249,7 @@ pub struct LoadReport {
 }
 
 fn summary(h: &Histogram<u64>, sent: u64, received: u64, expected: Option<u64>) -> KindStats {
-    use seda_load::metrics::quantile_ms;
+    use crate::metrics::quantile_ms;
     KindStats {
         sent,
         received,
@@ -306,7 +307,7 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
     let mut sent = [0u64; N_KINDS];
     let mut received = [0u64; N_KINDS];
     let mut lat: Vec<Histogram<u64>> = (0..N_KINDS)
-        .map(|_| seda_load::metrics::rt_histogram(3))
+        .map(|_| crate::metrics::rt_histogram(3))
         .collect();
     let secs = cfg.duration.as_secs() as usize + 2;
     let mut series = vec![([0u64; N_KINDS], [0u64; N_KINDS]); secs];
@@ -360,7 +361,7 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
         delivered_per_s: received.iter().sum::<u64>() as f64 / d,
         routed_per_s: routed / d,
         lost_copies: lost,
-        fairness: seda_load::metrics::jain_index(&delivered_from),
+        fairness: crate::metrics::jain_index(&delivered_from),
         write_stalls: stalls,
         closed_by_router: closed,
         series: series

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use seda_load::metrics::{quantile_ms, record_us, rt_histogram};
 use serde::{Deserialize, Serialize};
 
+use super::request::RequestType;
 use super::user::Outcome;
-use crate::stages::RequestType;
+use crate::metrics::{quantile_ms, record_us, rt_histogram};
 
 /// One finished request, as recorded by a user thread.
 #[derive(Clone, Copy, Debug)]

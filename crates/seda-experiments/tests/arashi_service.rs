@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use seda_arashi::load::{HttpClient, HttpResponse};
 use seda_arashi::{Arashi, ArashiConfig, RequestType, SeedPlan};
+use seda_load::arashi::{HttpClient, HttpResponse};
 
 fn start(dir: &std::path::Path) -> Arashi {
     let cfg = ArashiConfig {

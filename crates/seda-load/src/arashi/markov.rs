@@ -22,9 +22,9 @@
 //! Its stationary mix ([`MarkovModel::stationary`]): show ~49%, list ~28%, delete
 //! ~7%, folders ~5%, move ~3.4%, compose ~2.5%, logout ~1.5%, login ~1.5%, search
 //! ~0.9%. Choices within a step (which page, sort key, message, search word,
-//! recipient) are described in [`crate::load::user`].
+//! recipient) are described in [`super::user`].
 
-use crate::stages::RequestType;
+use super::request::RequestType;
 
 /// Number of request types (states).
 pub const STATES: usize = RequestType::ALL.len();

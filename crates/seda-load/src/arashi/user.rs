@@ -28,8 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::http::{HttpClient, HttpResponse};
 use super::markov::MarkovModel;
-use crate::seed::{password, user_name};
-use crate::stages::RequestType;
+use super::request::{RequestType, password, user_name};
 
 /// Words a user searches for (frequent in both the real and the synthetic corpus).
 pub const SEARCH_WORDS: [&str; 10] = [

@@ -14,12 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use seda_load::Schedule;
 
 use super::http::HttpClient;
 use super::markov::MarkovModel;
 use super::report::{ArashiReport, RunShape, Sample};
+use super::request::DEFAULT_ACCOUNTS;
 use super::user::{Outcome, User};
+use crate::schedule::Schedule;
 
 /// Stack of a user thread (it holds little: a client and a page).
 const USER_STACK: usize = 256 * 1024;
@@ -67,7 +68,7 @@ impl ArashiLoadConfig {
                 schedule: Schedule::steady(duration, f64::from(users)),
                 class: None,
             }],
-            accounts: crate::seed::SeedPlan::default().users,
+            accounts: DEFAULT_ACCOUNTS,
             think: Duration::from_millis(20),
             retry_wait: Duration::from_secs(5),
             timeout: Duration::from_secs(60),

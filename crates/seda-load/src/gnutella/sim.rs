@@ -16,9 +16,8 @@ use hdrhistogram::Histogram;
 use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
 
+use super::wire::{self, HEADER_LEN, Header, write_message};
 use super::{Kind, LoadConfig, N_KINDS};
-use crate::proto::handshake::Block;
-use crate::proto::message::{Guid, HEADER_LEN, Header, MsgType, write_message};
 
 /// Per-thread results, merged by the caller.
 #[derive(Debug)]
@@ -53,31 +52,29 @@ pub(crate) fn handshake(router: SocketAddr, agent: &str) -> io::Result<TcpStream
     let mut s = TcpStream::connect_timeout(&router, Duration::from_secs(5))?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let hello = Block::new("GNUTELLA CONNECT/0.6")
-        .header("User-Agent", agent)
-        .header("X-Ultrapeer", "True")
-        .header("X-Query-Routing", "0.2")
-        .header("Vendor-Message", "0.2");
-    s.write_all(&hello.to_bytes())?;
+    let hello = wire::connect_block(&[
+        ("User-Agent", agent),
+        ("X-Ultrapeer", "True"),
+        ("X-Query-Routing", "0.2"),
+        ("Vendor-Message", "0.2"),
+    ]);
+    s.write_all(&hello)?;
     let mut buf = Vec::new();
     let mut b = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {
-        if s.read(&mut b)? == 0 || buf.len() > 16 * 1024 {
+        if s.read(&mut b)? == 0 || buf.len() > wire::MAX_ANSWER {
             return Err(io::Error::other("router closed during the handshake"));
         }
         buf.push(b[0]);
     }
-    let (answer, _) = Block::parse(&buf)
-        .ok()
-        .flatten()
-        .ok_or_else(|| io::Error::other("unreadable handshake answer"))?;
-    if answer.status() != Some(200) {
+    let (status, line) =
+        wire::answer_status(&buf).ok_or_else(|| io::Error::other("unreadable handshake answer"))?;
+    if status != 200 {
         return Err(io::Error::other(format!(
-            "router refused the connection: {}",
-            answer.start
+            "router refused the connection: {line}"
         )));
     }
-    s.write_all(&Block::new("GNUTELLA/0.6 200 OK").to_bytes())?;
+    s.write_all(wire::ACCEPT_BLOCK)?;
     s.set_read_timeout(None)?;
     s.set_nonblocking(true)?;
     Ok(s)
@@ -86,7 +83,7 @@ pub(crate) fn handshake(router: SocketAddr, agent: &str) -> io::Result<TcpStream
 /// Last GUID byte of a generated (timed) message.
 const TIMED: u8 = 0x5e;
 
-fn timed_guid(epoch: Instant, now: Instant, peer: usize, seq: u32) -> Guid {
+fn timed_guid(epoch: Instant, now: Instant, peer: usize, seq: u32) -> [u8; 16] {
     let mut g = [0u8; 16];
     let ns = now.duration_since(epoch).as_nanos() as u64;
     g[..8].copy_from_slice(&ns.to_le_bytes());
@@ -94,14 +91,14 @@ fn timed_guid(epoch: Instant, now: Instant, peer: usize, seq: u32) -> Guid {
     g[9..11].copy_from_slice(&(peer as u16).to_le_bytes());
     g[11..15].copy_from_slice(&seq.to_le_bytes());
     g[15] = TIMED;
-    Guid(g)
+    g
 }
 
-fn guid_time(g: &Guid) -> Option<(u64, usize)> {
-    (g.0[8] == 0xff && g.0[15] == TIMED).then(|| {
+fn guid_time(g: &[u8; 16]) -> Option<(u64, usize)> {
+    (g[8] == 0xff && g[15] == TIMED).then(|| {
         (
-            u64::from_le_bytes(g.0[..8].try_into().unwrap_or_default()),
-            usize::from(u16::from_le_bytes([g.0[9], g.0[10]])),
+            u64::from_le_bytes(g[..8].try_into().unwrap_or_default()),
+            usize::from(u16::from_le_bytes([g[9], g[10]])),
         )
     })
 }
@@ -141,7 +138,7 @@ pub(crate) fn run_thread(
         sent: [0; N_KINDS],
         received: [0; N_KINDS],
         latency: (0..N_KINDS)
-            .map(|_| seda_load::metrics::rt_histogram(3))
+            .map(|_| crate::metrics::rt_histogram(3))
             .collect(),
         series: vec![([0; N_KINDS], [0; N_KINDS]); seconds],
         per_peer_sent: Vec::new(),
@@ -202,8 +199,7 @@ pub(crate) fn run_thread(
                 }
             }
             // Frame and time what arrived.
-            while sim.rbuf.len() - sim.rpos >= HEADER_LEN {
-                let h = Header::parse(&sim.rbuf[sim.rpos..]);
+            while let Some(h) = Header::parse(&sim.rbuf[sim.rpos..]) {
                 let end_at = sim.rpos + HEADER_LEN + h.len as usize;
                 if end_at > sim.rbuf.len() {
                     break;
@@ -216,7 +212,7 @@ pub(crate) fn run_thread(
                     let sent_at = epoch + Duration::from_nanos(ns);
                     let us = now.saturating_duration_since(sent_at).as_micros() as u64;
                     if now >= measured_from {
-                        seda_load::metrics::record_us(&mut r.latency[k], us);
+                        crate::metrics::record_us(&mut r.latency[k], us);
                     }
                     if let Some(slot) = r.series.get_mut(second) {
                         slot.0[k] += 1;
@@ -237,7 +233,7 @@ pub(crate) fn run_thread(
                         write_message(
                             &mut sim.wbuf,
                             h.guid,
-                            MsgType::QueryHit,
+                            wire::QUERY_HIT,
                             h.hops.saturating_add(1),
                             0,
                             &hit,
@@ -270,9 +266,9 @@ pub(crate) fn run_thread(
                     let kind = cfg.mix.pick(rng.f64());
                     match kind {
                         Kind::Query => {
-                            write_message(&mut sim.wbuf, g, MsgType::Query, cfg.ttl, 0, &query_text)
+                            write_message(&mut sim.wbuf, g, wire::QUERY, cfg.ttl, 0, &query_text)
                         }
-                        _ => write_message(&mut sim.wbuf, g, MsgType::Ping, cfg.ttl, 0, &[]),
+                        _ => write_message(&mut sim.wbuf, g, wire::PING, cfg.ttl, 0, &[]),
                     }
                     r.sent[kind as usize] += 1;
                     sim.sent += 1;
