@@ -30,12 +30,14 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use seda_http::{AccessLogConfig, AgentServer, DemoSite, Server};
+use seda_http::{AgentServer, DemoSite, Server};
 
 mod config;
 mod mount;
+mod reload;
 use config::{ConfigError, ServeConfig, Settings};
 use mount::{mount_overload, warnings};
+use reload::{Running, reload, reopen_log};
 
 /// Arguments of `seda serve`.
 #[derive(Debug, Default, clap::Args)]
@@ -75,20 +77,6 @@ fn check(s: &Settings) -> Result<(), String> {
     Ok(())
 }
 
-/// SIGUSR1: the access log reopens its file (after logrotate renamed it).
-fn reopen_log(server: &Server, cfg: Option<&AccessLogConfig>) {
-    match (server.access_log(), cfg) {
-        (Some(log), Some(cfg)) => match log.reopen(&cfg.path, cfg.format) {
-            Ok(()) => eprintln!(
-                "seda serve: reopening the access log {}",
-                cfg.path.display()
-            ),
-            Err(e) => eprintln!("seda serve: {e}"),
-        },
-        _ => eprintln!("seda serve: SIGUSR1 ignored: no access log"),
-    }
-}
-
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(args: ServeArgs) -> Result<(), String> {
     let settings = resolve(&args).map_err(|e| e.to_string())?;
@@ -100,10 +88,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         announce!("seda serve: {what}: ok");
         return Ok(());
     }
+    let mut running = Running::new(&settings, PathBuf::new());
     let Settings {
         mut cfg,
         root,
-        grace,
+        grace: _,
         overload,
         bottleneck,
         bottleneck_passes,
@@ -127,10 +116,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         eprintln!("seda serve: warning: {w}");
     }
     let calibrated = mount_overload(&mut cfg, &overload, bottleneck, bottleneck_passes)?;
-    let access_log = cfg.access_log.clone();
+    running.root = cfg.root.clone();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
         signal_hook::consts::SIGUSR1,
     ])
     .map_err(|e| format!("cannot install signal handler: {e}"))?;
@@ -181,10 +171,12 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     // Block until SIGINT or SIGTERM (no polling: shutdown starts as the signal lands).
     for signal in signals.forever() {
         match signal {
-            signal_hook::consts::SIGUSR1 => reopen_log(&server, access_log.as_ref()),
+            signal_hook::consts::SIGHUP => reload(&args, &server, &mut running),
+            signal_hook::consts::SIGUSR1 => reopen_log(&server, running.access_log.as_ref()),
             _ => break,
         }
     }
+    let grace = running.grace;
     eprintln!(
         "seda serve: shutting down (grace {:.1} s)",
         grace.as_secs_f64()

@@ -9,7 +9,8 @@
 //!
 //! - [`proto`]: the protocol, pure (parsing with limits, chunked bodies, paths,
 //!   validators, ranges).
-//! - [`Server`] / [`ServerConfig`]: start, register handlers, graceful shutdown.
+//! - [`Server`] / [`ServerConfig`]: start, register handlers, reload a configuration
+//!   while serving ([`Server::reload`]), graceful shutdown.
 //! - [`AdminServer`] / [`StatsDoc`]: the admin listener (`/_seda/stats`, `graph`,
 //!   `metrics`) on an address of its own, reused by the other services, and the stats
 //!   document's type, shared by the server and the experiments that read it; the
@@ -56,6 +57,7 @@ mod cache;
 mod demo;
 mod handler;
 mod overload;
+mod policy_slot;
 pub mod proto;
 mod proxy;
 mod server;
@@ -79,6 +81,6 @@ pub use proxy::{
     UpstreamStats, UpstreamUrl,
 };
 pub use server::{
-    FileIo, HaboobStats, Handoff, PathCacheStats, Server, ServerConfig, ServerError,
+    FileIo, HaboobStats, Handoff, PathCacheStats, Reloaded, Server, ServerConfig, ServerError,
     ServerShutdown, stages,
 };

@@ -135,7 +135,8 @@ impl From<&StageSnapshot> for StageStats {
         let admission = match &s.admission {
             Some(a) => AdmissionView {
                 policy: a.policy.clone(),
-                enabled: s.admission_enabled,
+                // A stage whose policy slot is empty (`none`) controls nothing.
+                enabled: s.admission_enabled && a.policy != "none",
                 rate: a.rate,
                 p90_ms: a.p90_ms,
                 target_ms: a.target_ms,

@@ -20,6 +20,7 @@ use super::answer::Answer;
 use super::conn::Exchange;
 use crate::cache::{FileInfo, Target};
 use crate::handler::{HandlerRegistration, Request};
+use crate::policy_slot::PolicySlot;
 use crate::proto::{RequestHead, Status};
 
 /// A request on its way through the stages, with the slot of its response. The
@@ -55,6 +56,8 @@ pub(crate) struct Route {
     /// The stage's name (`handler:NAME`), shared: the access log names the stage
     /// of each request without an allocation.
     pub(crate) stage: Arc<str>,
+    /// The stage's admission policy, replaceable on reload.
+    pub(crate) policy: Arc<PolicySlot>,
     pub(crate) sink: Sink<DynJob>,
 }
 

@@ -52,6 +52,7 @@ mod miss;
 mod page_cache;
 mod parse;
 mod recv;
+mod reload;
 mod request;
 mod routes;
 mod send;
@@ -79,16 +80,18 @@ pub(crate) use answer::Answer;
 pub(crate) use conn::{Exchange, ResponseStream};
 pub(crate) use events::Job;
 pub(crate) use state::Responder;
+pub use reload::Reloaded;
 pub use state::{HaboobStats, PathCacheStats};
 
 use self::answer::Framer;
 use self::events::{PageEvent, Route};
 use self::routes::Routes;
-use self::state::{Haboob, Settings};
+use self::state::{Haboob, Live, Settings};
 use crate::access_log::AccessLog;
 use crate::admin::{AdminBuilder, AdminServer, StatsDoc};
 use crate::cache::{PageCache, PathCache};
 use crate::handler::HandlerRegistration;
+use crate::policy_slot::PolicySlot;
 
 /// Stage names of Haboob (SEDA Fig. 5).
 pub mod stages {
@@ -144,6 +147,9 @@ pub struct Server {
     sweeper: Option<JoinHandle<()>>,
     /// The front door's timeout sweeper, if routes are mounted.
     proxy: Option<crate::proxy::ProxyHandle>,
+    /// The configuration the server started with (without its handlers): what a
+    /// reload compares against.
+    started: ServerConfig,
 }
 
 impl fmt::Debug for Server {
@@ -202,15 +208,12 @@ impl Server {
             set: Settings {
                 root,
                 index: cfg.index.clone(),
-                limits: cfg.limits.clone(),
                 max_cached_file: cfg.max_cached_file,
-                header_timeout: cfg.header_timeout,
-                idle_timeout: cfg.idle_timeout,
                 residency_check: cfg.residency_check,
                 file_io: cfg.file_io,
                 dotfiles: cfg.dotfiles,
-                max_pipelined: cfg.max_pipelined as u64,
             },
+            live: arc_swap::ArcSwap::from_pointee(Live::of(&cfg)),
             conns: conn::ConnTable::new(),
             paths: PathCache::new(cfg.path_cache_bytes, cfg.revalidate),
             pages: PageCache::new(cfg.cache_bytes),
@@ -337,6 +340,10 @@ impl Server {
             sweeper_stop: Arc::new(AtomicBool::new(false)),
             sweeper: None,
             proxy,
+            started: ServerConfig {
+                handlers: Vec::new(),
+                ..cfg.clone()
+            },
         };
         if let Some(addr) = cfg.admin_listen {
             server.admin = Some(
@@ -541,18 +548,24 @@ fn register(rt: &Runtime, out: &Responder, reg: HandlerRegistration) -> Result<(
         reg: reg.clone(),
         out: out.clone(),
     };
-    let mut builder = rt
+    // Every handler's policy sits in a slot a reload can refill (an empty slot
+    // admits everything and shows `none`).
+    let policy = Arc::new(PolicySlot::new(reg.admission.clone()));
+    let sink = rt
         .stage(&reg.stage_name(), stage)
         .capacity(reg.capacity)
         .thread_model(ThreadModel::PerStage)
         .thread_pool(reg.pool.clone())
-        .batch(1);
-    if let Some(policy) = &reg.admission {
-        builder = builder.admission_shared(Arc::clone(policy));
-    }
-    let sink = builder.build()?;
+        .batch(1)
+        .admission_shared(Arc::clone(&policy) as Arc<dyn seda::admission::AdmissionPolicy>)
+        .build()?;
     let stage = Arc::from(reg.stage_name());
-    out.hb.routes.add(Route { reg, sink, stage });
+    out.hb.routes.add(Route {
+        reg,
+        sink,
+        stage,
+        policy,
+    });
     Ok(())
 }
 

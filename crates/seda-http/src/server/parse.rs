@@ -242,15 +242,16 @@ impl HttpParse {
         let hb = &self.hb;
         // Heads are parsed with the largest body limit of any proxy route; the
         // handlers' limit is checked once the route is known.
+        let live = hb.live.load();
         let raised;
-        let limits = if hb.proxies.max_body() > hb.set.limits.max_body {
+        let limits = if hb.proxies.max_body() > live.limits.max_body {
             raised = crate::proto::Limits {
                 max_body: hb.proxies.max_body(),
-                ..hb.set.limits.clone()
+                ..live.limits.clone()
             };
             &raised
         } else {
-            &hb.set.limits
+            &live.limits
         };
         loop {
             if let Some(body) = body_mut(&mut rx.body) {
@@ -353,7 +354,7 @@ impl HttpParse {
                 }
                 rx.solo = false;
             }
-            if c.in_flight() >= hb.set.max_pipelined && c.pause_pipeline(hb.set.max_pipelined) {
+            if c.in_flight() >= live.max_pipelined && c.pause_pipeline(live.max_pipelined) {
                 hb.counters.pipeline_pauses.fetch_add(1, Relaxed);
                 return;
             }
@@ -415,7 +416,7 @@ impl HttpParse {
                 }
                 continue;
             }
-            if matches!(head.body, BodyFraming::Length(n) if n > hb.set.limits.max_body) {
+            if matches!(head.body, BodyFraming::Length(n) if n > live.limits.max_body) {
                 hb.counters.bad_requests.fetch_add(1, Relaxed);
                 let ex = Exchange::new(Arc::clone(c), c.next_seq(), false, false);
                 steps.push(Step::Answer(ex, Answer::Error(Status::PAYLOAD_TOO_LARGE)));
@@ -447,7 +448,7 @@ impl HttpParse {
                 }
                 BodyFraming::Length(n) => BodyReader::Length { left: n },
                 BodyFraming::Chunked => BodyReader::Chunked(ChunkedDecoder::new(ChunkLimits::new(
-                    hb.set.limits.max_body,
+                    live.limits.max_body,
                 ))),
             };
             rx.head_started = Some(now);

@@ -47,6 +47,20 @@ impl Routes {
             .collect()
     }
 
+    /// Every route, longest prefix first.
+    pub(crate) fn all(&self) -> Vec<Arc<Route>> {
+        self.0.read().clone()
+    }
+
+    /// Puts `new` where `old` is (a reload's new registration for the same stage).
+    /// Requests that found `old` before keep it until they are submitted.
+    pub(crate) fn replace(&self, old: &Arc<Route>, new: Route) {
+        let mut routes = self.0.write();
+        if let Some(slot) = routes.iter_mut().find(|r| Arc::ptr_eq(r, old)) {
+            *slot = Arc::new(new);
+        }
+    }
+
     pub(crate) fn clear(&self) {
         self.0.write().clear();
     }

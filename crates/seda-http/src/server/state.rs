@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use seda::{Meta, Sink};
 use seda_io::Writer;
 use serde::{Deserialize, Serialize};
@@ -20,18 +21,24 @@ use crate::access_log::{AccessEntry, AccessLog, Answerer, Origin, RequestRecord}
 use crate::cache::{PageCache, PageCacheStats, PathCache};
 use crate::proto::{Dotfiles, Limits, Status};
 
-/// Settings the stages read on every request.
+/// Settings the stages read on every request, fixed at start.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) root: PathBuf,
     pub(crate) index: String,
-    pub(crate) limits: Limits,
     pub(crate) max_cached_file: u64,
-    pub(crate) header_timeout: Duration,
-    pub(crate) idle_timeout: Duration,
     pub(crate) residency_check: bool,
     pub(crate) file_io: FileIo,
     pub(crate) dotfiles: Dotfiles,
+}
+
+/// Settings a reload may change while requests run ([`Haboob::live`]): each
+/// request reads the set in force when it is parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Live {
+    pub(crate) limits: Limits,
+    pub(crate) header_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// Requests of one connection in flight at most (parsed, not yet answered).
     pub(crate) max_pipelined: u64,
 }
@@ -118,6 +125,7 @@ pub struct PathCacheStats {
 #[derive(Debug)]
 pub(crate) struct Haboob {
     pub(crate) set: Settings,
+    pub(crate) live: ArcSwap<Live>,
     pub(crate) conns: ConnTable,
     pub(crate) paths: PathCache,
     pub(crate) pages: PageCache,

@@ -18,7 +18,8 @@ use crate::proto::Status;
 pub(crate) fn sweep(out: &Responder, now: Instant) {
     let hb = &out.hb;
     hb.tick(now);
-    let idle_ms = u64::try_from(hb.set.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+    let live = hb.live.load();
+    let idle_ms = u64::try_from(live.idle_timeout.as_millis()).unwrap_or(u64::MAX);
     let now_ms = hb.millis(now);
     for c in hb.conns.all() {
         if c.is_gone() {
@@ -28,7 +29,7 @@ pub(crate) fn sweep(out: &Responder, now: Instant) {
             continue;
         };
         if let Some(t0) = rx.head_started
-            && now.saturating_duration_since(t0) > hb.set.header_timeout
+            && now.saturating_duration_since(t0) > live.header_timeout
         {
             hb.counters.header_timeouts.fetch_add(1, Relaxed);
             // A request waiting for its body gets the 408; else a new slot does.

@@ -315,7 +315,7 @@ impl EventLoop<'_> {
     ) {
         let shared = self.shared;
         let cfg = &shared.cfg;
-        if shared.open.load(Relaxed) >= cfg.max_connections {
+        if shared.open.load(Relaxed) >= shared.max_connections.load(Relaxed) {
             shared.counters(self.idx).refused.fetch_add(1, Relaxed);
             if let Some(bytes) = &cfg.refusal {
                 // Best effort: a fresh socket's buffer takes a short answer whole.

@@ -563,6 +563,9 @@ struct LoopSlot {
 #[derive(Debug)]
 pub(crate) struct Shared {
     cfg: SocketConfig,
+    /// `cfg.max_connections`, changeable while running
+    /// ([`SocketHandle::set_max_connections`]).
+    max_connections: AtomicUsize,
     /// The application's sink, set once by [`BoundSockets::start`] before any loop
     /// runs (loops deliver nothing before).
     app: OnceLock<Sink<SocketEvent>>,
@@ -681,6 +684,7 @@ impl Sockets {
             });
         }
         let shared = Arc::new(Shared {
+            max_connections: AtomicUsize::new(cfg.max_connections),
             cfg,
             app: OnceLock::new(),
             conns: ConnTable::new(),
@@ -798,6 +802,13 @@ impl SocketHandle {
     /// Connections open now.
     pub fn open_connections(&self) -> usize {
         self.shared.open.load(Relaxed)
+    }
+
+    /// Changes [`SocketConfig::max_connections`] while the loops run (a reload):
+    /// connections over a lower bound stay open, new ones are refused until the
+    /// count is under it. At least 1.
+    pub fn set_max_connections(&self, n: usize) {
+        self.shared.max_connections.store(n.max(1), Relaxed);
     }
 
     /// Name of the event-loop stage.
