@@ -18,7 +18,8 @@
 //!   (`time` in RFC 3339, UTC).
 //!
 //! Times are UTC. The stage that answered is `static` (files, redirects, their
-//! errors), `handler:NAME` (a dynamic handler), `admission:STAGE` (a `503` or other
+//! errors), `handler:NAME` (a dynamic handler), `proxy:NAME` (a route to upstreams,
+//! its `502`/`504` included), `admission:STAGE` (a `503` or other
 //! overload action because a stage's admission refused the request or its queue was
 //! full), `parse` (a request that could not be parsed) or `timeout` (a `408`).
 //!
@@ -102,7 +103,8 @@ impl AccessLogConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Answerer {
     Static,
-    Handler(Arc<str>),
+    /// A handler's or a proxy route's stage, by its name.
+    Stage(Arc<str>),
     Admission(Arc<str>),
     Parse,
     Timeout,
@@ -118,8 +120,9 @@ pub(crate) struct RequestRecord {
     pub(crate) referer: Option<Bytes>,
     pub(crate) user_agent: Option<Bytes>,
     pub(crate) born: Instant,
-    /// The stage the request was routed to (`handler:NAME`), if a dynamic handler's.
-    pub(crate) handler: Option<Arc<str>>,
+    /// The stage the request was routed to (`handler:NAME`, `proxy:NAME`), if a
+    /// dynamic handler's or a proxy route's.
+    pub(crate) stage: Option<Arc<str>>,
     /// Parsed, timed out, or refused by the parser.
     pub(crate) origin: Origin,
 }
@@ -131,7 +134,7 @@ impl RequestRecord {
         head: &RequestHead,
         peer: SocketAddr,
         born: Instant,
-        handler: Option<Arc<str>>,
+        stage: Option<Arc<str>>,
     ) -> Self {
         let line_end = raw
             .windows(2)
@@ -148,7 +151,7 @@ impl RequestRecord {
             referer: field(b"referer"),
             user_agent: field(b"user-agent"),
             born,
-            handler,
+            stage,
             origin: Origin::Request,
         }
     }
@@ -173,7 +176,7 @@ impl RequestRecord {
             referer: None,
             user_agent: None,
             born,
-            handler: None,
+            stage: None,
             origin,
         }
     }
@@ -183,6 +186,8 @@ impl RequestRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Origin {
     Request,
+    /// A request for a proxy route (whatever it is answered is the route's).
+    Proxied,
     Parse,
     Timeout,
 }
@@ -196,6 +201,29 @@ pub(crate) struct AccessEntry {
     pub(crate) at: SystemTime,
     pub(crate) took: Duration,
     pub(crate) by: Answerer,
+}
+
+impl AccessEntry {
+    /// The line of a response finished now.
+    pub(crate) fn now(rec: Box<RequestRecord>, status: u16, body_bytes: u64, by: Answerer) -> Self {
+        let took = rec.born.elapsed();
+        AccessEntry {
+            rec,
+            status,
+            body_bytes,
+            at: SystemTime::now(),
+            took,
+            by,
+        }
+    }
+}
+
+/// The status of a response head (`HTTP/1.1 NNN ...`), 0 if it has none.
+pub(crate) fn status_of(head: &[u8]) -> u16 {
+    head.get(9..12)
+        .and_then(|s| std::str::from_utf8(s).ok())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// An event of the log stage.
@@ -394,6 +422,7 @@ fn format_line(buf: &mut String, format: AccessLogFormat, e: &AccessEntry) {
         }
         AccessLogFormat::Json => {
             let line = String::from_utf8_lossy(&r.line);
+            let parsed = matches!(r.origin, Origin::Request | Origin::Proxied);
             let mut parts = line.splitn(3, ' ');
             let (method, uri, protocol) = (parts.next(), parts.next(), parts.next());
             fn lossy(b: &Option<Bytes>) -> Option<std::borrow::Cow<'_, str>> {
@@ -403,21 +432,9 @@ fn format_line(buf: &mut String, format: AccessLogFormat, e: &AccessEntry) {
                 time: ts.round(jiff::Unit::Millisecond).unwrap_or(ts).to_string(),
                 remote_addr: r.peer.ip().to_string(),
                 request: &line,
-                method: if r.origin == Origin::Request {
-                    method
-                } else {
-                    None
-                },
-                uri: if r.origin == Origin::Request {
-                    uri
-                } else {
-                    None
-                },
-                protocol: if r.origin == Origin::Request {
-                    protocol
-                } else {
-                    None
-                },
+                method: if parsed { method } else { None },
+                uri: if parsed { uri } else { None },
+                protocol: if parsed { protocol } else { None },
                 status: e.status,
                 body_bytes_sent: e.body_bytes,
                 referer: lossy(&r.referer),
@@ -452,7 +469,7 @@ struct JsonLine<'a> {
 fn answerer(by: &Answerer) -> String {
     match by {
         Answerer::Static => "static".into(),
-        Answerer::Handler(name) => name.to_string(),
+        Answerer::Stage(name) => name.to_string(),
         Answerer::Admission(stage) => format!("admission:{stage}"),
         Answerer::Parse => "parse".into(),
         Answerer::Timeout => "timeout".into(),
@@ -488,7 +505,7 @@ mod tests {
                 referer: None,
                 user_agent: ua.map(Bytes::copy_from_slice),
                 born: Instant::now(),
-                handler: None,
+                stage: None,
                 origin: Origin::Request,
             }),
             status: 200,
@@ -540,7 +557,7 @@ mod tests {
             &entry(
                 b"GET /hello?x=1 HTTP/1.1",
                 None,
-                Answerer::Handler("handler:hello".into()),
+                Answerer::Stage("handler:hello".into()),
             ),
         );
         let v: serde_json::Value = serde_json::from_str(buf.trim_end()).unwrap();

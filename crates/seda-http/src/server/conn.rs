@@ -40,7 +40,7 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use seda_io::{ConnId, ConnWriter, Outgoing, Writer};
 
-use crate::access_log::RequestRecord;
+use crate::access_log::{AccessEntry, AccessLog, Answerer, RequestRecord, status_of};
 
 /// `Connection` lines and the blank line that ends a head.
 pub(crate) static KEEP_ALIVE: Bytes = Bytes::from_static(b"Connection: keep-alive\r\n\r\n");
@@ -196,6 +196,8 @@ pub(crate) enum Cut {
 pub(crate) struct Conn {
     pub(crate) id: ConnId,
     pub(crate) peer: SocketAddr,
+    /// The access log, if on (streamed responses log themselves when they end).
+    pub(crate) log: Option<AccessLog>,
     writer: Writer,
     /// The writer bound to this connection (no lookup per response); `None` if
     /// the socket layer had already closed it when it was accepted here.
@@ -224,6 +226,7 @@ impl Conn {
         Conn {
             id,
             peer,
+            log: None,
             out: writer.bind(id),
             writer,
             gone: AtomicBool::new(false),
@@ -561,7 +564,7 @@ impl Exchange {
         bufs: &mut Vec<Bytes>,
         close: bool,
     ) -> Result<ResponseStream, Exchange> {
-        let Some(slot) = self.slot.take() else {
+        let Some(mut slot) = self.slot.take() else {
             return Err(self);
         };
         let mut tx = slot.conn.tx.lock();
@@ -570,10 +573,12 @@ impl Exchange {
             self.slot = Some(slot);
             return Err(self);
         }
+        let log = slot.log.take().map(|rec| StreamLog::start(rec, bufs));
         slot.conn.flush(&mut tx, bufs);
         drop(tx);
         Ok(ResponseStream {
             conn: slot.conn,
+            log,
             close,
             finished: false,
         })
@@ -637,6 +642,8 @@ impl Drop for Exchange {
 #[derive(Debug)]
 pub(crate) struct ResponseStream {
     conn: Arc<Conn>,
+    /// The access log's record, status and body bytes so far (log on only).
+    log: Option<StreamLog>,
     close: bool,
     finished: bool,
 }
@@ -654,6 +661,10 @@ impl ResponseStream {
 
     /// Sends more of the body; false once the connection is gone.
     pub(crate) fn send(&self, bufs: &mut Vec<Bytes>) -> bool {
+        if let Some(l) = &self.log {
+            let n: usize = bufs.iter().map(Bytes::len).sum();
+            l.body.fetch_add(n as u64, Relaxed);
+        }
         let mut tx = self.conn.tx.lock();
         self.conn.flush(&mut tx, bufs);
         !tx.dead
@@ -668,6 +679,7 @@ impl ResponseStream {
     /// and the connection closes if the response said so.
     pub(crate) fn finish(mut self) {
         self.finished = true;
+        self.log_line();
         let mut tx = self.conn.tx.lock();
         let seq = tx.next;
         if !tx.running.is_empty() {
@@ -693,11 +705,53 @@ impl ResponseStream {
     }
 }
 
+impl ResponseStream {
+    /// Offers the response's access log line (once).
+    fn log_line(&mut self) {
+        if let (Some(l), Some(log)) = (self.log.take(), &self.conn.log) {
+            let by = match &l.rec.stage {
+                Some(s) => Answerer::Stage(Arc::clone(s)),
+                None => Answerer::Static,
+            };
+            let body = l.body.load(Relaxed);
+            log.offer(AccessEntry::now(l.rec, l.status, body, by));
+        }
+    }
+}
+
+/// What the access log keeps of a streamed response until it ends.
+#[derive(Debug)]
+struct StreamLog {
+    rec: Box<RequestRecord>,
+    status: u16,
+    /// Body bytes handed to the connection so far.
+    body: AtomicU64,
+}
+
+impl StreamLog {
+    /// `bufs`: the head and the first body bytes.
+    fn start(rec: Box<RequestRecord>, bufs: &[Bytes]) -> Self {
+        let first = bufs.first().map_or(&[][..], |b| &b[..]);
+        let head = first
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(first.len(), |p| p + 4);
+        let total: usize = bufs.iter().map(Bytes::len).sum();
+        StreamLog {
+            rec,
+            status: status_of(first),
+            body: AtomicU64::new(total.saturating_sub(head) as u64),
+        }
+    }
+}
+
 impl Drop for ResponseStream {
     fn drop(&mut self) {
         if self.finished {
             return;
         }
+        // Cut short: logged with the bytes that went out.
+        self.log_line();
         let mut tx = self.conn.tx.lock();
         tx.dead = true;
         tx.pending.clear();

@@ -79,8 +79,8 @@ pub use config::{FileIo, Handoff, ServerConfig, ServerError};
 pub(crate) use answer::Answer;
 pub(crate) use conn::{Exchange, ResponseStream};
 pub(crate) use events::Job;
-pub(crate) use state::Responder;
 pub use reload::Reloaded;
+pub(crate) use state::Responder;
 pub use state::{HaboobStats, PathCacheStats};
 
 use self::answer::Framer;

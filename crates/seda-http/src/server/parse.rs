@@ -163,7 +163,8 @@ impl HttpParse {
                     hb.writer.close(conn);
                     return;
                 }
-                let c = Conn::new(conn, peer, hb.writer.clone(), hb.millis(now));
+                let mut c = Conn::new(conn, peer, hb.writer.clone(), hb.millis(now));
+                c.log = hb.log.clone();
                 c.rx.lock().born = Some(read_at);
                 hb.conns.insert(Arc::new(c));
             }
@@ -447,9 +448,9 @@ impl HttpParse {
                     continue;
                 }
                 BodyFraming::Length(n) => BodyReader::Length { left: n },
-                BodyFraming::Chunked => BodyReader::Chunked(ChunkedDecoder::new(ChunkLimits::new(
-                    live.limits.max_body,
-                ))),
+                BodyFraming::Chunked => {
+                    BodyReader::Chunked(ChunkedDecoder::new(ChunkLimits::new(live.limits.max_body)))
+                }
             };
             rx.head_started = Some(now);
             match route {
@@ -525,7 +526,13 @@ impl HttpParse {
         let raw = rx.take_front(head.head_len);
         let born = rx.take_born(now);
         let head_only = head.method == Method::Head;
-        let ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
+        let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
+        if hb.log.is_some() {
+            let stage = Some(Arc::from(mount.route.cfg.stage_name()));
+            let mut rec = RequestRecord::parsed(&raw, &head, c.peer, born, stage);
+            rec.origin = Origin::Proxied;
+            ex.log(rec);
+        }
         if !head.keep_alive {
             rx.closing = true;
         }

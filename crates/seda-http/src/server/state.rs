@@ -17,7 +17,7 @@ use super::config::FileIo;
 use super::conn::{Body, ConnTable, Exchange, Reply};
 use super::events::SendEvent;
 use super::routes::Routes;
-use crate::access_log::{AccessEntry, AccessLog, Answerer, Origin, RequestRecord};
+use crate::access_log::{AccessEntry, AccessLog, Answerer, Origin, RequestRecord, status_of};
 use crate::cache::{PageCache, PageCacheStats, PathCache};
 use crate::proto::{Dotfiles, Limits, Status};
 
@@ -219,44 +219,33 @@ impl Haboob {
 
 /// Which stage answered the request of `rec` with `answer` (the access log's word).
 fn answerer(rec: &RequestRecord, answer: &Answer) -> Answerer {
-    let handler = || rec.handler.clone();
+    let stage = || rec.stage.clone();
     match (rec.origin, answer) {
         (Origin::Parse, _) => Answerer::Parse,
         (Origin::Timeout, _) | (_, Answer::Error(Status::REQUEST_TIMEOUT)) => Answerer::Timeout,
-        (_, Answer::Overload) => Answerer::Admission(handler().unwrap_or_else(|| "static".into())),
-        (_, Answer::Dynamic(_)) => match handler() {
-            Some(h) => Answerer::Handler(h),
+        (_, Answer::Overload) => Answerer::Admission(stage().unwrap_or_else(|| "static".into())),
+        (Origin::Proxied, _) => match stage() {
+            Some(s) => Answerer::Stage(s),
+            None => Answerer::Static,
+        },
+        (_, Answer::Dynamic(_)) => match stage() {
+            Some(s) => Answerer::Stage(s),
             None => Answerer::Static,
         },
         // A handler's request answered with an error: its body could not be read.
-        (_, Answer::Error(_)) if rec.handler.is_some() => Answerer::Parse,
+        (_, Answer::Error(_)) if rec.stage.is_some() => Answerer::Parse,
         _ => Answerer::Static,
     }
 }
 
 /// The access log's line for a response framed as `reply`.
 fn entry(rec: Box<RequestRecord>, reply: &Reply, by: Answerer) -> AccessEntry {
-    // Every head starts `HTTP/1.1 NNN `.
-    let status = reply
-        .head
-        .get(9..12)
-        .and_then(|s| std::str::from_utf8(s).ok())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
     let body_bytes = match &reply.body {
         Body::None => 0,
         Body::Bytes(b) => b.len() as u64,
         Body::File { len, .. } => *len,
     };
-    let took = rec.born.elapsed();
-    AccessEntry {
-        rec,
-        status,
-        body_bytes,
-        at: std::time::SystemTime::now(),
-        took,
-        by,
-    }
+    AccessEntry::now(rec, status_of(&reply.head), body_bytes, by)
 }
 
 /// How every stage hands an answer to HttpSend: through its queue, or, if HttpSend
