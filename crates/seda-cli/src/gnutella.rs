@@ -22,9 +22,31 @@ pub struct GnutellaArgs {
     /// Outgoing connections to keep at least.
     #[arg(long, default_value_t = 4)]
     pub min_outgoing: usize,
-    /// Most connections (advertised as X-Degree, at least 16).
+    /// Most ultrapeer connections (advertised as X-Degree, at least 16).
     #[arg(long, default_value_t = 32)]
     pub max_peers: usize,
+    /// Most leaves (X-Ultrapeer: False) shielded by this ultrapeer; 0 refuses leaves.
+    #[arg(long, default_value_t = 32)]
+    pub max_leaves: usize,
+    /// Broadcast every ping, as SEDA's router did, instead of answering pings from
+    /// the pong cache (the 0.6 ping/pong scheme).
+    #[arg(long)]
+    pub no_pong_cache: bool,
+    /// Memory all received query routing tables may hold together, KiB; a table
+    /// past it drops the peer that sent it.
+    #[arg(long, default_value_t = 32 * 1024)]
+    pub qrp_memory_kb: usize,
+    /// Incoming handshakes per minute from one address before it is banned (429,
+    /// Retry-After); 0: no limit.
+    #[arg(long, default_value_t = 2)]
+    pub handshakes_per_minute: u32,
+    /// Incoming handshakes per minute from one /24 (IPv6: /64); 0: no limit.
+    #[arg(long, default_value_t = 8)]
+    pub handshakes_per_minute_net: u32,
+    /// Apply the handshake rate limit to loopback addresses too (exempt by default:
+    /// local tools and the load generator open many connections at once).
+    #[arg(long)]
+    pub rate_limit_loopback: bool,
     /// Largest TTL + hops of a forwarded broadcast (X-Max-TTL).
     #[arg(long, default_value_t = 4)]
     pub max_ttl: u8,
@@ -111,6 +133,7 @@ pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
         seeds: a.peers.clone(),
         min_outgoing: a.min_outgoing,
         max_peers: a.max_peers,
+        max_leaves: a.max_leaves,
         deflate: !a.no_deflate,
         max_payload: a.max_payload,
         out_queue_bytes: a.out_queue_kb.saturating_mul(1024),
@@ -127,6 +150,13 @@ pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
         ..RouterConfig::default()
     };
     cfg.max_backoff = cfg.max_backoff.max(cfg.backoff);
+    if a.no_pong_cache {
+        cfg.pong_cache = None;
+    }
+    cfg.qrp.memory = a.qrp_memory_kb.saturating_mul(1024);
+    cfg.handshake_limit.per_addr = a.handshakes_per_minute;
+    cfg.handshake_limit.per_net = a.handshakes_per_minute_net;
+    cfg.handshake_limit.exempt_loopback = !a.rate_limit_loopback;
     if let Some(n) = a.router_queue_limit {
         cfg.router_admission = seda_gnutella::RouterAdmission::QueueThreshold(n);
     }

@@ -97,6 +97,20 @@ fn the_router_process_handshakes_and_reports_on_its_admin_listener() {
         assert!(Instant::now() < deadline, "no exit after SIGTERM");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The peer was told: a Bye (type 0x02, code 200) before the close, as the
+    // router's `Bye-Packet: 0.1` promises.
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    let mut off = 0;
+    let mut bye = None;
+    while rest.len() >= off + 23 {
+        let len = u32::from_le_bytes(rest[off + 19..off + 23].try_into().unwrap()) as usize;
+        if rest[off + 16] == 0x02 && rest.len() >= off + 25 {
+            bye = Some(u16::from_le_bytes([rest[off + 23], rest[off + 24]]));
+        }
+        off += 23 + len;
+    }
+    assert_eq!(bye, Some(200), "no Bye before the close");
 }
 
 #[test]
@@ -105,6 +119,7 @@ fn bad_settings_are_one_line_errors() {
         (&["--router-threads", "two"][..], "--router-threads"),
         (&["--admin-listen", "nowhere"], "--admin-listen"),
         (&["--max-peers", "0"], "max peers"),
+        (&["--qrp-memory-kb", "10"], "QRP memory"),
     ] {
         let out = Command::new(SEDA)
             .args(["gnutella", "--listen", "127.0.0.1:0"])

@@ -45,6 +45,8 @@ impl Drop for TestRouter {
 fn simulated_peers_get_every_broadcast_and_time_it() {
     let r = TestRouter::start(RouterConfig {
         advertise: Some("192.0.2.1:6346".parse().unwrap()),
+        // The generator's traffic model (SEDA 5.2.3) times broadcast pings.
+        pong_cache: None,
         ..RouterConfig::default()
     });
     let report = run(&LoadConfig {

@@ -28,6 +28,102 @@ pub enum RouterAdmission {
     },
 }
 
+/// Query routing tables (QRP): what we keep of our peers' tables and what we send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QrpConfig {
+    /// log2 of the slots of the table we send ultrapeers that ask for it
+    /// (`X-Ultrapeer-Query-Routing`): the union of our leaves' tables. Default 16
+    /// (65,536 slots, 8 KiB), 8..=21.
+    pub table_bits: u8,
+    /// Largest table a peer may send us, log2 of its slots; a RESET asking for more
+    /// drops that peer (Bye 413). Default 21 (2 Mi slots, 256 KiB: gtk-gnutella's
+    /// largest), 8..=21.
+    pub max_table_bits: u8,
+    /// Bytes all received tables may hold together (with their inflaters while a
+    /// patch is being received); a RESET that would pass it drops that peer.
+    /// Default 32 MiB.
+    pub memory: usize,
+    /// Least time between two updates of our table to an ultrapeer. Default 10 s.
+    pub update_every: Duration,
+}
+
+impl Default for QrpConfig {
+    fn default() -> Self {
+        QrpConfig {
+            table_bits: 16,
+            max_table_bits: crate::proto::qrp::MAX_BITS,
+            memory: 32 << 20,
+            update_every: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Pong caching, the 0.6 ping/pong scheme (LimeWire's ping reduction, as
+/// gtk-gnutella's `pcache.c` implements it): a ping is answered from a cache of
+/// recent pongs per hop count instead of being broadcast; the cache is refilled by
+/// pinging our ultrapeers at most once per `lifespan`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PongCacheConfig {
+    /// How long cached pongs are used before the cache is emptied and our
+    /// ultrapeers are pinged again. Default 20 s (gtk-gnutella's ultrapeer value).
+    pub lifespan: Duration,
+    /// Most cached pongs answering one ping. Default 10.
+    pub per_ping: usize,
+    /// Most pongs cached per hop count. Default 32.
+    pub per_hop: usize,
+    /// A peer's pings are answered at most once per this long (others are dropped
+    /// and counted): 3 s for an ultrapeer, 60 s for a leaf (gtk-gnutella's
+    /// values). Alive pings (TTL 1, hops 0) are always answered.
+    pub throttle: (Duration, Duration),
+}
+
+impl Default for PongCacheConfig {
+    fn default() -> Self {
+        PongCacheConfig {
+            lifespan: Duration::from_secs(20),
+            per_ping: 10,
+            per_hop: 32,
+            throttle: (Duration::from_secs(3), Duration::from_secs(60)),
+        }
+    }
+}
+
+/// A rate limit on incoming handshakes, per address and per /24 network (/64 for
+/// IPv6), as gtk-gnutella bans hammering hosts (`ban.c`): each attempt adds 1 to a
+/// counter that decays linearly by `per_period` every `period`; past `per_period`
+/// the source is banned for `ban`, doubled for each ban that follows within an
+/// hour, up to `max_ban`; while banned every attempt is answered `429` with a
+/// `Retry-After` header and closed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandshakeLimit {
+    /// Attempts per address per period. Default 2 (gtk-gnutella's); 0: no limit.
+    pub per_addr: u32,
+    /// Attempts per /24 (IPv6: /64) per period. Default 8; 0: no limit.
+    pub per_net: u32,
+    /// The period. Default 60 s.
+    pub period: Duration,
+    /// First ban. Default 300 s.
+    pub ban: Duration,
+    /// Longest ban. Default 1 h.
+    pub max_ban: Duration,
+    /// Whether loopback addresses are exempt (local tools, tests and the load
+    /// generator open many connections at once). Default true.
+    pub exempt_loopback: bool,
+}
+
+impl Default for HandshakeLimit {
+    fn default() -> Self {
+        HandshakeLimit {
+            per_addr: 2,
+            per_net: 8,
+            period: Duration::from_secs(60),
+            ban: Duration::from_secs(300),
+            max_ban: Duration::from_secs(3600),
+            exempt_loopback: true,
+        }
+    }
+}
+
 /// Settings of a Gnutella router. `Default` gives a router on an ephemeral loopback
 /// port with the values documented per field.
 #[derive(Clone, Debug)]
@@ -41,9 +137,19 @@ pub struct RouterConfig {
     pub advertise: Option<SocketAddr>,
     /// `User-Agent` we send.
     pub user_agent: String,
-    /// Most Gnutella connections (both directions); more are refused with 503 and
+    /// Most ultrapeer connections (both directions); more are refused with 503 and
     /// `X-Try-Ultrapeers`. Default 32, advertised as `X-Degree`.
     pub max_peers: usize,
+    /// Most leaves (`X-Ultrapeer: False`); more are refused with 503. Default 32; 0
+    /// refuses every leaf.
+    pub max_leaves: usize,
+    /// Query routing tables.
+    pub qrp: QrpConfig,
+    /// Pong caching; `None` broadcasts pings to every ultrapeer as SEDA's router
+    /// did (Fig. 14's traffic model). Default on.
+    pub pong_cache: Option<PongCacheConfig>,
+    /// Rate limit on incoming handshakes.
+    pub handshake_limit: HandshakeLimit,
     /// Outgoing connections the catcher keeps at least. Default 4 (SEDA 5.2.1).
     pub min_outgoing: usize,
     /// Hosts to connect to (`--peer`), retried with backoff for as long as we run.
@@ -108,6 +214,10 @@ impl Default for RouterConfig {
             advertise: None,
             user_agent: format!("seda-gnutella/{}", env!("CARGO_PKG_VERSION")),
             max_peers: 32,
+            max_leaves: 32,
+            qrp: QrpConfig::default(),
+            pong_cache: Some(PongCacheConfig::default()),
+            handshake_limit: HandshakeLimit::default(),
             min_outgoing: 4,
             seeds: Vec::new(),
             backoff: Duration::from_secs(30),
@@ -139,6 +249,37 @@ impl RouterConfig {
         self.routing.validate()?;
         let check = |ok: bool, msg: &str| if ok { Ok(()) } else { Err(msg.to_owned()) };
         check(self.max_peers >= 1, "max peers must be at least 1")?;
+        check(
+            (8..=crate::proto::qrp::MAX_BITS).contains(&self.qrp.table_bits),
+            "QRP table bits must be 8..=21",
+        )?;
+        check(
+            (8..=crate::proto::qrp::MAX_BITS).contains(&self.qrp.max_table_bits),
+            "largest QRP table bits must be 8..=21",
+        )?;
+        check(
+            self.qrp.memory >= 64 << 10,
+            "QRP memory must be at least 64 KiB",
+        )?;
+        if let Some(pc) = &self.pong_cache {
+            check(
+                pc.lifespan >= Duration::from_secs(1),
+                "pong cache lifespan must be at least 1 s",
+            )?;
+            check(
+                pc.per_ping >= 1 && pc.per_hop >= 1,
+                "pong cache sizes must be at least 1",
+            )?;
+        }
+        let hl = &self.handshake_limit;
+        check(
+            hl.period >= Duration::from_secs(1) && hl.ban >= Duration::from_secs(1),
+            "handshake limit period and ban must be at least 1 s",
+        )?;
+        check(
+            hl.max_ban >= hl.ban,
+            "handshake limit: longest ban must not be below the first",
+        )?;
         check(
             self.max_payload >= 64,
             "max payload must be at least 64 bytes",

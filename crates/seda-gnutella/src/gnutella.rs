@@ -74,6 +74,11 @@ impl Probe {
         let mut s = GnutellaStats::from_counters(&[&self.server, &self.router, &self.catcher]);
         let snap = self.peers.snapshot();
         s.peers = snap.list.len();
+        s.leaves = snap
+            .list
+            .iter()
+            .filter(|p| p.info.role == crate::events::Role::Leaf)
+            .count();
         s.connections = snap
             .list
             .iter()
@@ -89,6 +94,8 @@ impl Probe {
                     sent: p.sent.load(Relaxed),
                     dropped: p.dropped.load(Relaxed),
                     queued_bytes: p.queued_bytes(),
+                    leaf: p.info.role == crate::events::Role::Leaf,
+                    qrp_table: p.qrt.read().table().map(|t| (t.slots(), t.present())),
                 }
             })
             .collect();

@@ -1,13 +1,17 @@
-//! # seda-gnutella: the Gnutella 0.6 packet router of SEDA (SOSP'01 section 5.2)
+//! # seda-gnutella: a Gnutella 0.6 ultrapeer, SEDA's packet router (SOSP'01 5.2)
 //!
 //! Three stages on the [`seda`] runtime, over [`seda_io`]'s socket stages:
 //! - **GnutellaServer** ([`SERVER_STAGE`]): the 0.6 three-way handshake (as an
-//!   ultrapeer, `deflate` offered and accepted both ways), message framing, the
-//!   payload rules of today's servents, link messages (Bye, vendor, QRP);
-//! - **GnutellaRouter** ([`ROUTER_STAGE`]): broadcast of pings and queries with
-//!   TTL-1/Hops+1 and duplicate suppression, reverse-path routing of pongs and query
-//!   hits, push routing by servent id, our own pongs, slow-peer protection with
-//!   value-ordered dropping (5.2.2), and Fig. 14's artificial query cost;
+//!   ultrapeer, `deflate` offered and accepted both ways), admission (ultrapeer and
+//!   leaf slots, a handshake rate limit per address and per /24), message framing,
+//!   the payload rules of today's servents, a peer's Bye;
+//! - **GnutellaRouter** ([`ROUTER_STAGE`]): broadcast of queries (and, without the
+//!   pong cache, pings) with TTL-1/Hops+1 and duplicate suppression, reverse-path
+//!   routing of pongs and query hits, push routing by servent id, query routing
+//!   tables (QRP: last-hop filtering to leaves and between ultrapeers, the union of
+//!   our leaves' tables sent to ultrapeers), the 0.6 pong cache, our own pongs and
+//!   link messages, slow-peer protection with value-ordered dropping (5.2.2), and
+//!   Fig. 14's artificial query cost;
 //! - **GnutellaCatcher** ([`CATCHER_STAGE`]): the host cache; keeps at least
 //!   `min_outgoing` outgoing connections, with backoff between reconnects.
 //!
@@ -44,9 +48,11 @@ mod stats;
 pub mod proto;
 pub mod routing;
 
-pub use crate::config::{RouterAdmission, RouterConfig};
+pub use crate::config::{
+    HandshakeLimit, PongCacheConfig, QrpConfig, RouterAdmission, RouterConfig,
+};
 pub use crate::events::{CatcherEvent, Messages, PeerInfo, Role, RouterEvent};
 pub use crate::gnutella::{
     CATCHER_STAGE, Error, Gnutella, ROUTER_STAGE, SERVER_STAGE, StatsHandle,
 };
-pub use crate::stats::{GnutellaStats, PeerStats};
+pub use crate::stats::{GnutellaStats, PeerStats, PongCacheStats, QrpStats};

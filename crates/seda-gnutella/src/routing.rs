@@ -197,6 +197,9 @@ pub enum Dropped {
     NotRouted,
     /// The router stage's queue refused it (overload).
     Overload,
+    /// A ping from a peer that pinged again within its throttle period (pong
+    /// caching).
+    Throttled,
 }
 
 impl Dropped {
@@ -210,6 +213,7 @@ impl Dropped {
             Dropped::SlowPeer => "slow_peer",
             Dropped::NotRouted => "not_routed",
             Dropped::Overload => "router_overload",
+            Dropped::Throttled => "ping_throttled",
         }
     }
 }

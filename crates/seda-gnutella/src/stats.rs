@@ -43,7 +43,7 @@ fn type_index(k: MsgType) -> usize {
     }
 }
 
-const DROPS: [Dropped; 7] = [
+const DROPS: [Dropped; 8] = [
     Dropped::Duplicate,
     Dropped::TtlExpired,
     Dropped::NoRoute,
@@ -51,6 +51,7 @@ const DROPS: [Dropped; 7] = [
     Dropped::SlowPeer,
     Dropped::NotRouted,
     Dropped::Overload,
+    Dropped::Throttled,
 ];
 const MALFORMED: [Malformed; 6] = [
     Malformed::TooShort,
@@ -82,13 +83,15 @@ pub enum Event {
     OwnPong,
     PongSuppressed,
     VendorAnswered,
-    QrpConsumed,
     ConnectFailed,
     Connected,
     RouterRefusedJoin,
+    RefusedLeavesFull,
+    RateLimited,
+    RateLimitedNet,
 }
 
-const N_EVENTS: usize = 21;
+const N_EVENTS: usize = 23;
 const EVENTS: [(Event, &str); N_EVENTS] = [
     (Event::HandshakeOk, "handshake_ok"),
     (Event::HandshakeMalformed, "handshake_malformed"),
@@ -107,11 +110,34 @@ const EVENTS: [(Event, &str); N_EVENTS] = [
     (Event::OwnPong, "own_pong_sent"),
     (Event::PongSuppressed, "own_pong_suppressed"),
     (Event::VendorAnswered, "vendor_answered"),
-    (Event::QrpConsumed, "qrp_consumed"),
     (Event::ConnectFailed, "connect_failed"),
     (Event::Connected, "outgoing_connected"),
     (Event::RouterRefusedJoin, "router_refused_join"),
+    (Event::RefusedLeavesFull, "refused_leaves_full"),
+    (Event::RateLimited, "refused_rate_limit"),
+    (Event::RateLimitedNet, "refused_rate_limit_net"),
 ];
+
+/// Counts of the ultrapeer's query routing and pong cache (see [`QrpStats`] and
+/// [`PongCacheStats`] for their meaning).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Count {
+    QrpMessages = 0,
+    QrpTables,
+    QrpMalformed,
+    QrpOverMemory,
+    QrpTablesSent,
+    QrpLeafCopies,
+    QrpLeafFiltered,
+    QrpUltrapeerFiltered,
+    PingsAnswered,
+    PongsFromCache,
+    PingCopiesSaved,
+    PongRefreshes,
+    PingsThrottled,
+}
+
+const N_COUNTS: usize = 13;
 
 /// Counts of one batch, added to [`Counters`] at its end.
 #[derive(Debug, Default)]
@@ -119,12 +145,16 @@ pub(crate) struct Tally {
     pub(crate) received: [u64; 10],
     pub(crate) routed: [u64; 10],
     pub(crate) sent: [u64; 10],
-    pub(crate) dropped: [u64; 7],
+    pub(crate) dropped: [u64; 8],
     pub(crate) malformed: [u64; 6],
     pub(crate) slow: [u64; CLASSES],
+    pub(crate) counts: [u64; N_COUNTS],
 }
 
 impl Tally {
+    pub(crate) fn count(&mut self, c: Count, n: u64) {
+        self.counts[c as usize] += n;
+    }
     pub(crate) fn received(&mut self, k: MsgType) {
         self.received[type_index(k)] += 1;
     }
@@ -177,9 +207,15 @@ pub(crate) enum Gauge {
     PushEntries = 2,
     /// Hosts in the host cache (catcher).
     KnownHosts = 3,
+    /// Complete query routing tables held (router).
+    QrpTables = 4,
+    /// Bytes the received query routing tables hold (router).
+    QrpBytes = 5,
+    /// Pongs in the pong cache (router).
+    CachedPongs = 6,
 }
 
-const GAUGES: usize = 4;
+const GAUGES: usize = 7;
 
 const VALUES: [Value; CLASSES] = [
     Value::Ping,
@@ -196,11 +232,12 @@ pub(crate) struct Counters {
     received: [AtomicU64; 10],
     routed: [AtomicU64; 10],
     sent: [AtomicU64; 10],
-    dropped: [AtomicU64; 7],
+    dropped: [AtomicU64; 8],
     malformed: [AtomicU64; 6],
     slow: [AtomicU64; CLASSES],
     events: [AtomicU64; N_EVENTS],
     gauges: [AtomicU64; GAUGES],
+    counts: [AtomicU64; N_COUNTS],
 }
 
 impl Default for Counters {
@@ -214,6 +251,7 @@ impl Default for Counters {
             slow: atomics(),
             events: atomics(),
             gauges: atomics(),
+            counts: atomics(),
         }
     }
 }
@@ -226,6 +264,12 @@ impl Counters {
         add(&self.dropped, &t.dropped);
         add(&self.malformed, &t.malformed);
         add(&self.slow, &t.slow);
+        add(&self.counts, &t.counts);
+    }
+
+    /// Adds `n` to count `c` (outside a batch's tally).
+    pub(crate) fn count(&self, c: Count, n: u64) {
+        self.counts[c as usize].fetch_add(n, Relaxed);
     }
 
     /// Counts `n` messages of type `k` sent (our own, outside a batch's tally).
@@ -289,6 +333,8 @@ impl GnutellaStats {
         let slow = sum(parts, |c| Counters::read(&c.slow));
         let events = sum(parts, |c| Counters::read(&c.events));
         let gauges = sum(parts, |c| Counters::read(&c.gauges));
+        let counts = sum(parts, |c| Counters::read(&c.counts));
+        let n = |x: Count| counts[x as usize];
         let g = |x: Gauge| gauges[x as usize] as usize;
         let by_type = |v: &[u64]| nonzero(TYPES.iter(), v, |t| t.name().to_owned());
         let mut d = nonzero(DROPS.iter(), &dropped, |d| d.name().to_owned());
@@ -306,6 +352,26 @@ impl GnutellaStats {
             route_entries: g(Gauge::RouteEntries),
             push_entries: g(Gauge::PushEntries),
             known_hosts: g(Gauge::KnownHosts),
+            qrp: QrpStats {
+                tables: g(Gauge::QrpTables),
+                table_bytes: g(Gauge::QrpBytes),
+                messages: n(Count::QrpMessages),
+                tables_received: n(Count::QrpTables),
+                malformed: n(Count::QrpMalformed),
+                over_memory: n(Count::QrpOverMemory),
+                tables_sent: n(Count::QrpTablesSent),
+                leaf_copies: n(Count::QrpLeafCopies),
+                leaf_filtered: n(Count::QrpLeafFiltered),
+                ultrapeer_filtered: n(Count::QrpUltrapeerFiltered),
+            },
+            pong_cache: PongCacheStats {
+                cached: g(Gauge::CachedPongs),
+                pings_answered: n(Count::PingsAnswered),
+                pongs_sent: n(Count::PongsFromCache),
+                copies_saved: n(Count::PingCopiesSaved),
+                refreshes: n(Count::PongRefreshes),
+                throttled: n(Count::PingsThrottled),
+            },
             ..GnutellaStats::default()
         }
     }
@@ -313,6 +379,7 @@ impl GnutellaStats {
 
 /// One connection in a [`GnutellaStats`].
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PeerStats {
     /// Connection id.
     pub conn: u64,
@@ -332,13 +399,65 @@ pub struct PeerStats {
     pub dropped: u64,
     /// Bytes in our outgoing queue for it.
     pub queued_bytes: usize,
+    /// Whether it is one of our leaves.
+    pub leaf: bool,
+    /// Its query routing table, once complete: (slots, slots present).
+    pub qrp_table: Option<(usize, usize)>,
+}
+
+/// What query routing did (QRP: leaves' tables, last-hop filtering, our table).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QrpStats {
+    /// Complete tables held (leaves' and ultrapeers').
+    pub tables: usize,
+    /// Bytes those tables (and inflaters of patches in progress) hold.
+    pub table_bytes: usize,
+    /// QRP messages (RESET, PATCH) received.
+    pub messages: u64,
+    /// Patch sequences completed (a table received or updated).
+    pub tables_received: u64,
+    /// Peers dropped for a malformed QRP message.
+    pub malformed: u64,
+    /// Peers dropped because their table would pass the memory limit.
+    pub over_memory: u64,
+    /// Tables (or updates) we sent ultrapeers.
+    pub tables_sent: u64,
+    /// Query copies sent to leaves whose table matched.
+    pub leaf_copies: u64,
+    /// Query copies not sent to a leaf because its table did not match (or it
+    /// has sent none).
+    pub leaf_filtered: u64,
+    /// Last-hop query copies not sent to an ultrapeer whose table did not match.
+    pub ultrapeer_filtered: u64,
+}
+
+/// What the pong cache did (0.6 ping/pong scheme).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PongCacheStats {
+    /// Pongs cached now.
+    pub cached: usize,
+    /// Pings answered from the cache instead of broadcast.
+    pub pings_answered: u64,
+    /// Cached pongs sent.
+    pub pongs_sent: u64,
+    /// Ping copies a broadcast would have sent (to every other ultrapeer).
+    pub copies_saved: u64,
+    /// Times the cache was refilled by pinging our ultrapeers.
+    pub refreshes: u64,
+    /// Pings dropped: the peer pinged again within its throttle period.
+    pub throttled: u64,
 }
 
 /// A snapshot of a router's counters. Maps leave out zero counts.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GnutellaStats {
-    /// Established connections.
+    /// Established connections (ultrapeers and leaves).
     pub peers: usize,
+    /// Of which leaves.
+    pub leaves: usize,
     /// Connections in the handshake.
     pub handshaking: usize,
     /// Messages received, by type.
@@ -362,6 +481,10 @@ pub struct GnutellaStats {
     pub known_hosts: usize,
     /// Bytes in all outgoing queues.
     pub queued_bytes: usize,
+    /// Query routing tables.
+    pub qrp: QrpStats,
+    /// The pong cache.
+    pub pong_cache: PongCacheStats,
     /// Per connection.
     pub connections: Vec<PeerStats>,
 }
@@ -420,8 +543,90 @@ impl GnutellaStats {
                 let _ = writeln!(out, "seda_gnutella_{name}{{{label}=\"{k}\"}} {v}");
             }
         }
+        let q = &self.qrp;
+        let pc = &self.pong_cache;
+        let counters = [
+            ("qrp_messages_total", "QRP messages received.", q.messages),
+            (
+                "qrp_tables_received_total",
+                "QRP patch sequences completed.",
+                q.tables_received,
+            ),
+            (
+                "qrp_malformed_total",
+                "Peers dropped for a malformed QRP message.",
+                q.malformed,
+            ),
+            (
+                "qrp_over_memory_total",
+                "Peers dropped for a table over the memory limit.",
+                q.over_memory,
+            ),
+            (
+                "qrp_tables_sent_total",
+                "Tables or updates sent to ultrapeers.",
+                q.tables_sent,
+            ),
+            (
+                "qrp_leaf_copies_total",
+                "Query copies sent to leaves whose table matched.",
+                q.leaf_copies,
+            ),
+            (
+                "qrp_leaf_filtered_total",
+                "Query copies a leaf's table filtered out.",
+                q.leaf_filtered,
+            ),
+            (
+                "qrp_ultrapeer_filtered_total",
+                "Last-hop query copies an ultrapeer's table filtered out.",
+                q.ultrapeer_filtered,
+            ),
+            (
+                "pong_cache_pings_answered_total",
+                "Pings answered from the pong cache.",
+                pc.pings_answered,
+            ),
+            (
+                "pong_cache_pongs_sent_total",
+                "Cached pongs sent.",
+                pc.pongs_sent,
+            ),
+            (
+                "pong_cache_copies_saved_total",
+                "Ping copies a broadcast would have sent.",
+                pc.copies_saved,
+            ),
+            (
+                "pong_cache_refreshes_total",
+                "Pong cache refills.",
+                pc.refreshes,
+            ),
+            (
+                "pong_cache_throttled_total",
+                "Pings dropped by the per-peer throttle.",
+                pc.throttled,
+            ),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(out, "# HELP seda_gnutella_{name} {help}");
+            let _ = writeln!(out, "# TYPE seda_gnutella_{name} counter");
+            let _ = writeln!(out, "seda_gnutella_{name} {v}");
+        }
         let gauges = [
             ("peers", "Established connections.", self.peers),
+            ("leaves", "Leaves connected.", self.leaves),
+            (
+                "qrp_tables",
+                "Complete query routing tables held.",
+                q.tables,
+            ),
+            (
+                "qrp_table_bytes",
+                "Bytes of the query routing tables held.",
+                q.table_bytes,
+            ),
+            ("pong_cache_pongs", "Pongs in the pong cache.", pc.cached),
             (
                 "handshaking",
                 "Connections in the handshake.",

@@ -34,9 +34,11 @@ fn an_ultrapeer_is_accepted_with_the_headers_a_servent_expects() {
         r.addr().port(),
         "Listen-IP must carry the real port"
     );
-    // Not implemented, so not advertised.
-    assert!(h.get("Pong-Caching").is_none());
-    assert!(h.get("X-Ultrapeer-Query-Routing").is_none());
+    // An ultrapeer of today: pong caching, last-hop QRP between ultrapeers, and
+    // slots free for more ultrapeers.
+    assert_eq!(h.get("Pong-Caching"), Some("0.1"));
+    assert_eq!(h.get("X-Ultrapeer-Query-Routing"), Some("0.1"));
+    assert_eq!(h.get("X-Ultrapeer-Needed"), Some("True"));
     assert!(h.get("Content-Encoding").is_none(), "compressed unasked");
     // Right after the handshake: "Messages Supported" (vendor, TTL 1, hops 0) and
     // a one-hop ping.
@@ -56,8 +58,11 @@ fn refused(r: &TestRouter, o: &Opts) -> Head {
 }
 
 #[test]
-fn normal_nodes_leaves_and_old_protocols_are_refused_clearly() {
-    let r = TestRouter::start(RouterConfig::default());
+fn normal_nodes_leaves_when_not_taken_and_old_protocols_are_refused_clearly() {
+    let r = TestRouter::start(RouterConfig {
+        max_leaves: 0,
+        ..RouterConfig::default()
+    });
     let normal = Opts {
         headers: vec![("User-Agent".into(), "old/1".into())],
         ..Opts::default()

@@ -181,6 +181,7 @@ fn admission_on_the_router_queue_drops_and_counts_while_pings_still_flow() {
     let r = TestRouter::start(RouterConfig {
         query_delay: Some(Duration::from_millis(50)),
         router_admission: seda_gnutella::RouterAdmission::QueueThreshold(2),
+        pong_cache: None,
         ..RouterConfig::default()
     });
     let mut v = peers(&r, 2);

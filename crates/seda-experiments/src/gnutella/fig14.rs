@@ -127,6 +127,8 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
             router_pool_controller: controller,
             router_queue_threshold: cfg.queue_threshold,
             advertise: Some(std::net::SocketAddr::from(BENCH_ADVERTISE)),
+            // SEDA's traffic model: every ping is broadcast, as the paper's router did.
+            pong_cache: None,
             ..RouterConfig::default()
         },
     )

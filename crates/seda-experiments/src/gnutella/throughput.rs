@@ -132,6 +132,8 @@ pub fn throughput(cfg: &ThroughputConfig, log: &mut dyn FnMut(&str)) -> Result<T
                 max_peers: cfg.peers + 4,
                 min_outgoing: 0,
                 advertise: Some(SocketAddr::from(BENCH_ADVERTISE)),
+                // The plain loop broadcasts every ping, as SEDA's router did.
+                pong_cache: None,
                 ..RouterConfig::default()
             },
         )

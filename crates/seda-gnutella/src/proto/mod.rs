@@ -5,4 +5,5 @@
 pub mod framing;
 pub mod handshake;
 pub mod message;
+pub mod qrp;
 pub mod vendor;

@@ -21,10 +21,12 @@
 
 mod out;
 mod peer;
+mod pongs;
+mod qrp;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -33,18 +35,21 @@ use seda::{Batch, Context, EventHandler, Meta, Sink};
 use seda_io::{ConnId, Writer};
 
 use crate::config::RouterConfig;
-use crate::events::{CatcherEvent, Messages, PeerInfo, RouterEvent};
+use crate::events::{CatcherEvent, Messages, PeerInfo, Role, RouterEvent};
 use crate::proto::message::{
     Guid, HEADER_LEN, Header, Malformed, MsgType, bye_payload, pong_addr, pong_payload, pong_port,
     usable,
 };
+use crate::proto::qrp::query_codes;
 use crate::proto::vendor::{self, VendorMsg};
 use crate::routing::{Action, Dropped, Routes};
-use crate::stats::{Counters, Event, Gauge, Tally};
+use crate::stats::{Count, Counters, Event, Gauge, Tally};
 
 use self::out::Dest;
 pub(crate) use self::peer::Peers;
 use self::peer::{Peer, Snapshot};
+use self::pongs::PongCache;
+use self::qrp::QueryRouting;
 
 /// Period of the router's tick.
 pub const TICK: Duration = Duration::from_millis(20);
@@ -72,14 +77,24 @@ pub(crate) struct Router {
     epoch: Instant,
     /// Per-destination buffers, reused across batches.
     pool: Mutex<Vec<Vec<Dest>>>,
+    /// Query routing tables.
+    qrp: QueryRouting,
+    /// Ultrapeers that sent us a complete table (as of the last tick).
+    up_tables: AtomicUsize,
+    /// The pong cache, if pong caching is on.
+    pongs: Option<Mutex<PongCache>>,
 }
 
 /// What one batch collects.
 struct Work {
     snap: Arc<Snapshot>,
+    /// Leaves in `snap`.
+    leaves: usize,
     dests: Vec<Dest>,
     tally: Tally,
     learned: Vec<SocketAddr>,
+    /// Keyword codes of the query being routed (reused).
+    codes: Vec<u32>,
 }
 
 impl Router {
@@ -92,6 +107,11 @@ impl Router {
         peers: Arc<Peers>,
         counters: Arc<Counters>,
     ) -> Router {
+        let qrp = QueryRouting::new(&cfg.qrp);
+        let pongs = cfg
+            .pong_cache
+            .as_ref()
+            .map(|pc| Mutex::new(PongCache::new(cfg.routing.max_ttl, pc.per_hop, pc.lifespan)));
         Router {
             routes: Routes::new(cfg.routing.clone()),
             cfg,
@@ -105,6 +125,9 @@ impl Router {
             last_tick_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             pool: Mutex::new(Vec::new()),
+            qrp,
+            up_tables: AtomicUsize::new(0),
+            pongs,
         }
     }
 
@@ -122,10 +145,12 @@ impl Router {
         let mut dests = self.pool.lock().pop().unwrap_or_default();
         dests.resize_with(snap.list.len(), Dest::default);
         Work {
+            leaves: leaves(&snap),
             snap,
             dests,
             tally: Tally::default(),
             learned: Vec::new(),
+            codes: Vec::new(),
         }
     }
 
@@ -143,6 +168,7 @@ impl Router {
             d.msgs = 0;
         }
         w.snap = self.peers.snapshot();
+        w.leaves = leaves(&w.snap);
         w.dests.resize_with(w.snap.list.len(), Dest::default);
     }
 
@@ -179,7 +205,14 @@ impl Router {
                     continue;
                 }
                 MsgType::Qrp => {
-                    self.counters.event(Event::QrpConsumed);
+                    if let Some(i) = src {
+                        let peer = Arc::clone(&w.snap.list[i]);
+                        self.qrp_message(w, &peer, p, now);
+                    }
+                    continue;
+                }
+                MsgType::Ping if self.pongs.is_some() => {
+                    self.answer_ping(w, src, &h, now);
                     continue;
                 }
                 _ => {}
@@ -197,16 +230,47 @@ impl Router {
                 w.dests[i].own(&ph, &pp);
                 w.tally.sent(MsgType::Pong, 1);
             }
+            // The keywords, if a table may have to be consulted.
+            let last_hop = matches!(action, Action::Broadcast(n) if n.ttl == 1);
+            let consult = h.kind == MsgType::Query
+                && (w.leaves > 0 || (last_hop && self.up_tables.load(Relaxed) > 0));
+            if consult {
+                query_codes(p, &mut w.codes);
+            }
             match action {
                 Action::Broadcast(next) => {
                     rewrite(&mut buf, at, &next);
-                    let mut n = 0;
-                    for (i, peer) in w.snap.list.iter().enumerate() {
-                        if Some(i) != src && peer.wants(&next) && !peer.is_closing() {
-                            w.dests[i].take(at, end);
-                            n += 1;
+                    let n = if h.kind == MsgType::Query {
+                        self.fan_query(w, src, at, end, &next, true, consult)
+                    } else {
+                        // Pings (pong caching off) go to ultrapeers only.
+                        let mut n = 0;
+                        for (i, peer) in w.snap.list.iter().enumerate() {
+                            if Some(i) != src
+                                && peer.info.role == Role::Ultrapeer
+                                && !peer.is_closing()
+                            {
+                                w.dests[i].take(at, end);
+                                n += 1;
+                            }
                         }
+                        n
+                    };
+                    if n > 0 {
+                        w.tally.routed(h.kind);
+                        w.tally.sent(h.kind, n);
                     }
+                }
+                // A query that reached us with its last hop still reaches our
+                // leaves (they are part of us), with TTL 1 (never 0).
+                Action::Absorb if h.kind == MsgType::Query && w.leaves > 0 && h.hops < u8::MAX => {
+                    let next = Header {
+                        ttl: 1,
+                        hops: h.hops + 1,
+                        ..h
+                    };
+                    rewrite(&mut buf, at, &next);
+                    let n = self.fan_query(w, src, at, end, &next, false, consult);
                     if n > 0 {
                         w.tally.routed(h.kind);
                         w.tally.sent(h.kind, n);
@@ -231,6 +295,9 @@ impl Router {
                     if h.kind == MsgType::Pong && usable(pong_addr(p)) {
                         w.learned
                             .push(SocketAddr::from((pong_addr(p), pong_port(p))));
+                        if let (Some(c), Ok(payload)) = (&self.pongs, p[..14].try_into()) {
+                            c.lock().insert(h.hops, payload, from);
+                        }
                     }
                 }
                 Action::Drop(d) => w.tally.dropped(d),
@@ -240,6 +307,149 @@ impl Router {
             let bytes = Bytes::from(buf);
             for d in &mut w.dests {
                 d.slice(&bytes);
+            }
+        }
+    }
+
+    /// Hands the query at `at..end` (its header already `next`) to the peers its
+    /// query routing allows: ultrapeers (if `to_ups`; at the last hop only those
+    /// whose table matches, when they sent one) and leaves whose table holds every
+    /// keyword (`consult`: `w.codes` holds them). Returns the copies taken.
+    #[allow(clippy::too_many_arguments)]
+    fn fan_query(
+        &self,
+        w: &mut Work,
+        src: Option<usize>,
+        at: usize,
+        end: usize,
+        next: &Header,
+        to_ups: bool,
+        consult: bool,
+    ) -> u64 {
+        let last_hop = next.ttl == 1;
+        let mut n = 0;
+        for (i, peer) in w.snap.list.iter().enumerate() {
+            if Some(i) == src || !peer.wants(next) || peer.is_closing() {
+                continue;
+            }
+            let leaf = peer.info.role == Role::Leaf;
+            if !leaf && !to_ups {
+                continue;
+            }
+            if consult && !peer.qrp_allows(&w.codes, last_hop) {
+                w.tally.count(
+                    if leaf {
+                        Count::QrpLeafFiltered
+                    } else {
+                        Count::QrpUltrapeerFiltered
+                    },
+                    1,
+                );
+                continue;
+            }
+            if leaf {
+                w.tally.count(Count::QrpLeafCopies, 1);
+            }
+            w.dests[i].take(at, end);
+            n += 1;
+        }
+        n
+    }
+
+    /// Answers a ping from the pong cache (0.6 ping/pong scheme): an alive ping
+    /// (TTL 1, hops 0) with our pong only; any other, unless the peer pinged within
+    /// its throttle period, with our pong and cached ones. A ping is never
+    /// broadcast; a stale cache is refilled by pinging our ultrapeers.
+    fn answer_ping(&self, w: &mut Work, src: Option<usize>, h: &Header, now: Instant) {
+        let (Some(i), Some(pc), Some(cache)) = (src, &self.cfg.pong_cache, &self.pongs) else {
+            return;
+        };
+        let peer = Arc::clone(&w.snap.list[i]);
+        if h.ttl == 1 && h.hops == 0 {
+            if let Some((ph, pp)) = self.pong_for(h) {
+                w.dests[i].own(&ph, &pp);
+                w.tally.sent(MsgType::Pong, 1);
+            }
+            return;
+        }
+        let throttle = match peer.info.role {
+            Role::Ultrapeer => pc.throttle.0,
+            Role::Leaf => pc.throttle.1,
+        };
+        if !peer.accept_ping(self.millis(now), throttle.as_millis() as u64) {
+            w.tally.dropped(Dropped::Throttled);
+            w.tally.count(Count::PingsThrottled, 1);
+            return;
+        }
+        if let Some((ph, pp)) = self.pong_for(h) {
+            w.dests[i].own(&ph, &pp);
+            w.tally.sent(MsgType::Pong, 1);
+        }
+        let (answers, refresh) = {
+            let mut c = cache.lock();
+            let a = c.answer(h.ttl, peer.id, pc.per_ping);
+            (a, c.refresh_due(now))
+        };
+        let ttl = h.hops.saturating_add(1).min(self.cfg.routing.max_ttl);
+        for (hops, payload) in &answers {
+            let ph = Header {
+                guid: h.guid,
+                kind: MsgType::Pong,
+                ttl,
+                hops: hops.saturating_add(1),
+                len: 14,
+            };
+            w.dests[i].own(&ph, payload);
+        }
+        w.tally.sent(MsgType::Pong, answers.len() as u64);
+        w.tally.count(Count::PingsAnswered, 1);
+        w.tally.count(Count::PongsFromCache, answers.len() as u64);
+        let saved = w
+            .snap
+            .list
+            .iter()
+            .enumerate()
+            .filter(|(j, p)| *j != i && p.info.role == Role::Ultrapeer && !p.is_closing())
+            .count();
+        w.tally.count(Count::PingCopiesSaved, saved as u64);
+        if refresh {
+            self.refill_pongs(w, now);
+        }
+    }
+
+    /// Pings every ultrapeer (TTL `max_ttl`): the pongs that answer refill the cache.
+    fn refill_pongs(&self, w: &mut Work, now: Instant) {
+        let guid = Guid::random();
+        self.routes.originate(guid, MsgType::Ping, now);
+        let h = Header {
+            guid,
+            kind: MsgType::Ping,
+            ttl: self.cfg.routing.max_ttl,
+            hops: 0,
+            len: 0,
+        };
+        let mut n = 0;
+        for (i, p) in w.snap.list.iter().enumerate() {
+            if p.info.role == Role::Ultrapeer && !p.is_closing() {
+                w.dests[i].own(&h, &[]);
+                n += 1;
+            }
+        }
+        w.tally.sent(MsgType::Ping, n);
+        w.tally.count(Count::PongRefreshes, 1);
+    }
+
+    /// A QRP message from `peer`: its table grows; a malformed message or a table
+    /// past our memory limit ends that peer's connection only (Bye 413).
+    fn qrp_message(&self, w: &mut Work, peer: &Peer, p: &[u8], now: Instant) {
+        w.tally.count(Count::QrpMessages, 1);
+        match self.qrp.receive(peer, p) {
+            Ok(true) => w.tally.count(Count::QrpTables, 1),
+            Ok(false) => {}
+            Err(r) => {
+                tracing::info!(conn = %peer.id, addr = %peer.addr, "dropping a peer: {}", r.reason);
+                w.tally.count(r.count, 1);
+                self.bye(peer.id, 413, &r.reason, now);
             }
         }
     }
@@ -372,8 +582,37 @@ impl Router {
         let (routes, push) = self.routes.sizes();
         self.counters.gauge(Gauge::RouteEntries, routes);
         self.counters.gauge(Gauge::PushEntries, push);
+        let snap = self.peers.snapshot();
+        let tables = snap
+            .list
+            .iter()
+            .filter(|p| p.qrt.read().table().is_some())
+            .map(|p| p.info.role)
+            .collect::<Vec<_>>();
+        self.up_tables.store(
+            tables.iter().filter(|r| **r == Role::Ultrapeer).count(),
+            Relaxed,
+        );
+        self.counters.gauge(Gauge::QrpTables, tables.len());
+        self.counters.gauge(Gauge::QrpBytes, self.qrp.used());
+        if let Some(c) = &self.pongs {
+            self.counters.gauge(Gauge::CachedPongs, c.lock().len());
+        }
+        for (peer, payloads) in self.qrp.due(&snap, now) {
+            for payload in payloads {
+                let h = Header {
+                    guid: Guid::random(),
+                    kind: MsgType::Qrp,
+                    ttl: 1,
+                    hops: 0,
+                    len: 0,
+                };
+                self.send_own(&peer, h, &payload, now);
+            }
+            self.counters.count(Count::QrpTablesSent, 1);
+        }
         let keepalive = self.cfg.keepalive.as_millis() as u64;
-        for peer in &self.peers.snapshot().list {
+        for peer in &snap.list {
             // Keep-alive: a link we have been silent on gets a one-hop ping. Servents
             // probe a quiet link with "alive" pings and close it after a few go
             // unanswered (gtk-gnutella: 20 s quiet, 6 pings, Bye 406); traffic of ours
@@ -408,6 +647,14 @@ impl Router {
     }
 }
 
+/// Leaves among the peers.
+fn leaves(snap: &Snapshot) -> usize {
+    snap.list
+        .iter()
+        .filter(|p| p.info.role == Role::Leaf)
+        .count()
+}
+
 /// Writes the TTL and hops of `next` into the header at `at`.
 fn rewrite(buf: &mut [u8], at: usize, next: &Header) {
     buf[at + 17] = next.ttl;
@@ -435,6 +682,7 @@ impl EventHandler<RouterEvent> for Router {
                     self.flush(&mut w, now);
                     if let Some(p) = self.peers.remove(conn) {
                         p.set_closing();
+                        self.qrp.left(&p);
                     }
                     self.flush(&mut w, now);
                 }

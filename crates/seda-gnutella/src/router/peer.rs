@@ -26,10 +26,11 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use seda_io::{ConnId, Outgoing, Writer};
 
-use crate::events::PeerInfo;
+use crate::events::{PeerInfo, Role};
 use crate::outq::{CLASSES, OutQueue, Pushed, Value};
 use crate::proto::framing::{Deflater, messages};
 use crate::proto::message::{Header, MsgType};
+use crate::proto::qrp::{RouteTable, TableReceiver};
 
 /// Most bytes handed to the socket per drain step.
 const CHUNK: usize = 64 * 1024;
@@ -67,6 +68,13 @@ pub(crate) struct Peer {
     closing: AtomicBool,
     /// Whether we sent it our "Messages Supported".
     sent_vendor: AtomicBool,
+    /// The query routing table it sends us (a leaf's, or an ultrapeer's for
+    /// last-hop filtering). Routing reads it; QRP messages write it.
+    pub(crate) qrt: RwLock<TableReceiver>,
+    /// Our table as we last sent it (an ultrapeer that asked for it).
+    pub(crate) sent_qrt: Mutex<Option<Arc<RouteTable>>>,
+    /// Before this time (ms since the router's epoch) its pings are throttled.
+    ping_ok_ms: AtomicU64,
     out: Mutex<Out>,
     socket_budget: usize,
     pub(crate) received: AtomicU64,
@@ -93,6 +101,9 @@ impl Peer {
             hops_flow: AtomicU8::new(u8::MAX),
             closing: AtomicBool::new(false),
             sent_vendor: AtomicBool::new(false),
+            qrt: RwLock::new(TableReceiver::default()),
+            sent_qrt: Mutex::new(None),
+            ping_ok_ms: AtomicU64::new(0),
             out: Mutex::new(Out {
                 queue: OutQueue::new(out_queue_bytes),
                 deflate: info.deflate_out.then(Deflater::default),
@@ -125,6 +136,30 @@ impl Peer {
     /// Whether it is closing.
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Relaxed)
+    }
+
+    /// Whether a ping from it at `ms` may be answered; if so, none is until
+    /// `ms + throttle`.
+    pub(crate) fn accept_ping(&self, ms: u64, throttle: u64) -> bool {
+        if ms < self.ping_ok_ms.load(Relaxed) {
+            return false;
+        }
+        self.ping_ok_ms.store(ms + throttle, Relaxed);
+        true
+    }
+
+    /// Whether a query with keyword codes `codes` may go to it as far as its
+    /// query routing table is concerned: a leaf only if its table holds every
+    /// keyword; an ultrapeer at the last hop only if it sent no table or its table
+    /// matches (`last_hop`: the copy would arrive with TTL 1).
+    pub(crate) fn qrp_allows(&self, codes: &[u32], last_hop: bool) -> bool {
+        let rx = self.qrt.read();
+        match (self.info.role, rx.table()) {
+            (Role::Leaf, Some(t)) => t.matches(codes),
+            (Role::Leaf, None) => false,
+            (Role::Ultrapeer, Some(t)) if last_hop => t.matches(codes),
+            (Role::Ultrapeer, _) => true,
+        }
     }
 
     /// Marks our "Messages Supported" as sent; true the first time.

@@ -1,17 +1,20 @@
-//! Which incoming connections the server accepts: slots per role, and hosts to
-//! name when it refuses.
+//! Which incoming connections the server accepts: the handshake rate limit
+//! ([`super::limit`]), slots per role, and hosts to name when it refuses.
 //!
 //! # Invariants
 //! - A slot is taken when we answer 200 (or when an outgoing handshake completes)
 //!   and released exactly once, when the connection closes or its handshake fails;
-//!   so `ultrapeers <= max_peers` holds for incoming connections at all times
-//!   (outgoing ones, which the catcher limits, may take the last slots).
+//!   so `leaves <= max_leaves` holds at all times, and `ultrapeers <= max_peers`
+//!   for incoming connections (outgoing ones, which the catcher limits, may take
+//!   the last slots).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use super::limit::{Limiter, Verdict};
 use crate::config::RouterConfig;
 use crate::events::Role;
 use crate::proto::handshake::Block;
@@ -21,18 +24,21 @@ use crate::stats::Event;
 #[derive(Debug)]
 pub(crate) struct Slots {
     max_ultrapeers: usize,
+    max_leaves: usize,
     taken: Mutex<Taken>,
 }
 
-#[derive(Debug, Default)]
-struct Taken {
-    ultrapeers: usize,
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Taken {
+    pub(crate) ultrapeers: usize,
+    pub(crate) leaves: usize,
 }
 
 impl Slots {
     pub(crate) fn new(cfg: &RouterConfig) -> Slots {
         Slots {
             max_ultrapeers: cfg.max_peers,
+            max_leaves: cfg.max_leaves,
             taken: Mutex::new(Taken::default()),
         }
     }
@@ -41,19 +47,19 @@ impl Slots {
     pub(crate) fn take(&self, role: Role) -> bool {
         let mut t = self.taken.lock();
         match role {
-            Role::Ultrapeer if t.ultrapeers < self.max_ultrapeers => {
-                t.ultrapeers += 1;
-                true
-            }
-            _ => false,
+            Role::Ultrapeer if t.ultrapeers < self.max_ultrapeers => t.ultrapeers += 1,
+            Role::Leaf if t.leaves < self.max_leaves => t.leaves += 1,
+            _ => return false,
         }
+        true
     }
 
     /// Takes a slot of `role` even past the limit (an outgoing connection).
     pub(crate) fn force(&self, role: Role) {
         let mut t = self.taken.lock();
         match role {
-            Role::Ultrapeer | Role::Leaf => t.ultrapeers += 1,
+            Role::Ultrapeer => t.ultrapeers += 1,
+            Role::Leaf => t.leaves += 1,
         }
     }
 
@@ -61,7 +67,21 @@ impl Slots {
     pub(crate) fn release(&self, role: Role) {
         let mut t = self.taken.lock();
         match role {
-            Role::Ultrapeer | Role::Leaf => t.ultrapeers = t.ultrapeers.saturating_sub(1),
+            Role::Ultrapeer => t.ultrapeers = t.ultrapeers.saturating_sub(1),
+            Role::Leaf => t.leaves = t.leaves.saturating_sub(1),
+        }
+    }
+
+    /// `X-Ultrapeer-Needed` as today's ultrapeers send it: `True` while ultrapeer
+    /// slots are free, `False` (become our leaf) while only leaf slots are.
+    pub(crate) fn needed(&self) -> Option<&'static str> {
+        let t = *self.taken.lock();
+        if t.ultrapeers < self.max_ultrapeers {
+            Some("True")
+        } else if t.leaves < self.max_leaves {
+            Some("False")
+        } else {
+            None
         }
     }
 }
@@ -77,10 +97,34 @@ pub(crate) enum Admission {
         reason: &'static str,
         event: Event,
     },
+    /// Answer `429` with `Retry-After: secs` and close (rate limit).
+    Banned { secs: u64, event: Event },
 }
 
-/// Decides on a `GNUTELLA CONNECT` block `b`, taking a slot if it accepts.
-pub(crate) fn decide(b: &Block, slots: &Slots) -> Admission {
+/// Decides on a `GNUTELLA CONNECT` block `b` from `ip`, taking a slot if it
+/// accepts.
+pub(crate) fn decide(
+    b: &Block,
+    ip: std::net::IpAddr,
+    slots: &Slots,
+    limiter: &Limiter,
+    now: Instant,
+) -> Admission {
+    match limiter.attempt(ip, now) {
+        Verdict::Allow => {}
+        Verdict::BannedAddr(d) => {
+            return Admission::Banned {
+                secs: d.as_secs().max(1),
+                event: Event::RateLimited,
+            };
+        }
+        Verdict::BannedNet(d) => {
+            return Admission::Banned {
+                secs: d.as_secs().max(1),
+                event: Event::RateLimitedNet,
+            };
+        }
+    }
     match b.connect_version() {
         None => {
             return Admission::Refuse {
@@ -106,11 +150,21 @@ pub(crate) fn decide(b: &Block, slots: &Slots) -> Admission {
         };
     }
     if !b.is_true("X-Ultrapeer") {
-        return Admission::Refuse {
-            code: 503,
-            reason: "Ultrapeer router: leaves not accepted",
-            event: Event::RefusedLeaf,
-        };
+        if slots.max_leaves == 0 {
+            return Admission::Refuse {
+                code: 503,
+                reason: "Leaves not accepted",
+                event: Event::RefusedLeaf,
+            };
+        }
+        if !slots.take(Role::Leaf) {
+            return Admission::Refuse {
+                code: 503,
+                reason: "Too many leaves",
+                event: Event::RefusedLeavesFull,
+            };
+        }
+        return Admission::Accept(Role::Leaf);
     }
     if !slots.take(Role::Ultrapeer) {
         return Admission::Refuse {

@@ -19,9 +19,11 @@
 
 mod admit;
 mod conn;
+mod limit;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use seda::{Batch, Context, EventHandler, Meta, Sink};
 use seda_io::{CloseReason, ConnId, Outgoing, SocketEvent, Writer};
@@ -36,6 +38,7 @@ use crate::stats::{Counters, Event, Gauge, Tally};
 
 use self::admit::{Admission, RecentHosts, Slots};
 use self::conn::{ConnState, ConnTable, Phase};
+use self::limit::Limiter;
 
 /// Most inflated bytes framed per step (bounds a decompression bomb's footprint).
 const INFLATE_STEP: usize = 64 * 1024;
@@ -51,6 +54,7 @@ pub(crate) struct Server {
     catcher: Sink<CatcherEvent>,
     conns: ConnTable,
     slots: Slots,
+    limiter: Limiter,
     recent: RecentHosts,
     counters: Arc<Counters>,
 }
@@ -66,6 +70,7 @@ impl Server {
     ) -> Server {
         Server {
             slots: Slots::new(&cfg),
+            limiter: Limiter::new(&cfg.handshake_limit),
             cfg,
             advertised,
             writer,
@@ -81,20 +86,29 @@ impl Server {
         let _ = self.writer.send(conn, Outgoing::from(bytes));
     }
 
-    /// The headers every handshake block of ours carries.
-    fn our_headers(&self, mut b: Block) -> Block {
+    /// The headers every handshake block of ours carries; `needed` is
+    /// `X-Ultrapeer-Needed` as the slots stood before this connection.
+    fn our_headers(&self, mut b: Block, needed: Option<&str>) -> Block {
         let cfg = &self.cfg;
         b = b
             .header("User-Agent", cfg.user_agent.clone())
-            .header("X-Ultrapeer", "True")
+            .header("X-Ultrapeer", "True");
+        if let Some(needed) = needed {
+            b = b.header("X-Ultrapeer-Needed", needed);
+        }
+        b = b
             .header("X-Degree", cfg.max_peers.max(16).to_string())
             .header("X-Max-TTL", cfg.routing.max_ttl.to_string())
             .header("X-Dynamic-Querying", "0.1")
             .header("X-Query-Routing", "0.2")
+            .header("X-Ultrapeer-Query-Routing", "0.1")
             .header("GGEP", "0.5")
             .header("Vendor-Message", "0.2")
-            .header("Bye-Packet", "0.1")
-            .header("Listen-IP", self.advertised.to_string());
+            .header("Bye-Packet", "0.1");
+        if cfg.pong_cache.is_some() {
+            b = b.header("Pong-Caching", "0.1");
+        }
+        b = b.header("Listen-IP", self.advertised.to_string());
         if cfg.deflate {
             b = b.header("Accept-Encoding", "deflate");
         }
@@ -125,6 +139,18 @@ impl Server {
         self.close_quietly(conn, st);
     }
 
+    /// Answers a rate-limited handshake as gtk-gnutella does (`429`, RFC 6585's
+    /// "Too Many Requests"), with how long the ban lasts, and closes.
+    fn ban(&self, conn: ConnId, st: &mut ConnState, secs: u64, event: Event) {
+        tracing::info!(%conn, addr = %st.addr, secs, "handshake rate-limited");
+        self.counters.event(event);
+        let b = Block::new(format!("GNUTELLA/0.6 429 Banned for {secs}s"))
+            .header("User-Agent", self.cfg.user_agent.clone())
+            .header("Retry-After", secs.to_string());
+        self.write(conn, b.to_bytes());
+        self.close_quietly(conn, st);
+    }
+
     /// Closes a connection in its handshake without a word.
     fn close_quietly(&self, conn: ConnId, st: &mut ConnState) {
         st.phase = Phase::Done;
@@ -149,7 +175,7 @@ impl Server {
             .try_enqueue(CatcherEvent::Handshaking { conn, since });
         if outgoing {
             tracing::info!(%conn, %addr, "outgoing connection: sending GNUTELLA CONNECT/0.6");
-            let b = self.our_headers(Block::new("GNUTELLA CONNECT/0.6"));
+            let b = self.our_headers(Block::new("GNUTELLA CONNECT/0.6"), self.slots.needed());
             self.write(conn, b.to_bytes());
         }
     }
@@ -265,17 +291,19 @@ impl Server {
     /// Decides on an incoming `GNUTELLA CONNECT`.
     fn on_connect(&self, conn: ConnId, st: &mut ConnState, b: &Block) {
         let info = peer_info(b);
-        match admit::decide(b, &self.slots) {
+        let needed = self.slots.needed();
+        match admit::decide(b, st.addr.ip(), &self.slots, &self.limiter, Instant::now()) {
             Admission::Accept(role) => st.slot = Some(role),
             Admission::Refuse {
                 code,
                 reason,
                 event,
             } => return self.refuse(conn, st, code, reason, event),
+            Admission::Banned { secs, event } => return self.ban(conn, st, secs, event),
         }
         let deflate_out = self.cfg.deflate && b.has_token("Accept-Encoding", "deflate");
         let mut resp = self
-            .our_headers(Block::new("GNUTELLA/0.6 200 OK"))
+            .our_headers(Block::new("GNUTELLA/0.6 200 OK"), needed)
             .header("Remote-IP", st.addr.ip().to_string());
         if deflate_out {
             resp = resp.header("Content-Encoding", "deflate");

@@ -465,3 +465,97 @@ pub fn peers(r: &TestRouter, n: usize) -> Vec<Peer> {
 
 pub const T: Duration = Duration::from_secs(3);
 pub const QUIET: Duration = Duration::from_millis(300);
+
+/// The QRP hash of an ASCII keyword, written from the spec's text (not the
+/// router's code): bytes XORed into a little-endian word at rotating positions,
+/// times 0x4F1BBCDC, the top `bits` bits of the low 32.
+pub fn qrp_hash(word: &str, bits: u32) -> usize {
+    let mut x: u32 = 0;
+    for (i, b) in word.to_ascii_lowercase().bytes().enumerate() {
+        x ^= u32::from(b) << ((i % 4) * 8);
+    }
+    let prod = (u64::from(x) * 0x4F1B_BCDC) & 0xffff_ffff;
+    (prod >> (32 - bits)) as usize
+}
+
+/// A leaf's table of 2^bits slots holding `words`.
+pub fn qrp_table(words: &[&str], bits: u32) -> Vec<bool> {
+    let mut t = vec![false; 1 << bits];
+    for w in words {
+        t[qrp_hash(w, bits)] = true;
+    }
+    t
+}
+
+/// RESET (infinity 7) and PATCH messages (4-bit entries, present = -6, zlib,
+/// `parts` messages) sending `table` from scratch.
+pub fn qrp_messages(table: &[bool], parts: usize) -> Vec<Msg> {
+    let mut reset = vec![0u8];
+    reset.extend_from_slice(&(table.len() as u32).to_le_bytes());
+    reset.push(7);
+    let mut raw = Vec::with_capacity(table.len() / 2);
+    for pair in table.chunks(2) {
+        let e = |on: bool| if on { 0xAu8 } else { 0 };
+        raw.push(e(pair[0]) << 4 | e(pair[1]));
+    }
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), Compression::default());
+    z.write_all(&raw).unwrap();
+    let packed = z.finish().unwrap();
+    let chunk = packed.len().div_ceil(parts).max(1);
+    let n = packed.len().div_ceil(chunk);
+    let mut v = vec![Msg::new(QRP, 1, 0, reset)];
+    for (i, part) in packed.chunks(chunk).enumerate() {
+        let mut p = vec![1u8, (i + 1) as u8, n as u8, 1, 4];
+        p.extend_from_slice(part);
+        v.push(Msg::new(QRP, 1, 0, p));
+    }
+    v
+}
+
+/// Reads a table sent as RESET + one PATCH sequence of 4-bit zlib entries (what
+/// the router sends ultrapeers): slot i present iff its entry is negative.
+pub fn qrp_decode(msgs: &[Msg]) -> Vec<bool> {
+    qrp_decode_entries(msgs)
+        .into_iter()
+        .map(|e| e & 0x8 != 0)
+        .collect()
+}
+
+/// The 4-bit entries of a RESET + PATCH sequence, one per slot.
+pub fn qrp_decode_entries(msgs: &[Msg]) -> Vec<u8> {
+    let reset = &msgs[0].payload;
+    assert_eq!(reset[0], 0, "a RESET first");
+    let len = u32::from_le_bytes(reset[1..5].try_into().unwrap()) as usize;
+    let mut packed = Vec::new();
+    for m in &msgs[1..] {
+        assert_eq!(m.payload[0], 1, "then PATCHes");
+        assert_eq!((m.payload[3], m.payload[4]), (1, 4), "zlib, 4 bits");
+        packed.extend_from_slice(&m.payload[5..]);
+    }
+    let mut raw = Vec::new();
+    flate2::read::ZlibDecoder::new(&packed[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    assert_eq!(raw.len() * 2, len, "the patch covers the table");
+    raw.iter().flat_map(|b| [b >> 4, b & 0xf]).collect()
+}
+
+/// A leaf's handshake options (`X-Ultrapeer: False`, QRP).
+pub fn leaf_opts() -> Opts {
+    Opts {
+        headers: vec![
+            ("User-Agent".into(), "test-leaf/1".into()),
+            ("X-Ultrapeer".into(), "False".into()),
+            ("X-Query-Routing".into(), "0.2".into()),
+            ("Vendor-Message".into(), "0.2".into()),
+        ],
+        ..Opts::default()
+    }
+}
+
+/// A leaf connected and its opening messages read.
+pub fn leaf(r: &TestRouter) -> Peer {
+    let mut p = Peer::connect_with(r.addr(), &leaf_opts());
+    p.recv_kind(PING, T).expect("the router's opening ping");
+    p
+}
