@@ -14,6 +14,7 @@
 //! The experiments that use this load (`seda experiment`) are in `seda-experiments`.
 //! This crate depends on no crate of the workspace: it talks to the servers it
 //! measures over the wire only.
+#![forbid(unsafe_code)]
 
 pub mod arashi;
 pub mod client;

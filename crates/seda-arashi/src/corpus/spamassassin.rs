@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use flate2::read::GzDecoder;
 use serde::Deserialize;
 
-use super::parse_message;
+use super::parse::parse_message;
 use crate::store::NewMessage;
 
 /// The npm package holding the corpus.

@@ -6,7 +6,7 @@
 use seda_http::proto::Status;
 use seda_http::{Handler, HandlerContext, Request, Response};
 
-use super::{either, is_get, render};
+use super::page::{either, is_get, render};
 use crate::store::{FolderRole, Session, StoreError};
 use crate::web::html::{csrf_field, escape};
 use crate::web::{App, Params, bad_request, method_not_allowed, see_other, store_error};

@@ -44,7 +44,7 @@ impl Login {
 impl Handler for Login {
     fn handle(&self, req: &Request, _cx: &HandlerContext<'_>) -> Response {
         let app = &self.0;
-        if super::is_get(req) {
+        if super::page::is_get(req) {
             // Already logged in: straight on to the mail.
             let live = cookie(req, SESSION_COOKIE)
                 .is_some_and(|id| matches!(app.store.session(id), Ok(Some(_))));

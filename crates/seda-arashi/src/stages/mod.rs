@@ -25,16 +25,15 @@ mod list;
 mod login;
 mod logout;
 mod move_;
+mod page;
 mod search;
 mod show;
 
 use std::sync::Arc;
 
-use seda_http::{Handler, Request, Response};
+use seda_http::Handler;
 
-use crate::store::{FolderId, Session};
-use crate::web::html::{Chrome, app_page};
-use crate::web::{App, page, store_error};
+use crate::web::App;
 
 /// The request types of Arashi, one stage each. See the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -123,41 +122,4 @@ impl std::fmt::Display for RequestType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// Whether the request is a GET (or HEAD, which the server answers without a body).
-fn is_get(req: &Request) -> bool {
-    req.method == "GET" || req.method == "HEAD"
-}
-
-/// A page of the application around `content`, with the user's folders in the
-/// sidebar.
-fn render(
-    app: &App,
-    session: &Session,
-    title: &str,
-    current: Option<FolderId>,
-    query: &str,
-    content: &str,
-) -> Response {
-    match app.store.folder_names(session.user.id) {
-        Ok(folders) => {
-            let chrome = Chrome {
-                session,
-                folders: &folders,
-                current,
-                query,
-            };
-            page(
-                seda_http::proto::Status::OK,
-                app_page(title, &chrome, content),
-            )
-        }
-        Err(e) => store_error(&e),
-    }
-}
-
-/// Turns a `Result<Response, Response>` into the response.
-fn either(r: Result<Response, Response>) -> Response {
-    r.unwrap_or_else(|e| e)
 }

@@ -3,7 +3,7 @@
 
 use seda_http::{Handler, HandlerContext, Request, Response};
 
-use super::either;
+use super::page::either;
 use crate::web::{App, see_other, store_error};
 
 /// `handler:move`.

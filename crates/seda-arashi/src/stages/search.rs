@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use seda_http::{Handler, HandlerContext, Request, Response};
 
-use super::{either, is_get, render};
+use super::page::{either, is_get, render};
 use crate::store::{SearchField, StoreError};
 use crate::web::html::{date, escape, snippet};
 use crate::web::{App, Params, bad_request, method_not_allowed, store_error};

@@ -17,7 +17,7 @@ const SCHEME: &str = "pbkdf2-sha256";
 /// Hashes `password` with a fresh salt and `iterations` rounds (at least 1).
 pub fn hash_password(password: &str, iterations: u32) -> String {
     let iterations = iterations.max(1);
-    let salt = crate::web::random_bytes::<16>();
+    let salt = random_bytes::<16>();
     let mut out = [0u8; 32];
     pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), &salt, iterations, &mut out);
     format!("{SCHEME}${iterations}${}${}", hex(&salt), hex(&out))
@@ -66,6 +66,16 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
         .collect()
+}
+
+/// `N` bytes from the operating system's random source.
+///
+/// # Panics
+/// If the OS has no random source (a broken system: no session could be safe).
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    getrandom::fill(&mut b).expect("the OS random source failed");
+    b
 }
 
 #[cfg(test)]

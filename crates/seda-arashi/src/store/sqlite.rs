@@ -18,12 +18,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::password::{hex, verify_password};
-use super::{
+use super::model::{
     Deleted, FolderId, FolderInfo, FolderRole, ListQuery, MATCH_END, MATCH_START, MailStore,
     Message, MessageId, MessagePage, MessageSummary, NewMessage, SearchField, SearchHit, Session,
     SortKey, StoreError, StoreResult, User, UserId,
 };
+use super::password::{hex, random_bytes, verify_password};
 
 /// Sessions end this long after login.
 pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
@@ -305,8 +305,8 @@ impl MailStore for SqliteStore {
     }
 
     fn create_session(&self, user: &User) -> StoreResult<Session> {
-        let id = hex(&crate::web::random_bytes::<16>());
-        let csrf = hex(&crate::web::random_bytes::<16>());
+        let id = hex(&random_bytes::<16>());
+        let csrf = hex(&random_bytes::<16>());
         let now = now_secs();
         let c = self.conn()?;
         c.prepare_cached("DELETE FROM sessions WHERE created < ?1")

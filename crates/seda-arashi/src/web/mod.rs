@@ -30,16 +30,6 @@ pub const SESSION_COOKIE: &str = "arashi_session";
 /// Largest form body accepted, bytes.
 pub const MAX_FORM: usize = 256 * 1024;
 
-/// `N` bytes from the operating system's random source.
-///
-/// # Panics
-/// If the OS has no random source (a broken system: no session could be safe).
-pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
-    let mut b = [0u8; N];
-    getrandom::fill(&mut b).expect("the OS random source failed");
-    b
-}
-
 /// Headers of every HTML page: no script may run, no framing, no caching of mail.
 const PAGE_HEADERS: [(&str, &str); 5] = [
     (

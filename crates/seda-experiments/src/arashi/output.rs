@@ -6,7 +6,7 @@ use std::path::Path;
 
 use seda_load::arashi::{RequestType, Second, Stats};
 
-use super::{ExperimentResults, RunResult};
+use super::results::{ExperimentResults, RunResult};
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::write_runs_and_table;
 

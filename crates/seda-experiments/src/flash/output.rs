@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{CacheRun, DiskRun, FlashResults};
+use super::results::{CacheRun, DiskRun, FlashResults};
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::write_runs_and_table;
 

@@ -13,9 +13,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use super::config::{Front, Scenario};
 use super::metrics::{TOLERANCE, p90_series};
+use super::results::{OverloadResults, RunResult};
 use super::summary::{self, Row, Spread};
-use super::{Front, OverloadResults, RunResult, Scenario};
 use seda_load::report::TimePoint;
 
 use crate::harness::plot::{Chart, Series, line_chart};

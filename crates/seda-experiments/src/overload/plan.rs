@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{CLASS_HEADER, Front, OverloadConfig, RunSpec, Scenario, UserGroup};
+use super::config::{CLASS_HEADER, Front, OverloadConfig, RunSpec, Scenario, UserGroup};
 use seda_load::schedule::{Phase, Schedule};
 
 fn ms(v: f64) -> String {

@@ -4,13 +4,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::config::{CLASS_HEADER, Front, OverloadConfig, RunSpec};
 use super::metrics;
 use super::output;
 use super::plan::{PAUSE, eta, plan};
+use super::results::{GroupResult, OverloadResults, RunResult};
 use super::summary;
-use super::{
-    CLASS_HEADER, Front, GroupResult, OverloadConfig, OverloadResults, RunResult, RunSpec,
-};
 use crate::harness::server::{ServerKind, ServerProcess, ServerSpec, process_tree_cpu};
 use crate::harness::stats::{self, BOTTLENECK_STAGE, StatsPoller};
 use crate::harness::{bottleneck_passes, date_utc, load_average, machine_summary};

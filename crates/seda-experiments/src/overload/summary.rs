@@ -11,8 +11,9 @@
 
 use serde::Serialize;
 
+use super::config::Scenario;
 use super::metrics::WindowMetrics;
-use super::{OverloadResults, RunResult, Scenario};
+use super::results::{OverloadResults, RunResult};
 
 /// Median, minimum and maximum of a figure over repeats.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{BACKEND, ProxyMode, ReplicaResult, RunSpec, ScaleOutConfig};
+use super::config::{BACKEND, ProxyMode, RunSpec, ScaleOutConfig};
+use super::results::ReplicaResult;
 use crate::harness::haproxy::process as proxy;
 use crate::harness::haproxy::{Balance, HaproxyConfig, Replica};
 use crate::harness::server::{ServerKind, ServerProcess, ServerSpec, free_port};

@@ -8,7 +8,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{ProxyMode, RunResult, ScaleOutResults, Scenario};
+use super::config::{ProxyMode, Scenario};
+use super::results::{RunResult, ScaleOutResults};
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::write_runs_and_table;
 use crate::overload::metrics::p90_series;
@@ -131,7 +132,9 @@ fn charts(out: &Path, r: &ScaleOutResults) -> Result<(), String> {
             .iter()
             .filter(|x| x.spec.proxy != ProxyMode::Direct)
             .collect();
-        let pts = |f: fn(&super::WindowMetrics) -> f64, runs: &[&&RunResult]| -> Vec<(f64, f64)> {
+        let pts = |f: fn(&crate::overload::metrics::WindowMetrics) -> f64,
+                   runs: &[&&RunResult]|
+         -> Vec<(f64, f64)> {
             runs.iter()
                 .filter_map(|x| x.window.as_ref().map(|m| (x.spec.n() as f64, f(m))))
                 .collect()

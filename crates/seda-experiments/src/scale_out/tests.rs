@@ -2,6 +2,7 @@
 
 use super::fleet::Fleet;
 use super::*;
+use crate::harness::stats::StatsLog;
 
 #[test]
 fn the_plan_compares_what_the_issue_asks_for() {

@@ -31,6 +31,7 @@
 
 pub mod hostile;
 pub mod output;
+mod results;
 pub mod sampler;
 
 use std::collections::BTreeMap;
@@ -43,13 +44,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use seda_load::client::{self, LoadConfig, Mode, RequestMix};
-use seda_load::report::LoadReport;
 use seda_load::schedule::Schedule;
 
 use crate::harness::server::{ServerKind, ServerProcess, ServerSpec};
 use crate::harness::{date_utc, load_average, machine_summary};
-use hostile::{Kind, Outcome, Tally, WaveConfig};
+use hostile::{Outcome, Tally, WaveConfig};
 use sampler::{ProcSample, Sampler};
+
+pub use results::{Counts, Cycle, SoakResults, Verdict};
 
 /// Settings of a soak.
 #[derive(Debug, Clone, Serialize)]
@@ -176,122 +178,6 @@ impl SoakConfig {
 const SMALL: &str = "/small.html";
 /// The large file of the readers.
 const LARGE: &str = "/large.bin";
-
-/// One cycle.
-#[derive(Debug, Clone, Serialize)]
-pub struct Cycle {
-    /// Seconds since the start when the cycle began.
-    pub start_s: f64,
-    /// Seconds the spike took (its drain included).
-    pub spike_s: f64,
-    /// Seconds the hostile wave took.
-    pub wave_s: f64,
-    /// The server at the end of the calm phase.
-    pub calm: Option<ProcSample>,
-    /// The spike users' counts.
-    pub spike: Counts,
-    /// The wave's outcomes by kind.
-    pub wave: BTreeMap<Kind, Tally>,
-}
-
-/// A load run's counts.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Counts {
-    /// Requests issued.
-    pub issued: u64,
-    /// Answered 2xx/3xx.
-    pub completed: u64,
-    /// Refused with 503.
-    pub rejected: u64,
-    /// Neither.
-    pub errors: u64,
-    /// Errors by kind.
-    pub errors_by_kind: BTreeMap<String, u64>,
-}
-
-impl Counts {
-    fn of(r: &LoadReport) -> Counts {
-        Counts {
-            issued: r.issued,
-            completed: r.completed,
-            rejected: r.rejected,
-            errors: r.errors,
-            errors_by_kind: r.errors_by_kind.clone(),
-        }
-    }
-
-    fn merge(&mut self, o: &Counts) {
-        self.issued += o.issued;
-        self.completed += o.completed;
-        self.rejected += o.rejected;
-        self.errors += o.errors;
-        for (k, v) in &o.errors_by_kind {
-            *self.errors_by_kind.entry(k.clone()).or_default() += v;
-        }
-    }
-}
-
-/// The verdict and the figures it rests on.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Verdict {
-    /// RSS at the first sample, KiB.
-    pub rss_start_kib: u64,
-    /// Largest RSS, KiB.
-    pub rss_peak_kib: u64,
-    /// RSS at the last sample before the server stopped, KiB.
-    pub rss_end_kib: u64,
-    /// Descriptors at the first sample, the largest, and at the last calm sample.
-    pub fds_start: u64,
-    /// Largest number of descriptors.
-    pub fds_peak: u64,
-    /// Descriptors at the last calm sample.
-    pub fds_end_calm: u64,
-    /// Every request of a well-behaved client: users, canary, slow readers,
-    /// pipelining floods, half-closes.
-    pub well_behaved: Tally,
-    /// Every exchange of the other hostile clients.
-    pub hostile: Tally,
-    /// Why the soak failed; empty if it passed.
-    pub failures: Vec<String>,
-}
-
-/// Everything `soak.json` holds.
-#[derive(Debug, Clone, Serialize)]
-pub struct SoakResults {
-    /// Experiment name.
-    pub experiment: &'static str,
-    /// UTC date of the run.
-    pub date: String,
-    /// Machine, settings, load averages.
-    pub setup: serde_json::Value,
-    /// The `seda serve` flags.
-    pub serve_args: Vec<String>,
-    /// Wall time, seconds.
-    pub wall_s: f64,
-    /// The server, once a second.
-    pub samples: Vec<ProcSample>,
-    /// Every cycle.
-    pub cycles: Vec<Cycle>,
-    /// The base users (the whole run).
-    pub base: Option<LoadReport>,
-    /// The spike users, summed over the cycles.
-    pub spikes: Counts,
-    /// The canary's fetches.
-    pub canary: Tally,
-    /// The canary's slowest answer, ms.
-    pub canary_max_ms: f64,
-    /// Hostile outcomes by kind, summed over the cycles.
-    pub hostile: BTreeMap<Kind, Tally>,
-    /// The verdict.
-    pub verdict: Verdict,
-}
-
-impl SoakResults {
-    /// Whether the soak passed.
-    pub fn passed(&self) -> bool {
-        self.verdict.failures.is_empty()
-    }
-}
 
 /// Writes the root: `small.html` (1 KiB), `index.html` and `large.bin`.
 fn make_root(dir: &Path, large_mib: u64) -> Result<(), String> {

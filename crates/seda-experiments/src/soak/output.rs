@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::SoakResults;
 use super::hostile::Tally;
+use super::results::SoakResults;
 use crate::harness::plot::{Chart, Series, line_chart};
 
 /// Writes `soak.json`, `summary.md`, `rss.svg` and `fds.svg` to `out`.

@@ -16,8 +16,8 @@ use hdrhistogram::Histogram;
 use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
 
+use super::config::{Kind, LoadConfig, N_KINDS};
 use super::wire::{self, HEADER_LEN, Header, write_message};
-use super::{Kind, LoadConfig, N_KINDS};
 
 /// Per-thread results, merged by the caller.
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use seda::{Batch, Context, EventHandler, Runtime, RuntimeError, Sink};
 use seda_io::SocketEvent;
 
 use super::recv::{Input, RecvEvent};
-use super::{ColorGuarded, Conn, ConnState, ConnTable, Shared, stage_builder};
+use super::state::{ColorGuarded, Conn, ConnState, ConnTable, Shared, stage_builder};
 
 struct Ingress {
     shared: Arc<Shared>,

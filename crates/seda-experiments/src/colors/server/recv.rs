@@ -17,7 +17,7 @@ use seda::{Batch, Context, EventHandler, Meta, Runtime, RuntimeError, Sink};
 use seda_io::Outgoing;
 
 use super::serve::{Op, ServeEvent};
-use super::{Conn, ConnState, DEFAULT_COLOR, Session, Shared, stage_builder};
+use super::state::{Conn, ConnState, DEFAULT_COLOR, Session, Shared, stage_builder};
 use crate::colors::proto::{self, REQUEST_LEN, ReadRequest};
 
 /// What `ingress` hands `recv`.

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use seda::{Batch, Context, EventHandler, Runtime, RuntimeError, Sink};
 use seda_io::Outgoing;
 
-use super::{Conn, Shared, stage_builder};
+use super::state::{Conn, Shared, stage_builder};
 use crate::colors::proto::{self, STATUS_BAD_REQUEST, STATUS_OK};
 
 /// What `serve` hands `seal`.

@@ -17,7 +17,7 @@ use seda::{Batch, Context, EventHandler, Runtime, RuntimeError, Sink};
 use seda_io::ConnId;
 
 use super::seal::{Reply, SealEvent};
-use super::{ColorGuarded, Conn, Shared, stage_builder};
+use super::state::{ColorGuarded, Conn, Shared, stage_builder};
 use crate::colors::proto::ReadRequest;
 
 /// How long a read lease lasts.

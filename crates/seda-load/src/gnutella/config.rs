@@ -1,0 +1,176 @@
+//! What a run of simulated peers is asked to do: its settings ([`LoadConfig`]), the
+//! message mix ([`Mix`]) and the kinds of message the peers time.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::wire;
+
+/// Message kinds the generator times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Ping = 0,
+    Query = 1,
+    Pong = 2,
+    QueryHit = 3,
+}
+
+pub(crate) const N_KINDS: usize = 4;
+pub(crate) const KIND_NAMES: [&str; N_KINDS] = ["ping", "query", "pong", "queryhit"];
+
+impl Kind {
+    /// The kind of payload-type byte `t`, if it is one the generator times.
+    pub(crate) fn of(t: u8) -> Option<Kind> {
+        match t {
+            wire::PING => Some(Kind::Ping),
+            wire::QUERY => Some(Kind::Query),
+            wire::PONG => Some(Kind::Pong),
+            wire::QUERY_HIT => Some(Kind::QueryHit),
+            _ => None,
+        }
+    }
+}
+
+/// Shares of the generated messages.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Mix {
+    /// Share of pings.
+    pub ping: f64,
+    /// Share of queries.
+    pub query: f64,
+}
+
+impl Default for Mix {
+    /// SEDA 5.2.3: "query messages constitute 15% of the generated packets"; the
+    /// rest are pings.
+    fn default() -> Self {
+        Mix {
+            ping: 0.85,
+            query: 0.15,
+        }
+    }
+}
+
+impl Mix {
+    /// Parses `ping=85,query=15` (weights, normalised).
+    pub fn parse(s: &str) -> Result<Mix, String> {
+        let mut m = Mix {
+            ping: 0.0,
+            query: 0.0,
+        };
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("mix: expected TYPE=WEIGHT, got {part:?}"))?;
+            let w: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|w: &f64| w.is_finite() && *w >= 0.0)
+                .ok_or_else(|| format!("mix: bad weight {v:?}"))?;
+            match k.trim() {
+                "ping" => m.ping = w,
+                "query" => m.query = w,
+                other => return Err(format!("mix: unknown type {other:?} (ping, query)")),
+            }
+        }
+        let sum = m.ping + m.query;
+        if sum <= 0.0 {
+            return Err("mix: all weights are zero".into());
+        }
+        m.ping /= sum;
+        m.query /= sum;
+        Ok(m)
+    }
+
+    pub(crate) fn pick(&self, u: f64) -> Kind {
+        if u < self.query {
+            Kind::Query
+        } else {
+            Kind::Ping
+        }
+    }
+}
+
+/// Settings of a load run.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// The router (loopback).
+    pub router: SocketAddr,
+    /// Simulated peers. Default 8.
+    pub peers: usize,
+    /// Generator threads. Default 1.
+    pub threads: usize,
+    /// Total messages per second over all peers; `None`: as fast as possible.
+    pub rate: Option<f64>,
+    /// Measured time.
+    pub duration: Duration,
+    /// Latency before this offset into the run is left out of the summary (not of
+    /// the time series).
+    pub warmup: Duration,
+    /// Message mix.
+    pub mix: Mix,
+    /// TTL of generated pings and queries. Default 2 (the router forwards them
+    /// with TTL 1 to every other peer).
+    pub ttl: u8,
+    /// Query payload bytes (min speed, text, NUL). Default 32.
+    pub query_bytes: usize,
+    /// Share of received queries a peer answers with a query hit. Default 0.1.
+    pub hit_fraction: f64,
+    /// Seed of the mix.
+    pub seed: u64,
+    /// Bytes a peer may have unsent before it stops generating. Default 1 MiB.
+    pub max_pending_bytes: usize,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        LoadConfig {
+            router: SocketAddr::from(([127, 0, 0, 1], 6346)),
+            peers: 8,
+            threads: 1,
+            rate: Some(1000.0),
+            duration: Duration::from_secs(10),
+            warmup: Duration::ZERO,
+            mix: Mix::default(),
+            ttl: 2,
+            query_bytes: 32,
+            hit_fraction: 0.1,
+            seed: 1,
+            max_pending_bytes: 1 << 20,
+        }
+    }
+}
+
+impl LoadConfig {
+    /// Checks each field's range.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.router.ip().is_loopback() {
+            return Err(format!("router {} is not on loopback", self.router));
+        }
+        if self.peers < 2 {
+            return Err("at least 2 peers are needed (one to send, one to receive)".into());
+        }
+        if self.threads == 0 || self.threads > self.peers {
+            return Err("threads must be 1..=peers".into());
+        }
+        if self.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+            return Err("rate must be positive".into());
+        }
+        if self.duration.is_zero() {
+            return Err("duration must be positive".into());
+        }
+        if !(3..=4096).contains(&self.query_bytes) {
+            return Err("query bytes must be 3..=4096".into());
+        }
+        if !(0.0..=1.0).contains(&self.hit_fraction) {
+            return Err("hit fraction must be 0..=1".into());
+        }
+        if self.ttl == 0 {
+            return Err("ttl must be at least 1".into());
+        }
+        Ok(())
+    }
+}
