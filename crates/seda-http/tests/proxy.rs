@@ -390,3 +390,37 @@ fn a_chunked_upstream_reaches_an_http11_client_chunked_and_a_head_gets_no_body()
     assert_eq!((r.status, r.header("Content-Length")), (200, Some("4")));
     assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
 }
+
+#[test]
+fn clients_that_go_away_leave_nothing_in_flight() {
+    let b = Backend::start(Script::Slow(Duration::from_millis(200), "late\n"));
+    let s = proxy(vec![route("/s", &[&b.url()])]);
+    // 64 clients send a request each and hang up before the answer.
+    let clients: Vec<Client> = (0..64)
+        .map(|_| {
+            let mut c = s.connect();
+            c.send(b"GET /s HTTP/1.1\r\nHost: t\r\n\r\n");
+            c
+        })
+        .collect();
+    assert!(wait_for(Duration::from_secs(10), || {
+        b.requests.load(std::sync::atomic::Ordering::SeqCst) == 64
+    }));
+    drop(clients);
+    let settled = wait_for(Duration::from_secs(10), || {
+        let p = proxy_section(&s.stats());
+        p["routes"][0]["in_flight"] == 0 && p["routes"][0]["upstreams"][0]["in_flight"] == 0
+    });
+    assert!(settled, "{}", proxy_section(&s.stats()));
+    // A client that closed may only have half-closed: its answer is still written
+    // (and counted); one whose close was seen is dropped. Either way, settled.
+    let p = proxy_section(&s.stats());
+    let r = &p["routes"][0];
+    assert_eq!(
+        r["responses"].as_u64().unwrap() + r["client_gone"].as_u64().unwrap(),
+        64,
+        "{p}"
+    );
+    // The route still serves.
+    assert_eq!(s.connect().get("/s").text(), "late\n");
+}

@@ -140,7 +140,7 @@ pub struct ProxyRoute {
     pub timeout: Duration,
     /// Time to establish an upstream connection. Default 3 s (capped by `timeout`).
     pub connect_timeout: Duration,
-    /// Idle keep-alive connections kept per upstream. Default 64.
+    /// Idle keep-alive connections kept per upstream. Default 256.
     pub max_idle: usize,
     /// How long an idle upstream connection is kept. Default 30 s.
     pub idle_timeout: Duration,
@@ -198,7 +198,7 @@ impl ProxyRoute {
             max_body: 1 << 20,
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: Duration::from_secs(3),
-            max_idle: 64,
+            max_idle: 256,
             idle_timeout: Duration::from_secs(30),
             max_fails: 3,
             eject_for: Duration::from_secs(10),
