@@ -30,7 +30,7 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use seda_http::{AgentServer, DemoSite, Server};
+use seda_http::{AgentServer, DemoSite, Server, ServerConfig, ServerError};
 
 mod config;
 mod mount;
@@ -77,6 +77,37 @@ fn check(s: &Settings) -> Result<(), String> {
     Ok(())
 }
 
+/// Starts the server. A `max-connections` that was set and does not fit the
+/// open-files limit is an error (the user asked for it); the default is lowered to
+/// what fits, with a warning (nginx's `worker_connections exceed open file resource
+/// limit`, but acted upon: connections past the limit would wait in the kernel's
+/// queue instead of getting the server's 503).
+fn start(cfg: ServerConfig, max_connections_set: bool) -> Result<Server, String> {
+    match Server::start(cfg.clone()) {
+        Err(ServerError::Descriptors(b)) if !max_connections_set && b.connections() > 0 => {
+            eprintln!(
+                "seda serve: warning: the open-files limit ({}, `ulimit -n`) leaves room for \
+                 {} connections beside the {} descriptors the server holds and the {} it keeps \
+                 free; serving at most {} connections instead of the default {} (raise \
+                 `ulimit -n` to at least {} for those)",
+                b.limit,
+                b.connections(),
+                b.held,
+                b.reserve,
+                b.connections(),
+                b.wanted,
+                b.limit_needed()
+            );
+            let cfg = ServerConfig {
+                max_connections: usize::try_from(b.connections()).unwrap_or(usize::MAX),
+                ..cfg
+            };
+            Server::start(cfg).map_err(|e| e.to_string())
+        }
+        r => r.map_err(|e| e.to_string()),
+    }
+}
+
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(args: ServeArgs) -> Result<(), String> {
     let settings = resolve(&args).map_err(|e| e.to_string())?;
@@ -98,6 +129,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         bottleneck_passes,
         agent_listen,
         agent_cfg,
+        max_connections_set,
     } = settings;
     let demo = match root {
         Some(root) => {
@@ -137,7 +169,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             format!("{} -> {}", r.prefix, ups.join(", "))
         })
         .collect();
-    let server = Server::start(cfg).map_err(|e| e.to_string())?;
+    let server = start(cfg, max_connections_set)?;
     announce!("listening on http://{}", server.local_addr());
     if let Some(admin) = server.admin_addr() {
         announce!("admin at http://{admin}/_seda/");

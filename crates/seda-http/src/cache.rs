@@ -17,7 +17,10 @@
 //! - `PageCache`: the sum of cached body lengths never exceeds the capacity; a body
 //!   larger than the capacity is never inserted.
 //! - `PathCache`: the sum of entry costs (URL + target bytes + a fixed overhead)
-//!   never exceeds the capacity.
+//!   never exceeds the capacity, and at most [`PathCache::OPEN_FILES`] entries hold
+//!   an open file (a large file's stream): the descriptors the cache keeps are
+//!   bounded, whatever the number of large files asked for (a translation past the
+//!   bound is used once and not kept).
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -130,6 +133,19 @@ struct PathEntry {
     cost: u64,
 }
 
+impl PathEntry {
+    /// Whether the entry keeps a file open.
+    fn holds_file(&self) -> bool {
+        matches!(&self.target, Target::File(info) if info.stream.is_some())
+    }
+}
+
+/// The path cache's map and the count of its entries that hold an open file.
+struct PathLru {
+    lru: Lru<Box<[u8]>, PathEntry, RandomState>,
+    open_files: usize,
+}
+
 /// Bytes an entry is charged beyond its key and target's own bytes: the map's and
 /// list's bookkeeping, and the `FileInfo` struct.
 const ENTRY_OVERHEAD: u64 = 192;
@@ -165,9 +181,17 @@ impl<K: std::hash::Hash + Eq, V, S: BuildHasher> Lru<K, V, S> {
     }
 
     /// Inserts `v` costing `cost`, evicting least recently used entries until the
-    /// total fits `capacity`; returns how many were evicted. `cost(v)` must give
-    /// each entry's cost back on removal.
-    fn insert(&mut self, k: K, v: V, cost: u64, capacity: u64, cost_of: impl Fn(&V) -> u64) -> u64 {
+    /// total fits `capacity`; returns how many were evicted. `removed(v)` is called
+    /// with every entry that leaves (the one `k` had, and the evicted) and must give
+    /// its cost back.
+    fn insert(
+        &mut self,
+        k: K,
+        v: V,
+        cost: u64,
+        capacity: u64,
+        mut cost_of: impl FnMut(&V) -> u64,
+    ) -> u64 {
         if let Some(old) = self.map.pop(&k) {
             self.bytes -= cost_of(&old);
         }
@@ -189,7 +213,7 @@ impl<K: std::hash::Hash + Eq, V, S: BuildHasher> Lru<K, V, S> {
 pub struct PathCache {
     /// Keys are chosen by clients (URLs that are not there are cached too), so the
     /// map uses std's keyed SipHash, not FNV.
-    lru: Mutex<Lru<Box<[u8]>, PathEntry, RandomState>>,
+    lru: Mutex<PathLru>,
     capacity: u64,
     revalidate: Duration,
 }
@@ -204,11 +228,18 @@ impl fmt::Debug for PathCache {
 }
 
 impl PathCache {
+    /// Most entries that keep a file open (see the module invariants); a server
+    /// counts them in the descriptors it keeps free beside its connections.
+    pub const OPEN_FILES: usize = 32;
+
     /// A cache holding translations worth at most `capacity_bytes` (URL, target and
     /// bookkeeping counted), each trusted for `revalidate`.
     pub fn new(capacity_bytes: u64, revalidate: Duration) -> Self {
         PathCache {
-            lru: Mutex::new(Lru::new(RandomState::new())),
+            lru: Mutex::new(PathLru {
+                lru: Lru::new(RandomState::new()),
+                open_files: 0,
+            }),
             capacity: capacity_bytes,
             revalidate,
         }
@@ -216,32 +247,55 @@ impl PathCache {
 
     /// The translation of `url`, if cached and still fresh at `now`.
     pub fn get(&self, url: &[u8], now: Instant) -> Option<Target> {
-        let mut lru = self.lru.lock();
-        let e = lru.map.get(url)?;
+        let mut inner = self.lru.lock();
+        let e = inner.lru.map.get(url)?;
         (now.saturating_duration_since(e.checked) < self.revalidate).then(|| e.target.clone())
     }
 
     /// Caches a translation checked at `now`, evicting the least recently used
     /// translations to stay within the byte bound. A translation larger than the
-    /// whole cache is not cached.
+    /// whole cache is not cached, nor one holding an open file while
+    /// [`OPEN_FILES`](Self::OPEN_FILES) entries do.
     pub fn insert(&self, url: &[u8], target: Target, now: Instant) {
         let cost = url.len() as u64 + target.bytes() + ENTRY_OVERHEAD;
         if cost > self.capacity {
             return;
         }
-        let mut lru = self.lru.lock();
         let entry = PathEntry {
             target,
             checked: now,
             cost,
         };
-        lru.insert(url.into(), entry, cost, self.capacity, |e| e.cost);
+        let opens = entry.holds_file();
+        let mut inner = self.lru.lock();
+        let PathLru { lru, open_files } = &mut *inner;
+        if opens
+            && *open_files >= Self::OPEN_FILES
+            && !lru.map.peek(url).is_some_and(PathEntry::holds_file)
+        {
+            return;
+        }
+        lru.insert(url.into(), entry, cost, self.capacity, |e| {
+            if e.holds_file() {
+                *open_files -= 1;
+            }
+            e.cost
+        });
+        if opens {
+            *open_files += 1;
+        }
         debug_assert!(lru.bytes <= self.capacity);
+        debug_assert!(*open_files <= Self::OPEN_FILES);
     }
 
     /// Entries held.
     pub fn len(&self) -> usize {
-        self.lru.lock().map.len()
+        self.lru.lock().lru.map.len()
+    }
+
+    /// Entries that keep a file open (at most [`OPEN_FILES`](Self::OPEN_FILES)).
+    pub fn open_files(&self) -> usize {
+        self.lru.lock().open_files
     }
 
     /// Whether no entry is held.
@@ -251,7 +305,7 @@ impl PathCache {
 
     /// Bytes the entries are charged (at most the capacity).
     pub fn bytes(&self) -> u64 {
-        self.lru.lock().bytes
+        self.lru.lock().lru.bytes
     }
 
     /// Capacity in bytes.
@@ -428,5 +482,55 @@ mod tests {
             c.get(&huge, t0).is_none(),
             "larger than the cache: not cached"
         );
+    }
+
+    /// Issue 29.4: every large file the path cache translated kept its descriptor
+    /// open for as long as its entry lived (tens of thousands in 16 MiB).
+    #[test]
+    fn path_cache_keeps_a_bounded_number_of_files_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big");
+        std::fs::write(&path, b"x").unwrap();
+        let streamed = || {
+            let file = Arc::new(std::fs::File::open(&path).unwrap());
+            let key = FileKey {
+                dev: 0,
+                ino: 0,
+                mtime_ns: 0,
+                len: 1,
+            };
+            let v = Validators::of(1, std::time::SystemTime::UNIX_EPOCH, 0);
+            Target::File(Arc::new(FileInfo::new(
+                path.clone(),
+                key,
+                v,
+                "text/plain",
+                Some(file),
+            )))
+        };
+        let c = PathCache::new(16 << 20, Duration::from_secs(60));
+        let t0 = Instant::now();
+        let n = PathCache::OPEN_FILES + 20;
+        for i in 0..n {
+            c.insert(format!("/f{i}").as_bytes(), streamed(), t0);
+        }
+        assert_eq!(c.open_files(), PathCache::OPEN_FILES);
+        assert_eq!(c.len(), PathCache::OPEN_FILES, "the rest were not kept");
+        assert!(c.get(format!("/f{}", n - 1).as_bytes(), t0).is_none());
+        // Replacing an entry that holds a file, or evicting one, frees its place.
+        c.insert(b"/f0", streamed(), t0);
+        c.insert(b"/f1", Target::Error(Status::NOT_FOUND), t0);
+        assert_eq!(c.open_files(), PathCache::OPEN_FILES - 1);
+        c.insert(b"/new", streamed(), t0);
+        assert!(c.get(b"/new", t0).is_some());
+        assert_eq!(c.open_files(), PathCache::OPEN_FILES);
+        // Entries without a file are not limited by it.
+        c.insert(b"/other", Target::Error(Status::NOT_FOUND), t0);
+        assert!(c.get(b"/other", t0).is_some());
+        let tiny = PathCache::new(3 * (ENTRY_OVERHEAD + 200), Duration::from_secs(60));
+        for i in 0..10 {
+            tiny.insert(format!("/f{i}").as_bytes(), streamed(), t0);
+        }
+        assert!(tiny.open_files() <= 3 && tiny.open_files() == tiny.len());
     }
 }

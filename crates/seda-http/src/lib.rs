@@ -81,6 +81,6 @@ pub use proxy::{
     UpstreamStats, UpstreamUrl,
 };
 pub use server::{
-    FileIo, HaboobStats, Handoff, PathCacheStats, Reloaded, Server, ServerConfig, ServerError,
-    ServerShutdown, stages,
+    DescriptorBudget, FileIo, HaboobStats, Handoff, PathCacheStats, Reloaded, Server, ServerConfig,
+    ServerError, ServerShutdown, stages,
 };

@@ -450,9 +450,10 @@ fn item7_absurd_limits_and_a_busy_port_are_clear_errors() {
     );
     let err = Server::start(cfg(&|c| c.max_connections = 99_999_999_999)).unwrap_err();
     assert!(
-        matches!(&err, ServerError::Config(m) if m.contains("open files")),
+        matches!(&err, ServerError::Descriptors(b) if b.wanted == 99_999_999_999 && !b.fits()),
         "{err}"
     );
+    assert!(err.to_string().contains("ulimit -n"), "{err}");
     let err = Server::start(cfg(&|c| {
         c.listen = s.addr;
         c.event_loops = 2;

@@ -13,7 +13,9 @@
 //!   helper stage sized by the thread-pool controller; operations on one file run in
 //!   order; [`read_resident`] skips the helper for data already in the page cache.
 //! - [`raise_fd_limit`] lifts the open-files limit to the hard limit (done by
-//!   [`Sockets::start`]).
+//!   [`Sockets::start`]); [`Descriptors`] counts what the process holds against it,
+//!   so that an application sizes `max_connections` with room to refuse a client
+//!   and open a file at the cap ([`LOOP_RESERVE`]).
 //!
 //! # Flow control (for servers facing hostile clients)
 //! [`Sockets::bind`] then [`BoundSockets::start`] gives the application a [`Writer`]
@@ -51,10 +53,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod fds;
 mod file;
 mod socket;
 mod sys;
 
+pub use crate::fds::{Descriptors, LOOP_RESERVE, is_out_of_descriptors};
 pub use crate::file::{
     FileConfig, FileHelper, FileOp, FileReply, FileStats, Refusal, SubmitError, read_resident,
 };

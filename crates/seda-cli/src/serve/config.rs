@@ -91,7 +91,9 @@ pub struct ServeConfig {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<f64>,
-    /// Most open connections [default: 10000].
+    /// Most open connections; one that the open-files limit cannot hold beside the
+    /// server's own descriptors is refused at start [default: 10000, or what the
+    /// limit leaves, with a warning].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<usize>,
@@ -521,7 +523,10 @@ impl ServeConfig {
             max_cached_file_kb: Some(d.max_cached_file >> 10),
             header_timeout: Some(d.header_timeout.as_secs_f64()),
             idle_timeout: Some(d.idle_timeout.as_secs_f64()),
-            max_connections: Some(d.max_connections),
+            // Unset, the server takes the library's default or, under a lower
+            // open-files limit, what the limit leaves (with a warning); set, a value
+            // the limit cannot hold is an error (serve.rs).
+            max_connections: None,
             event_loops: Some(d.event_loops),
             parse_threads: Some(d.parse_threads),
             handoff: word("inline"),
@@ -693,6 +698,7 @@ impl ServeConfig {
             bottleneck_passes,
             agent_listen: self.agent_listen,
             agent_cfg,
+            max_connections_set: self.max_connections.is_some(),
         })
     }
 
@@ -892,6 +898,9 @@ pub struct Settings {
     pub bottleneck_passes: Option<u64>,
     pub agent_listen: Option<SocketAddr>,
     pub agent_cfg: AgentConfig,
+    /// `max-connections` was set (flag or file): if the open-files limit cannot
+    /// hold it, starting fails; the default is lowered to what fits instead.
+    pub max_connections_set: bool,
 }
 
 /// `v` seconds, in `0.001..1e9` (shorter rounds to nothing: `1e-300` would be a

@@ -105,11 +105,25 @@ impl Served {
     /// Starts `seda serve --listen 127.0.0.1:0 ARGS...` and waits for its
     /// `listening on` and `admin at` lines.
     pub fn start(args: &[&str]) -> Served {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_seda"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(args);
+        Served::spawn(cmd)
+    }
+
+    /// As [`Served::start`], under an open-files limit of `nofile` (`ulimit -n`,
+    /// soft and hard, set by a shell that then runs the server in its place).
+    pub fn start_with_nofile(nofile: u64, args: &[&str]) -> Served {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &format!("ulimit -n {nofile} && exec \"$0\" \"$@\"")])
+            .arg(env!("CARGO_BIN_EXE_seda"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args);
+        Served::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> Served {
         let mut child = Guard(
-            Command::new(env!("CARGO_BIN_EXE_seda"))
-                .args(["serve", "--listen", "127.0.0.1:0"])
-                .args(args)
-                .stdin(Stdio::null())
+            cmd.stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

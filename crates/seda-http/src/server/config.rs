@@ -89,7 +89,10 @@ pub struct ServerConfig {
     /// closed (a slow reader that makes progress is not). Default 60 s.
     pub send_timeout: Duration,
     /// Most open connections; past it a new connection gets a `503` and is closed.
-    /// Default 10,000.
+    /// Default 10,000. Must fit the open-files limit beside the descriptors the
+    /// server holds and keeps free ([`DescriptorBudget`](super::DescriptorBudget)):
+    /// [`Server::start`](super::Server::start) fails with
+    /// [`ServerError::Descriptors`] otherwise.
     pub max_connections: usize,
     /// Most requests of one connection in flight (parsed and not yet answered);
     /// past it the connection is not read until half are answered. Default 16.
@@ -183,6 +186,9 @@ pub enum ServerError {
     Io(std::io::Error),
     /// The runtime refused a stage.
     Runtime(seda::RuntimeError),
+    /// `max_connections` does not fit the open-files limit beside what the server
+    /// holds and keeps free; the budget says how many would.
+    Descriptors(super::DescriptorBudget),
 }
 
 impl fmt::Display for ServerError {
@@ -192,6 +198,7 @@ impl fmt::Display for ServerError {
             ServerError::Config(s) => write!(f, "invalid configuration: {s}"),
             ServerError::Io(e) => write!(f, "{e}"),
             ServerError::Runtime(e) => write!(f, "{e}"),
+            ServerError::Descriptors(b) => write!(f, "invalid configuration: {b}"),
         }
     }
 }
@@ -253,17 +260,7 @@ pub(crate) fn validate(cfg: &ServerConfig) -> Result<PathBuf, ServerError> {
             total >> 20
         )));
     }
-    // Each connection is a descriptor (the listeners, files and runtime need a few
-    // more, which a limit this close to the maximum may then lack).
-    if let Ok(files) = seda_io::raise_fd_limit()
-        && cfg.max_connections as u64 > files
-    {
-        return Err(ServerError::Config(format!(
-            "max_connections {} needs more open files than this process may have \
-             ({files}; raise `ulimit -n` or lower max_connections)",
-            cfg.max_connections
-        )));
-    }
+    // The descriptors are checked once the listeners are bound (descriptors.rs).
     Ok(root)
 }
 

@@ -93,6 +93,9 @@ pub(crate) enum Found {
     Target(Target),
     /// Reading failed.
     Failed(Status),
+    /// The process is out of descriptors (`EMFILE`, `ENFILE`): a `503` with
+    /// `Retry-After`, and nothing cached (the file is there).
+    OutOfDescriptors,
 }
 
 /// A request PageCache could not answer, for CacheMiss.

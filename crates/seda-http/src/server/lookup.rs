@@ -66,5 +66,6 @@ pub(crate) fn settle(hb: &Haboob, job: Job, found: Found) -> (Exchange, Answer) 
         }
         Found::Target(target) => answer_for(job, target, None),
         Found::Failed(status) => (job.ex, Answer::Error(status)),
+        Found::OutOfDescriptors => (job.ex, Answer::Overload),
     }
 }

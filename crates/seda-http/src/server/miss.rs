@@ -40,7 +40,10 @@ pub(crate) fn find(hb: &Haboob, miss: Miss) -> Step {
         Some(info) => (info, None),
         None => {
             let now = Instant::now();
-            let (target, opened) = translate(hb, job.req.path());
+            let (target, opened) = match translate(hb, job.req.path()) {
+                Ok(t) => t,
+                Err(OutOfDescriptors) => return Step::Found(job, Found::OutOfDescriptors),
+            };
             hb.paths.insert(job.req.path(), target.clone(), now);
             match target {
                 Target::File(info) if info.stream.is_none() => {
@@ -57,6 +60,9 @@ pub(crate) fn find(hb: &Haboob, miss: Miss) -> Step {
         Some(f) => Arc::new(f),
         None => match File::open(&info.path) {
             Ok(f) => Arc::new(f),
+            Err(e) if seda_io::is_out_of_descriptors(&e) => {
+                return Step::Found(job, Found::OutOfDescriptors);
+            }
             Err(_) => return Step::Found(job, Found::Failed(Status::NOT_FOUND)),
         },
     };
@@ -99,41 +105,47 @@ pub(crate) fn settle_inline(hb: &Haboob, miss: Miss) -> (Job, Found) {
     }
 }
 
+/// The process had no descriptor to open a file with: nothing to cache.
+struct OutOfDescriptors;
+
 /// Translates a URL path to a target (blocking). For a file that the page cache
 /// takes, also returns the open file, whose metadata the target describes.
-fn translate(hb: &Haboob, raw_path: &[u8]) -> (Target, Option<File>) {
+fn translate(hb: &Haboob, raw_path: &[u8]) -> Result<(Target, Option<File>), OutOfDescriptors> {
     let set = &hb.set;
-    match proto::translate(&set.root, raw_path, &set.index, set.dotfiles) {
-        Ok(Translation::File(path, _)) => {
-            let opened = File::open(&path).and_then(|f| f.metadata().map(|m| (f, m)));
-            let (file, meta) = match opened {
-                Ok(fm) => fm,
-                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    return (Target::Error(Status::FORBIDDEN), None);
+    Ok(
+        match proto::translate(&set.root, raw_path, &set.index, set.dotfiles) {
+            Ok(Translation::File(path, _)) => {
+                let opened = File::open(&path).and_then(|f| f.metadata().map(|m| (f, m)));
+                let (file, meta) = match opened {
+                    Ok(fm) => fm,
+                    Err(e) if seda_io::is_out_of_descriptors(&e) => return Err(OutOfDescriptors),
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        return Ok((Target::Error(Status::FORBIDDEN), None));
+                    }
+                    Err(_) => return Ok((Target::Error(Status::NOT_FOUND), None)),
+                };
+                let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
+                let mtime_ns = mtime
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i128);
+                let key = FileKey {
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    mtime_ns,
+                    len: meta.len(),
+                };
+                let validators = Validators::of(meta.len(), mtime, meta.ino());
+                let ctype = proto::content_type(&path);
+                if meta.len() > set.max_cached_file || !hb.pages.admits(meta.len()) {
+                    let info = FileInfo::new(path, key, validators, ctype, Some(Arc::new(file)));
+                    (Target::File(Arc::new(info)), None)
+                } else {
+                    let info = FileInfo::new(path, key, validators, ctype, None);
+                    (Target::File(Arc::new(info)), Some(file))
                 }
-                Err(_) => return (Target::Error(Status::NOT_FOUND), None),
-            };
-            let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
-            let mtime_ns = mtime
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as i128);
-            let key = FileKey {
-                dev: meta.dev(),
-                ino: meta.ino(),
-                mtime_ns,
-                len: meta.len(),
-            };
-            let validators = Validators::of(meta.len(), mtime, meta.ino());
-            let ctype = proto::content_type(&path);
-            if meta.len() > set.max_cached_file || !hb.pages.admits(meta.len()) {
-                let info = FileInfo::new(path, key, validators, ctype, Some(Arc::new(file)));
-                (Target::File(Arc::new(info)), None)
-            } else {
-                let info = FileInfo::new(path, key, validators, ctype, None);
-                (Target::File(Arc::new(info)), Some(file))
             }
-        }
-        Ok(Translation::AddSlash(loc)) => (Target::Redirect(Bytes::from(loc)), None),
-        Err(e) => (Target::Error(e.status()), None),
-    }
+            Ok(Translation::AddSlash(loc)) => (Target::Redirect(Bytes::from(loc)), None),
+            Err(e) => (Target::Error(e.status()), None),
+        },
+    )
 }

@@ -45,6 +45,7 @@ mod answer;
 mod cache_miss;
 mod config;
 mod conn;
+mod descriptors;
 mod dynamic;
 mod events;
 mod lookup;
@@ -74,6 +75,7 @@ use seda_io::{
 };
 
 pub use config::{FileIo, Handoff, ServerConfig, ServerError};
+pub use descriptors::DescriptorBudget;
 // The seam the front door's stages (`crate::proxy`) use: a request, its response
 // slot, the way to answer, a streamed response.
 pub(crate) use answer::Answer;
@@ -113,6 +115,9 @@ pub mod stages {
     /// The socket event loops (seda-io).
     pub const SOCKETS: &str = seda_io::DEFAULT_STAGE;
 }
+
+/// Most threads of CacheMiss's pool (each holds at most one file it is opening).
+const CACHE_MISS_THREADS: usize = 16;
 
 /// What a shutdown finished.
 #[derive(Debug)]
@@ -199,6 +204,12 @@ impl Server {
             ..SocketConfig::default()
         })
         .map_err(ServerError::Io)?;
+        // With the listeners and loops bound (and the limit raised), the connections
+        // must leave the server its reserve (descriptors.rs).
+        let budget = descriptors::budget(&cfg).map_err(ServerError::Io)?;
+        if !budget.fits() {
+            return Err(ServerError::Descriptors(budget));
+        }
         let files = FileHelper::start(&rt, FileConfig::default())?;
         let log = match &cfg.access_log {
             Some(l) => Some(AccessLog::start(&rt, l).map_err(ServerError::Io)?),
@@ -259,7 +270,7 @@ impl Server {
             .thread_model(ThreadModel::PerStage)
             .thread_pool(ThreadPoolConfig {
                 min_threads: 1,
-                max_threads: 16,
+                max_threads: CACHE_MISS_THREADS,
                 queue_threshold: 10,
                 ..ThreadPoolConfig::default()
             })

@@ -93,6 +93,9 @@ pub fn start(tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
         max_cached_file: 1 << 20,
         event_loops: 1,
         admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        // Enough for any test; the default 10,000 plus an upstream connection per
+        // proxied request would not fit the open-files limit of every machine.
+        max_connections: 1024,
         ..ServerConfig::default()
     };
     tweak(&mut cfg);

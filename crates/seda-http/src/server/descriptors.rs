@@ -1,0 +1,179 @@
+//! How Haboob shares the open-files limit: what it holds, what it keeps free, and
+//! what is left for connections (issue 29.4: under `ulimit -n 256`,
+//! `max_connections 256` was accepted while the server held 11; it ran out of
+//! descriptors before its own cap, and a new client waited in the kernel's queue
+//! instead of getting the `503`).
+//!
+//! ```text
+//! limit >= held + reserve + max_connections
+//! ```
+//!
+//! - `held`: descriptors open once the listeners and event loops are bound
+//!   ([`seda_io::Descriptors`], measured: whatever the process already had, the
+//!   listeners, the epoll instances or io_uring eventfds, the wakers);
+//! - `reserve`: per event loop [`seda_io::LOOP_RESERVE`] (a connection accepted
+//!   over the cap to be told `503`; the ring an io_uring loop opens as it starts);
+//!   [`FILES_IN_FLIGHT`] files the miss path opens at once and
+//!   [`PathCache::OPEN_FILES`] large files the path cache keeps open; 3 for the
+//!   admin listener (its socket, the connection it serves, the one that wakes it at
+//!   stop); per proxy route, an upstream connection for each request it may have in
+//!   flight (at most one per client connection) and its idle ones; [`SLACK`] for an
+//!   agent listener, a log file, a library's descriptor.
+//!
+//! With the reserve kept, a connection over `max_connections` can always be
+//! accepted and refused, and a file can always be opened for a connection already
+//! taken. What the reserve cannot foresee (a connection holding many streamed files
+//! in its pipeline) is answered `503` if `open` fails for want of descriptors, never
+//! a `404`.
+
+use std::fmt;
+
+use crate::cache::PathCache;
+
+use super::config::ServerConfig;
+
+/// Files the miss path may hold open at once: CacheMiss's pool at most (each thread
+/// opens one file at a time; the file helper reads files already open).
+pub(crate) const FILES_IN_FLIGHT: u64 = super::CACHE_MISS_THREADS as u64;
+
+/// Descriptors for what the server does not count itself.
+pub(crate) const SLACK: u64 = 8;
+
+/// How the open-files limit is shared (module docs): the figures of the check a
+/// `max_connections` must pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DescriptorBudget {
+    /// The open-files limit (`ulimit -n`, raised to the hard limit at start).
+    pub limit: u64,
+    /// Descriptors open once the listeners were bound.
+    pub held: u64,
+    /// Descriptors kept free beside the connections.
+    pub reserve: u64,
+    /// The `max_connections` asked for.
+    pub wanted: u64,
+}
+
+impl DescriptorBudget {
+    /// Connections the limit leaves room for.
+    pub fn connections(&self) -> u64 {
+        self.limit
+            .saturating_sub(self.held)
+            .saturating_sub(self.reserve)
+    }
+
+    /// Whether `wanted` connections fit.
+    pub fn fits(&self) -> bool {
+        self.wanted <= self.connections()
+    }
+
+    /// The smallest limit under which `wanted` connections fit.
+    pub fn limit_needed(&self) -> u64 {
+        self.held
+            .saturating_add(self.reserve)
+            .saturating_add(self.wanted)
+    }
+}
+
+impl fmt::Display for DescriptorBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "max_connections {} needs more open files than this process may have: the \
+             limit is {} (`ulimit -n`), the server holds {} descriptors (listeners, event \
+             loops) and keeps {} free (files it opens, its admin listener, proxied \
+             connections, refusals at the cap), which leaves room for {} connections; \
+             raise `ulimit -n` to at least {} or lower max_connections to {}",
+            self.wanted,
+            self.limit,
+            self.held,
+            self.reserve,
+            self.connections(),
+            self.limit_needed(),
+            self.connections()
+        )
+    }
+}
+
+/// The descriptors `cfg` keeps free beside its connections (module docs).
+pub(crate) fn reserve(cfg: &ServerConfig) -> u64 {
+    let loops = cfg.event_loops as u64 * seda_io::LOOP_RESERVE;
+    let files = FILES_IN_FLIGHT + PathCache::OPEN_FILES as u64;
+    let admin = if cfg.admin_listen.is_some() { 3 } else { 0 };
+    let proxies: u64 = cfg
+        .proxies
+        .iter()
+        .map(|r| {
+            let in_flight = r.max_in_flight.min(cfg.max_connections) as u64;
+            let idle = (r.max_idle * r.upstreams.len()) as u64;
+            in_flight + idle
+        })
+        .sum();
+    loops + files + admin + proxies + SLACK
+}
+
+/// The budget of `cfg` now (call once the listeners are bound).
+pub(crate) fn budget(cfg: &ServerConfig) -> std::io::Result<DescriptorBudget> {
+    let now = seda_io::Descriptors::now()?;
+    Ok(DescriptorBudget {
+        limit: now.limit,
+        held: now.open,
+        reserve: reserve(cfg),
+        wanted: cfg.max_connections as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_says_what_fits_and_what_to_change() {
+        let b = DescriptorBudget {
+            limit: 256,
+            held: 11,
+            reserve: 90,
+            wanted: 256,
+        };
+        assert_eq!(b.connections(), 155);
+        assert!(!b.fits());
+        assert_eq!(b.limit_needed(), 357);
+        let text = b.to_string();
+        for part in ["256", "11", "90", "155", "357", "ulimit -n"] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        assert!(
+            DescriptorBudget {
+                wanted: 155,
+                ..b.clone()
+            }
+            .fits()
+        );
+        let none = DescriptorBudget { limit: 50, ..b };
+        assert_eq!(none.connections(), 0);
+    }
+
+    #[test]
+    fn the_reserve_counts_loops_files_admin_and_proxies() {
+        let base = ServerConfig {
+            event_loops: 2,
+            admin_listen: None,
+            ..ServerConfig::default()
+        };
+        let files = FILES_IN_FLIGHT + PathCache::OPEN_FILES as u64;
+        assert_eq!(reserve(&base), 2 * seda_io::LOOP_RESERVE + files + SLACK);
+        let admin = ServerConfig {
+            admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..base.clone()
+        };
+        assert_eq!(reserve(&admin), reserve(&base) + 3);
+        let route = crate::ProxyRoute::new("/api", &["http://127.0.0.1:1"]).unwrap();
+        let per_route = (route.max_in_flight.min(100) + route.max_idle) as u64;
+        let proxied = ServerConfig {
+            max_connections: 100,
+            proxies: vec![route],
+            ..base.clone()
+        };
+        assert_eq!(reserve(&proxied), reserve(&base) + per_route);
+    }
+}
