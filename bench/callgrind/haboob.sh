@@ -266,10 +266,10 @@ done
 ratio() { python3 -c "print('%.2fx' % ($1 / $2))"; }
 echo
 if [[ -n "${RAW[seda]:-}" ]]; then
-    printf '%-8s %9s %9s %9s\n' ratio "Ir/req" "" "net"
+    printf '%-12s %9s %9s\n' ratio "Ir/req" "net"
     for peer in nginx h2o ceiling; do
         [[ -n "${RAW[$peer]:-}" ]] || continue
-        printf '%-8s %9s %9s %9s\n' "seda/$peer" "$(ratio "${RAW[seda]}" "${RAW[$peer]}")" "" \
+        printf '%-12s %9s %9s\n' "seda/$peer" "$(ratio "${RAW[seda]}" "${RAW[$peer]}")" \
             "$(ratio "${NET[seda]}" "${NET[$peer]}")"
     done
 fi

@@ -19,7 +19,9 @@
 # of the server's CPU time per request (user + system of all its threads or worker
 # processes, from /proc/PID/stat), the ratio of seda's requests/s to the better of
 # nginx and h2o ("/best", and which one), seda's CPU per request over h2o's
-# ("cpu/h2o"), and seda/ceiling.
+# ("cpu/h2o"), and seda/ceiling; then every round's figures, to show the spread
+# (h2o 2.2's threads share one listener, and in some runs one thread accepts every
+# connection: its figures are bimodal).
 # Loopback only; stops by itself (about 11 minutes with the defaults). It takes the
 # benchmark lock and waits for a quiet machine (bench/lib.sh); run it alone.
 #
@@ -282,3 +284,13 @@ echo "r/s: median requests per second over $ROUNDS rounds; us/req: median server
 echo "(user+system, all threads/workers) per request; /best: seda r/s over the better of"
 echo "nginx and h2o (named under best); cpu/h2o: seda us/req over h2o's; /ceil: seda r/s"
 echo "over the ceiling's. wrk shares the same cores."
+echo
+echo "Every round (requests/s, then us/req; the servers' order rotates from round to round):"
+for f in $FILES; do
+    for c in $CONNS; do
+        for s in "${SERVERS[@]}"; do
+            printf '%-8s %5s %-12s %s| %s\n' "$f" "$c" "$s" \
+                "$(printf '%9.0f ' ${RPS[$s,$f,$c]})" "$(printf '%6s ' ${US[$s,$f,$c]})"
+        done
+    done
+done
