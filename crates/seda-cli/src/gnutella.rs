@@ -414,9 +414,7 @@ pub fn throughput(a: ThroughputArgs) -> Result<(), String> {
         threads: a.threads,
         mix: seda_load::gnutella::Mix::parse(&a.mix)?,
     };
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default();
+    let load = seda_experiments::harness::load_average_text();
     let r = bench::throughput(&cfg, &mut |l| eprintln!("{l}"))?;
     std::fs::create_dir_all(&a.out)
         .map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;

@@ -318,9 +318,7 @@ pub fn run(cfg: &ExperimentConfig, log: &mut dyn FnMut(&str)) -> Result<Experime
             (f64::from(cfg.seed.largest_folder)).powf(0.293).round()
         )
     };
-    let load_at_start = std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default();
+    let load_at_start = crate::harness::load_average_text();
     let plan = cfg.plan();
     let mut runs = Vec::new();
     for (i, spec) in plan.iter().enumerate() {

@@ -1,6 +1,7 @@
 //! CPU accounting for a server and its load generator in one process on a shared
 //! machine: per-thread CPU time from `/proc/self/task/*/stat`, split by thread name
-//! into generator and server, and the whole machine's busy time from `/proc/stat`,
+//! into generator and server, and the whole machine's busy time from `/proc/stat`
+//! (both read with `procfs`),
 //! so that what other processes took during a run is reported beside it.
 //!
 //! Per thread it also finds the busiest server thread of an interval. Its CPU time
@@ -9,7 +10,9 @@
 //! move much (they delay a thread; they do not make its work longer).
 
 use std::collections::HashMap;
-use std::fs;
+
+use procfs::process::Process;
+use procfs::{CpuTime, CurrentSI, KernelStats};
 
 /// CPU seconds at one instant.
 #[derive(Clone, Debug, Default)]
@@ -24,35 +27,31 @@ pub struct CpuSample {
     pub server_threads: HashMap<String, (String, f64)>,
 }
 
-/// Clock ticks per second of `/proc` times (USER_HZ, 100 on Linux).
-const HZ: f64 = 100.0;
-
 impl CpuSample {
     /// Samples now; threads named `client_prefix*` count as the client.
     pub fn now(client_prefix: &str) -> CpuSample {
         let (mut client, mut server) = (0.0, 0.0);
         let mut server_threads = HashMap::new();
-        if let Ok(tasks) = fs::read_dir("/proc/self/task") {
+        let hz = procfs::ticks_per_second() as f64;
+        if let Ok(tasks) = Process::myself().and_then(|p| p.tasks()) {
             for t in tasks.flatten() {
-                let Ok(stat) = fs::read_to_string(t.path().join("stat")) else {
+                let Ok(stat) = t.stat() else {
                     continue;
                 };
-                let Some((name, secs)) = thread_cpu(&stat) else {
-                    continue;
-                };
-                if name.starts_with(client_prefix) {
+                let secs = (stat.utime + stat.stime) as f64 / hz;
+                if stat.comm.starts_with(client_prefix) {
                     client += secs;
                 } else {
                     server += secs;
-                    let tid = t.file_name().to_string_lossy().into_owned();
-                    server_threads.insert(tid, (name.to_owned(), secs));
+                    server_threads.insert(t.tid.to_string(), (stat.comm, secs));
                 }
             }
         }
+        let machine = KernelStats::current().map_or(0, |k| busy_ticks(&k.total));
         CpuSample {
             client,
             server,
-            machine: machine_busy(&fs::read_to_string("/proc/stat").unwrap_or_default()),
+            machine: machine as f64 / hz,
             server_threads,
         }
     }
@@ -99,57 +98,15 @@ pub struct CpuCores {
 }
 
 /// A thread's name and user + system CPU seconds, from its `stat` line.
-fn thread_cpu(stat: &str) -> Option<(&str, f64)> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let name = &stat[open + 1..close];
-    // After the name: state(3) ... utime(14) stime(15), numbered from 1.
-    let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
-    Some((name, (tick(11)? + tick(12)?) as f64 / HZ))
-}
-
-/// Busy seconds of all cores from `/proc/stat`'s `cpu` line: everything but idle
-/// and iowait (steal included: it was not ours to use).
-fn machine_busy(proc_stat: &str) -> f64 {
-    let Some(line) = proc_stat.lines().find(|l| l.starts_with("cpu ")) else {
-        return 0.0;
-    };
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal (guest time is inside user).
-    let busy: u64 = v
-        .iter()
-        .take(8)
-        .enumerate()
-        .filter(|(i, _)| *i != 3 && *i != 4)
-        .map(|(_, x)| x)
-        .sum();
-    busy as f64 / HZ
-}
-
-/// The 1-minute load average.
-pub fn load1() -> f64 {
-    fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0)
+/// Ticks the machine was busy: user, nice, system, irq, softirq and steal (guest
+/// time is inside user); idle and iowait are not busy.
+fn busy_ticks(t: &CpuTime) -> u64 {
+    t.user + t.nice + t.system + t.irq.unwrap_or(0) + t.softirq.unwrap_or(0) + t.steal.unwrap_or(0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn thread_stat_lines_parse_even_with_odd_names() {
-        let line = "1234 (colors-client) 0) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0";
-        let (name, secs) = thread_cpu(line).unwrap();
-        assert_eq!(name, "colors-client) 0");
-        assert!((secs - 3.0).abs() < 1e-9);
-    }
 
     #[test]
     fn the_busiest_thread_is_the_one_that_used_most_since() {
@@ -168,8 +125,22 @@ mod tests {
     }
 
     #[test]
-    fn machine_busy_leaves_out_idle_and_iowait() {
-        let s = "cpu  100 10 50 1000 40 5 5 2 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\n";
-        assert!((machine_busy(s) - 1.72).abs() < 1e-9);
+    fn this_process_and_the_machine_are_sampled() {
+        let spin = std::thread::Builder::new()
+            .name("colors-client-test".into())
+            .spawn(|| {
+                let t0 = std::time::Instant::now();
+                let mut x = 0u64;
+                while t0.elapsed() < std::time::Duration::from_millis(50) {
+                    x = x.wrapping_mul(31).wrapping_add(1);
+                }
+                std::hint::black_box(x);
+            })
+            .unwrap();
+        spin.join().unwrap();
+        let now = CpuSample::now("colors-client");
+        assert!(now.machine > 0.0 && now.server >= 0.0, "{now:?}");
+        let k = KernelStats::current().unwrap();
+        assert!(busy_ticks(&k.total) <= busy_ticks(&k.total) + k.total.idle);
     }
 }

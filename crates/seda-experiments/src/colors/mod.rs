@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use self::client::{CLIENT_THREAD, ClientConfig, ClientReport, LoadClient};
 use self::cost::{CostConfig, CostRow, median};
-use self::cpu::{CpuCores, CpuSample, load1};
+use self::cpu::{CpuCores, CpuSample};
 use self::server::{Coloring, ColorsServer, ServerConfig, ServerStats};
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::{date_utc, machine_summary, write_runs_and_table};
@@ -308,7 +308,7 @@ pub fn run(cfg: &ColorsConfig, log: &mut dyn FnMut(&str)) -> Result<ColorsResult
     }
     std::fs::create_dir_all(&cfg.out)
         .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
-    let load_start = load1();
+    let load_start = load1_now();
     let seal_us = seal_cost(cfg.block);
     log(&format!(
         "sealing {} bytes takes {seal_us:.1} us",
@@ -338,7 +338,7 @@ pub fn run(cfg: &ColorsConfig, log: &mut dyn FnMut(&str)) -> Result<ColorsResult
         Some(c) => cost::run(c, log)?,
         None => Vec::new(),
     };
-    let result = summarise(cfg, runs, cost, seal_us, (load_start, load1()));
+    let result = summarise(cfg, runs, cost, seal_us, (load_start, load1_now()));
     write_runs_and_table(&cfg.out, &result, table(&result))?;
     chart(cfg, &result)?;
     Ok(result)
@@ -375,7 +375,7 @@ fn run_one(cfg: &ColorsConfig, setup: Setup, round: usize) -> Result<Run, String
         ..ServerConfig::default()
     })
     .map_err(|e| format!("cannot start the server: {e}"))?;
-    let load = load1();
+    let load = load1_now();
     let client = LoadClient::start(&ClientConfig {
         addr: server.local_addr(),
         connections: cfg.connections,
@@ -671,4 +671,9 @@ fn chart(cfg: &ColorsConfig, r: &ColorsResult) -> Result<(), String> {
         },
         &series,
     )
+}
+
+/// The 1-minute load average, 0 if unknown.
+fn load1_now() -> f64 {
+    crate::harness::load_average().map_or(0.0, |l| l.0)
 }

@@ -108,12 +108,6 @@ pub struct Fig14Results {
     pub runs: Vec<Fig14Run>,
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 /// Runs one (mode, rate) point.
 pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Run, String> {
     let rt = seda::Runtime::builder().name("fig14").build();
@@ -185,7 +179,7 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
 
 /// Runs every point, single thread first; `log` gets a line per run.
 pub fn run(cfg: &Fig14Config, log: &mut dyn FnMut(&str)) -> Result<Fig14Results, String> {
-    let loadavg_start = loadavg();
+    let loadavg_start = crate::harness::load_average_text();
     let mut runs = Vec::new();
     for controller in [false, true] {
         for &rate in &cfg.rates {

@@ -29,5 +29,5 @@ mod machine;
 mod output;
 
 pub use bottleneck::bottleneck_passes;
-pub use machine::{date_utc, disk_read_bytes, load_average, machine_summary};
+pub use machine::{date_utc, disk_read_bytes, load_average, load_average_text, machine_summary};
 pub use output::write_runs_and_table;

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use procfs::process::Process;
+
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerKind {
@@ -623,49 +625,29 @@ fn apache_conf(d: &Path, root: &Path, port: u16, mpm: &Mpm, root_user: bool) -> 
 }
 
 /// User + system CPU seconds of process `pid` alone (all its threads; neither its
-/// children nor what it reaped from them), at USER_HZ = 100.
+/// children nor what it reaped from them); 0 if it is gone.
 pub fn process_cpu(pid: u32) -> f64 {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Ok(stat) = Process::new(pid as i32).and_then(|p| p.stat()) else {
         return 0.0;
     };
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return 0.0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    if f.len() < 13 {
-        return 0.0;
-    }
-    let num = |i: usize| f[i].parse::<u64>().unwrap_or(0);
-    (num(11) + num(12)) as f64 / 100.0
+    (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64
 }
 
-/// User + system CPU seconds of `pid` and all its descendants (from /proc, at
-/// USER_HZ = 100), including time reaped from exited children.
+/// User + system CPU seconds of `pid` and all its descendants, including time reaped
+/// from exited children.
 pub fn process_tree_cpu(pid: u32) -> f64 {
-    let Ok(entries) = fs::read_dir("/proc") else {
+    let Ok(all) = procfs::process::all_processes() else {
         return 0.0;
     };
-    let mut procs: Vec<(u32, u32, u64)> = Vec::new();
-    for e in entries.flatten() {
-        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else {
-            continue;
-        };
-        // Fields after the parenthesised command name: state ppid ... utime(14) stime(15)
-        // cutime(16) cstime(17), numbered from 1 for the whole line.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        if f.len() < 15 {
-            continue;
-        }
-        let num = |i: usize| f[i].parse::<u64>().unwrap_or(0);
-        procs.push((p, num(1) as u32, num(11) + num(12) + num(13) + num(14)));
-    }
-    let mut tree = vec![pid];
+    // (pid, parent, ticks of its own and of its reaped children)
+    let procs: Vec<(i32, i32, u64)> = all
+        .filter_map(|p| p.ok()?.stat().ok())
+        .map(|s| {
+            let reaped = (s.cutime + s.cstime).max(0) as u64;
+            (s.pid, s.ppid, s.utime + s.stime + reaped)
+        })
+        .collect();
+    let mut tree = vec![pid as i32];
     let mut total = 0u64;
     let mut i = 0;
     while i < tree.len() {
@@ -680,7 +662,7 @@ pub fn process_tree_cpu(pid: u32) -> f64 {
         }
         i += 1;
     }
-    total as f64 / 100.0
+    total as f64 / procfs::ticks_per_second() as f64
 }
 
 /// `GET path` on a fresh connection; the status code, for a readiness check.

@@ -24,22 +24,13 @@ pub struct ProcSample {
 
 /// Reads one sample of process `pid`, or `None` if it is gone.
 pub fn sample(pid: u32, t: f64) -> Option<ProcSample> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| -> Option<u64> {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
+    let p = procfs::process::Process::new(pid as i32).ok()?;
+    let status = p.status().ok()?;
     Some(ProcSample {
         t,
-        rss_kib: field("VmRSS:")?,
-        fds,
-        threads: field("Threads:").unwrap_or(0),
+        rss_kib: status.vmrss?,
+        fds: p.fd_count().ok()? as u64,
+        threads: status.threads,
     })
 }
 
