@@ -503,10 +503,13 @@ impl OverloadControl {
             });
         }
         route.admission = oc.policy_for(&name)?;
-        route.classes = self.classes.clone();
+        let mut rules = self.classes.clone();
         if let Some(h) = &route.class_header {
-            route.classes.header = Some(h.clone());
+            rules.header = Some(h.clone());
         }
+        route.classifier = (!rules.is_empty()).then(|| {
+            Arc::new(move |req: &Request| rules.class_of(req)) as crate::handler::Classifier
+        });
         route.on_overload = self.on_overload.clone();
         Ok(route)
     }

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use seda::admission::AdmissionPolicy;
 
-use crate::handler::OverloadAction;
-use crate::overload::ClassRules;
+use crate::handler::{Classifier, OverloadAction};
 
 /// Default time to an upstream's response head (and most silence while its body
 /// streams): 30 s, as `--proxy-timeout-ms`.
@@ -119,7 +118,7 @@ impl FromStr for UpstreamUrl {
 ///     .with_class_header("X-Class");
 /// assert_eq!(route.stage_name(), "proxy:api");
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct ProxyRoute {
     /// Decoded path prefix (`/api` matches `/api` and `/api/...`, not `/apiary`).
@@ -155,10 +154,23 @@ pub struct ProxyRoute {
     /// `max_in_flight`). [`OverloadControl::apply_route`](crate::OverloadControl::apply_route)
     /// sets it from the server-wide settings and the route's target.
     pub admission: Option<Arc<dyn AdmissionPolicy>>,
-    /// Where a request's class comes from.
-    pub classes: ClassRules,
+    /// A request's class (`None`: class 0); [`OverloadControl::apply_route`]
+    /// (crate::OverloadControl::apply_route) sets it from the class rules.
+    pub classifier: Option<Classifier>,
     /// What a refused request gets (`Degrade` answers as `Reject503`).
     pub on_overload: OverloadAction,
+}
+
+impl fmt::Debug for ProxyRoute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyRoute")
+            .field("prefix", &self.prefix)
+            .field("upstreams", &self.upstreams)
+            .field("rt_target", &self.rt_target)
+            .field("admission", &self.admission.as_ref().map(|a| a.name()))
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ProxyRoute {
@@ -204,7 +216,7 @@ impl ProxyRoute {
             eject_for: Duration::from_secs(10),
             max_in_flight: 4096,
             admission: None,
-            classes: ClassRules::default(),
+            classifier: None,
             on_overload: OverloadAction::default(),
         })
     }

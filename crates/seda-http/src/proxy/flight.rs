@@ -133,7 +133,10 @@ pub(crate) const RESPONSE_WINDOW: usize = 256 * 1024;
 
 /// The upstream connections of a proxy, by id.
 #[derive(Debug, Default)]
-pub(crate) struct UpConns(Mutex<crate::proxy::IdMap<Arc<UpConn>>>);
+pub(crate) struct UpConns(Mutex<IdMap<Arc<UpConn>>>);
+
+/// A map keyed by connection id (our own sequence numbers: a fast hash is safe).
+type IdMap<V> = std::collections::HashMap<u64, V, foldhash::fast::RandomState>;
 
 impl UpConns {
     pub(crate) fn get(&self, id: ConnId) -> Option<Arc<UpConn>> {

@@ -47,7 +47,6 @@ mod state;
 mod sweep;
 mod upstream;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,9 +63,6 @@ pub(crate) use events::ProxyJob;
 pub(crate) use route::Mount;
 
 use crate::server::{Job, Responder, ServerError};
-
-/// A map keyed by connection id (our own sequence numbers: a fast hash is safe).
-pub(crate) type IdMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
 
 /// Name of the upstream-events stage.
 pub const UPSTREAM_STAGE: &str = "proxy-upstream";
@@ -186,7 +182,6 @@ pub(crate) fn mount(
                 cfg.admission.clone(),
                 cfg.max_in_flight,
             )),
-            classes: cfg.classes.clone(),
             on_overload: cfg.on_overload.clone(),
             upstreams: cfg
                 .upstreams

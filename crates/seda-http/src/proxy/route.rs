@@ -41,11 +41,11 @@ pub(crate) struct Mount {
 pub(crate) fn submit(shared: &Shared, mount: &Mount, job: ProxyJob, meta: Meta) {
     let route = &mount.route;
     route.counters.requests.fetch_add(1, Relaxed);
-    let class = if route.classes.is_empty() {
-        0
-    } else {
-        route.classes.class_of(&job.job.req.to_handler_request())
-    };
+    let class = route
+        .cfg
+        .classifier
+        .as_ref()
+        .map_or(0, |f| f(&job.job.req.to_handler_request()));
     if let Err(e) = mount.sink.try_enqueue_with(job, meta.with_class(class)) {
         let ProxyJob { job, body } = e.into_inner();
         route.counters.refused.fetch_add(1, Relaxed);

@@ -16,7 +16,6 @@ use super::flight::UpConns;
 use super::gate::RouteGate;
 use super::upstream::{Upstream, UpstreamStats};
 use crate::handler::OverloadAction;
-use crate::overload::ClassRules;
 use crate::proto::Status;
 use crate::server::{Answer, Exchange, Responder};
 
@@ -38,7 +37,6 @@ pub(crate) struct RouteState {
     pub(crate) cfg: ProxyRoute,
     pub(crate) index: usize,
     pub(crate) gate: Arc<RouteGate>,
-    pub(crate) classes: ClassRules,
     pub(crate) on_overload: OverloadAction,
     pub(crate) upstreams: Vec<Upstream>,
     /// Round-robin position.
