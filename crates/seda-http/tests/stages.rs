@@ -245,7 +245,7 @@ fn handlers_can_be_mounted_on_a_running_server_with_classes() {
     s.server()
         .register(
             HandlerRegistration::new("/late", move |_: &Request, cx: &HandlerContext<'_>| {
-                count.fetch_add(usize::from(cx.meta().class), Ordering::Relaxed);
+                count.fetch_add(usize::from(cx.meta().class()), Ordering::Relaxed);
                 Response::text(Status::OK, "late")
             })
             .classify(|req: &Request| {

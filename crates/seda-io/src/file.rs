@@ -134,7 +134,7 @@ impl FileOp {
                 }
             },
         }
-        Color(h.finish() | FILE_COLOR_BIT)
+        Color::new(h.finish() | FILE_COLOR_BIT)
     }
 
     fn run(self) -> io::Result<FileReply> {

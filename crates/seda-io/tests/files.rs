@@ -146,7 +146,7 @@ fn completions_reach_the_callers_sink_in_order_with_the_callers_metadata() {
                         Done::Read { offset, data, .. } => Done::Read {
                             offset,
                             data,
-                            color: meta.color,
+                            color: meta.color(),
                         },
                         other => other,
                     });
@@ -167,7 +167,7 @@ fn completions_reach_the_callers_sink_in_order_with_the_callers_metadata() {
             offset: i * 1000,
             len: 1000,
         };
-        let meta = Meta::new().with_color(Color(42));
+        let meta = Meta::new().with_color(Color::new(42));
         helper
             .submit_to_with(
                 op,
@@ -217,7 +217,7 @@ fn completions_reach_the_callers_sink_in_order_with_the_callers_metadata() {
                 );
                 assert_eq!(
                     *color,
-                    Some(Color(42)),
+                    Some(Color::new(42)),
                     "completion lost the caller's color"
                 );
                 next += 1000;

@@ -62,7 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut h = DefaultHasher::new();
                 word.hash(&mut h);
                 // Color by word: the same word's events are serialised and ordered.
-                let meta = meta.with_color(Color(h.finish() % 64));
+                let meta = meta.with_color(Color::new(h.finish() % 64));
                 if count.try_enqueue_with(word, meta).is_err() {
                     refused_words.fetch_add(1, Ordering::Relaxed);
                 }

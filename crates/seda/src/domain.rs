@@ -67,7 +67,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use crate::lifecycle::Current;
+use crate::lifecycle::Frame;
 
 /// Most inline calls nested on one thread; deeper handoffs are queued. Bounds the
 /// stack a chain of inline stages can use.
@@ -141,12 +141,13 @@ impl Domain {
     /// stage outside the domain may use it too. The thread keeps its runtime, stage
     /// and current event, so edges, metadata and draining rules are unchanged.
     pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
-        let cur = Current::get();
-        Current::scope(
-            Current {
-                domain: Some(self.inner.id),
+        let cur = Frame::get();
+        Frame::scope(
+            Frame {
+                domain: self.inner.id,
                 ..cur
             },
+            Frame::meta(),
             f,
         )
     }

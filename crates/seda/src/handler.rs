@@ -20,7 +20,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::envelope::{Envelope, Meta};
-use crate::lifecycle::Current;
+use crate::lifecycle::Frame;
 use crate::runtime::Runtime;
 use crate::sink::Sink;
 use crate::timer::TimerId;
@@ -123,7 +123,7 @@ impl<E> Batch<'_, E> {
     /// The next event with its metadata.
     pub fn next_with_meta(&mut self) -> Option<(E, Meta)> {
         let env = self.items.next()?;
-        Current::set_meta(env.meta);
+        Frame::set_meta(env.meta);
         Some((env.event, env.meta))
     }
 }
@@ -145,7 +145,6 @@ impl<E> ExactSizeIterator for Batch<'_, E> {}
 /// What a handler can see and change of its stage and runtime.
 pub struct Context<'a> {
     pub(crate) stage: &'a dyn StageControl,
-    pub(crate) runtime: &'a Runtime,
     /// Whether this context belongs to a batch (else `init`).
     pub(crate) in_batch: bool,
 }
@@ -167,17 +166,14 @@ pub(crate) trait StageControl: Send + Sync {
     fn set_admission_enabled(&self, on: bool);
     fn queue_len(&self) -> usize;
     fn rejected(&self) -> u64;
+    /// The runtime, while it exists (for timers; not on a hot path).
+    fn runtime(&self) -> Option<Runtime>;
 }
 
 impl Context<'_> {
     /// Name of the stage.
     pub fn stage_name(&self) -> &str {
         self.stage.control_name()
-    }
-
-    /// The runtime, to look up other stages' sinks.
-    pub fn runtime(&self) -> &Runtime {
-        self.runtime
     }
 
     /// Enqueues `event` to `sink` after `delay`; from a batch, the event inherits the
@@ -189,7 +185,7 @@ impl Context<'_> {
         sink: &Sink<E>,
         event: E,
     ) -> TimerId {
-        self.runtime.schedule_with(delay, sink, event, self.meta())
+        self.schedule_with(delay, sink, event, self.meta())
     }
 
     /// As [`Context::schedule`], with explicit metadata.
@@ -200,18 +196,22 @@ impl Context<'_> {
         event: E,
         meta: Meta,
     ) -> TimerId {
-        self.runtime.schedule_with(delay, sink, event, meta)
+        match self.stage.runtime() {
+            Some(rt) => rt.schedule_with(delay, sink, event, meta),
+            // The runtime is gone: nothing fires any more.
+            None => TimerId::NONE,
+        }
     }
 
     /// Cancels a timer; true if it had not fired yet.
     pub fn cancel_timer(&self, id: TimerId) -> bool {
-        self.runtime.cancel_timer(id)
+        self.stage.runtime().is_some_and(|rt| rt.cancel_timer(id))
     }
 
     /// Whether the runtime is shutting down: a long-running handler (an event loop)
     /// checks it to return and let the drain finish.
     pub fn is_draining(&self) -> bool {
-        self.runtime.is_draining()
+        self.stage.runtime().is_none_or(|rt| rt.is_draining())
     }
 
     /// Metadata of the event being handled (the one the batch yielded last), or fresh
@@ -220,7 +220,7 @@ impl Context<'_> {
         if !self.in_batch {
             return Meta::new();
         }
-        Current::get().meta.unwrap_or_default()
+        Frame::meta().unwrap_or_default()
     }
 
     /// The stage's current 90th-percentile response time estimate: the admission

@@ -4,8 +4,8 @@
 //! run the next stage inline.
 
 use std::cell::Cell;
-use std::time::Instant;
 
+use crate::clock;
 use crate::envelope::Meta;
 
 /// Lifecycle of a stage: Created -> Running -> Draining -> Stopped.
@@ -32,6 +32,23 @@ impl Lifecycle {
         }
     }
 
+    /// Whether an enqueue from inside (`inside`) or outside the runtime is accepted
+    /// in this lifecycle.
+    #[inline]
+    pub(crate) fn accepts(self, inside: bool) -> bool {
+        match self {
+            Lifecycle::Created | Lifecycle::Running => true,
+            Lifecycle::Draining => inside,
+            Lifecycle::Stopped => false,
+        }
+    }
+
+    /// Whether workers may claim events now.
+    #[inline]
+    pub(crate) fn runs(self) -> bool {
+        matches!(self, Lifecycle::Running | Lifecycle::Draining)
+    }
+
     /// Lower-case name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -44,78 +61,61 @@ impl Lifecycle {
 }
 
 thread_local! {
-    static CURRENT: Cell<Frame> = const { Cell::new(Current::OUTSIDE.frame()) };
-    /// `Current::meta`, kept apart: a batch sets it once per event, and a small cell
-    /// is cheaper to write than the whole `Current`.
+    static CURRENT: Cell<Frame> = const { Cell::new(Frame::OUTSIDE) };
+    /// The event being handled, kept apart: a batch sets it once per event, and a
+    /// small cell is cheaper to write than the whole frame.
     static META: Cell<Option<Meta>> = const { Cell::new(None) };
 }
 
-/// What the calling thread is doing. `Copy`: saved and restored around every batch
-/// and inline call.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Current {
-    /// Runtime id, 0 outside every runtime.
-    pub(crate) runtime: u64,
-    /// Stage whose handler runs on this thread.
-    pub(crate) stage: Option<usize>,
-    /// The event being handled; `None` gives each new event fresh metadata.
-    pub(crate) meta: Option<Meta>,
-    /// Domain this thread belongs to now (a stage's, or one it joined).
-    pub(crate) domain: Option<u64>,
-    /// Inline calls nested on this thread.
-    pub(crate) depth: u8,
-    /// The clock read that started the running batch: enqueues from the handler use
-    /// it as their enqueue instant (one clock read per batch, not per event).
-    pub(crate) clock: Option<Instant>,
-}
+/// No stage.
+pub(crate) const NO_STAGE: u32 = u32::MAX;
 
-/// [`Current`] without its event: what every enqueue reads (a smaller copy).
+/// What the calling thread is doing (everything but its current event). `Copy`:
+/// saved and restored around every batch and inline call.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Frame {
+    /// Runtime id, 0 outside every runtime.
     pub(crate) runtime: u64,
-    pub(crate) stage: Option<usize>,
-    pub(crate) domain: Option<u64>,
+    /// Stage whose handler runs on this thread ([`NO_STAGE`]: none).
+    pub(crate) stage: u32,
+    /// Domain this thread belongs to now (a stage's, or one it joined); 0: none.
+    pub(crate) domain: u64,
+    /// Inline calls nested on this thread.
     pub(crate) depth: u8,
-    pub(crate) clock: Option<Instant>,
+    /// A batch of runtime `runtime` runs on this thread: the events it handles are
+    /// counted held by their stage until it returns, which covers whatever the
+    /// handler runs inline.
+    pub(crate) in_batch: bool,
+    /// The clock reading that started the running batch (see [`crate::clock`]):
+    /// enqueues from the handler use it as their enqueue instant.
+    pub(crate) clock: u64,
 }
 
-impl Current {
-    /// Everything but the event.
-    pub(crate) const fn frame(&self) -> Frame {
-        Frame {
-            runtime: self.runtime,
-            stage: self.stage,
-            domain: self.domain,
-            depth: self.depth,
-            clock: self.clock,
-        }
-    }
-
-    pub(crate) const OUTSIDE: Current = Current {
+impl Frame {
+    pub(crate) const OUTSIDE: Frame = Frame {
         runtime: 0,
-        stage: None,
-        meta: None,
-        domain: None,
+        stage: NO_STAGE,
+        domain: 0,
         depth: 0,
-        clock: None,
+        in_batch: false,
+        clock: 0,
     };
 
-    /// The calling thread's state.
-    pub(crate) fn get() -> Current {
-        let f = CURRENT.with(Cell::get);
-        Current {
-            runtime: f.runtime,
-            stage: f.stage,
-            meta: META.with(Cell::get),
-            domain: f.domain,
-            depth: f.depth,
-            clock: f.clock,
-        }
+    /// The calling thread's frame.
+    #[inline]
+    pub(crate) fn get() -> Frame {
+        CURRENT.with(Cell::get)
     }
 
-    /// Runs `f` with `cur` as the thread's state, restoring the previous one after
-    /// (also if `f` panics).
-    pub(crate) fn scope<R>(cur: Current, f: impl FnOnce() -> R) -> R {
+    /// The stage of the frame, if any.
+    pub(crate) fn stage(&self) -> Option<usize> {
+        (self.stage != NO_STAGE).then_some(self.stage as usize)
+    }
+
+    /// Runs `f` with `frame` (and `meta` as the current event) as the thread's
+    /// state, restoring the previous one after (also if `f` panics).
+    #[inline]
+    pub(crate) fn scope<R>(frame: Frame, meta: Option<Meta>, f: impl FnOnce() -> R) -> R {
         struct Restore(Frame, Option<Meta>);
         impl Drop for Restore {
             fn drop(&mut self) {
@@ -124,25 +124,31 @@ impl Current {
             }
         }
         let _restore = Restore(
-            CURRENT.with(|c| c.replace(cur.frame())),
-            META.with(|m| m.replace(cur.meta)),
+            CURRENT.with(|c| c.replace(frame)),
+            META.with(|m| m.replace(meta)),
         );
         f()
     }
 
     /// Makes `meta` the current event's metadata (a batch yielding its next event).
+    #[inline]
     pub(crate) fn set_meta(meta: Meta) {
         META.with(|m| m.set(Some(meta)));
     }
 
+    /// The current event's metadata, if a batch yielded one.
+    pub(crate) fn meta() -> Option<Meta> {
+        META.with(Cell::get)
+    }
+
     /// Runs `f` as the timer thread of `runtime`, with `meta` for the event it fires.
     pub(crate) fn enter_timer<R>(runtime: u64, meta: Meta, f: impl FnOnce() -> R) -> R {
-        Current::scope(
-            Current {
+        Frame::scope(
+            Frame {
                 runtime,
-                meta: Some(meta),
-                ..Current::OUTSIDE
+                ..Frame::OUTSIDE
             },
+            Some(meta),
             f,
         )
     }
@@ -159,18 +165,28 @@ pub(crate) struct Origin {
 
 impl Origin {
     /// The calling thread's origin and the metadata a new event inherits from it.
+    #[inline]
     pub(crate) fn current() -> (Meta, Origin) {
-        let cur = CURRENT.with(Cell::get);
+        let cur = Frame::get();
         match META.with(Cell::get) {
             Some(meta) => (meta, Origin { cur, fresh: false }),
-            None => (Meta::new(), Origin { cur, fresh: true }),
+            None => {
+                // A fresh request: born at the batch clock inside a batch, else now.
+                let born = if cur.in_batch {
+                    cur.clock
+                } else {
+                    clock::now()
+                };
+                (Meta::born_ns(born), Origin { cur, fresh: true })
+            }
         }
     }
 
     /// The caller's origin, for an enqueue with explicit metadata.
+    #[inline]
     pub(crate) fn here() -> Origin {
         Origin {
-            cur: CURRENT.with(Cell::get),
+            cur: Frame::get(),
             fresh: false,
         }
     }
@@ -179,7 +195,7 @@ impl Origin {
     pub(crate) fn waited(self) -> Origin {
         Origin {
             cur: Frame {
-                clock: None,
+                in_batch: false,
                 ..self.cur
             },
             fresh: false,
@@ -187,19 +203,42 @@ impl Origin {
     }
 
     /// Whether the enqueue comes from a thread of runtime `id`.
+    #[inline]
     pub(crate) fn inside(&self, id: u64) -> bool {
         self.cur.runtime == id
     }
 
-    /// The enqueue instant: a handler's batch clock; for metadata `current` made
-    /// fresh, its `born` (read a moment ago); else a clock read.
-    pub(crate) fn enqueue_instant(&self, meta: &Meta) -> Instant {
-        if let Some(t) = self.cur.clock {
-            t
-        } else if self.fresh {
-            meta.born
+    /// Whether a running batch of runtime `id` covers the calling thread (see
+    /// [`Frame::in_batch`]).
+    #[inline]
+    pub(crate) fn covered(&self, id: u64) -> bool {
+        self.cur.in_batch && self.cur.runtime == id
+    }
+
+    /// The calling batch's notion of now without a clock read: its clock, or the
+    /// event's `born` if that is later (a long-running handler, such as an event
+    /// loop, started its batch long ago but stamps each event it makes with its
+    /// turn's clock; `born` is never in the future). 0 outside a batch: read the
+    /// clock.
+    #[inline]
+    pub(crate) fn clock_hint(&self, meta: &Meta) -> u64 {
+        if self.cur.in_batch {
+            self.cur.clock.max(meta.born_nanos())
         } else {
-            Instant::now()
+            0
+        }
+    }
+
+    /// The enqueue instant: the batch's clock hint; for metadata `current` made
+    /// fresh, its `born` (read a moment ago); else a clock read.
+    #[inline]
+    pub(crate) fn enqueue_instant(&self, meta: &Meta) -> u64 {
+        if self.cur.in_batch {
+            self.clock_hint(meta)
+        } else if self.fresh {
+            meta.born_nanos()
+        } else {
+            clock::now()
         }
     }
 }

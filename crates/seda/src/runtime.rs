@@ -477,7 +477,7 @@ impl Runtime {
         }
         let mut report_stages = Vec::new();
         for s in &stages {
-            let (queued, running, _parked) = s.abandon();
+            let (queued, running) = s.abandon();
             let snap = s.snapshot();
             report_stages.push(StageShutdown {
                 name: s.name().to_owned(),

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::core::StageCore;
 use crate::envelope::Meta;
 pub use crate::error::EnqueueError;
-use crate::lifecycle::{Current, Origin};
+use crate::lifecycle::{Frame, Origin};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::timer::TimerId;
 
@@ -82,13 +82,13 @@ impl<E: Send + 'static> Sink<E> {
             return Err(EnqueueError::Closed(event));
         };
         let (meta, origin) = Origin::current();
-        core.offer(event, meta, origin)
+        core.offer(event, &meta, &origin)
     }
 
     /// Enqueue one event with explicit metadata, or hand it back.
     pub fn try_enqueue_with(&self, event: E, meta: Meta) -> Result<(), EnqueueError<E>> {
         match self.core() {
-            Some(core) => core.offer(event, meta, Origin::here()),
+            Some(core) => core.offer(event, &meta, &Origin::here()),
             None => Err(EnqueueError::Closed(event)),
         }
     }
@@ -178,7 +178,7 @@ impl Runtime {
         self.inner.timers.schedule(
             Instant::now() + delay,
             Box::new(move || {
-                Current::enter_timer(rt, meta, || {
+                Frame::enter_timer(rt, meta, || {
                     if let Err(e) = sink.try_enqueue_with(event, meta) {
                         tracing::debug!(stage = sink.stage_name(), "timer event refused: {e}");
                     }

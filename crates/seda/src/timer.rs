@@ -15,6 +15,11 @@ use parking_lot::{Condvar, Mutex};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TimerId(u64);
 
+impl TimerId {
+    /// A timer that never fires (scheduled after its runtime was gone).
+    pub(crate) const NONE: TimerId = TimerId(u64::MAX);
+}
+
 type Fire = Box<dyn FnOnce() + Send>;
 
 struct State {

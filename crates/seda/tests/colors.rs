@@ -105,7 +105,7 @@ fn stress(model: ThreadModel) {
                     for color in (p..COLORS).step_by(PRODUCERS as usize) {
                         let sink = &sinks[((seq + color) % 2) as usize];
                         let meta = Meta::new()
-                            .with_color(Color(color))
+                            .with_color(Color::new(color))
                             .with_priority((seq % 3) as u8);
                         sink.try_enqueue_with((color, seq), meta).unwrap();
                     }

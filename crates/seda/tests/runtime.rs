@@ -58,8 +58,8 @@ fn pipeline_delivers_and_propagates_metadata() {
         let seen = seen.lock().unwrap();
         for (v, meta) in seen.iter() {
             let i = v / 10 - 1;
-            assert_eq!(meta.born, born, "born is inherited through every stage");
-            assert_eq!(meta.class, (i % 3) as u8, "class is inherited");
+            assert_eq!(meta.born(), born, "born is inherited through every stage");
+            assert_eq!(meta.class(), (i % 3) as u8, "class is inherited");
         }
         let snap = rt.snapshot();
         assert_eq!(

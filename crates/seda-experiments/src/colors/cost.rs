@@ -49,8 +49,8 @@ impl Kind {
     fn meta(self, i: u64) -> Meta {
         match self {
             Kind::Uncolored => Meta::new(),
-            Kind::Colors64 => Meta::new().with_color(Color(i % 64)),
-            Kind::OneColor => Meta::new().with_color(Color(1)),
+            Kind::Colors64 => Meta::new().with_color(Color::new(i % 64)),
+            Kind::OneColor => Meta::new().with_color(Color::new(1)),
         }
     }
 }

@@ -141,8 +141,8 @@ impl RouteStage {
         let forwarded = request_head(raw, head, &fwd);
         let method = head.method;
         let flight = Flight {
-            class: meta.class,
-            born: meta.born,
+            class: meta.class(),
+            born: meta.born(),
             started: now,
             deadline: now + route.cfg.timeout,
             head: forwarded,

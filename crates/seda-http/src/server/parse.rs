@@ -142,7 +142,8 @@ impl EventHandler<SocketEvent> for HttpParse {
             let meta = meta.with_color(None);
             // The socket layer's clock of the event (its loop reads the clock once
             // per turn) stands for now: no clock read per request here.
-            self.on_event(ev, meta.born, meta.born, &mut steps);
+            let born = meta.born();
+            self.on_event(ev, born, born, &mut steps);
             for step in steps.drain(..) {
                 self.dispatch(step, meta);
             }
@@ -219,7 +220,7 @@ impl HttpParse {
     fn dispatch(&self, step: Step, meta: Meta) {
         match step {
             Step::Forward(job, born) => {
-                let meta = Meta { born, ..meta };
+                let meta = meta.with_born(born);
                 if let Some(route) = job.req.route.clone() {
                     return super::dynamic::submit(&self.out, &route, job, meta);
                 }
@@ -231,7 +232,7 @@ impl HttpParse {
             Step::Proxy(mount, job, body, born) => {
                 self.hb
                     .proxies
-                    .submit(&mount, job, body, Meta { born, ..meta });
+                    .submit(&mount, job, body, meta.with_born(born));
             }
             Step::Answer(ex, answer) => self.out.answer(ex, answer, meta),
         }

@@ -450,7 +450,7 @@ impl EventLoop<'_> {
     }
 
     fn offer(&self, id: u64, event: SocketEvent, born: Instant) -> Offer {
-        let meta = Meta::born_at(born).with_color(Color(id));
+        let meta = Meta::born_at(born).with_color(Color::new(id));
         let own = match self.sinks.is_empty() {
             true => None,
             false => self.sinks.get(&id),

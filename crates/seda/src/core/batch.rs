@@ -1,48 +1,46 @@
 //! Taking a batch from the queue and running a batch (queued or inline).
 //!
-//! Clock reads are amortised per batch: one at its start (also the enqueue instant
-//! of every event the handler emits, see `Origin::enqueue_instant`), one at its end
-//! (the completion time of all its events). So an emitted event's queueing delay
-//! may include up to the emitting batch's duration, and a batch's events share one
-//! service time (batch time / n) and one completion instant.
+//! Clock reads (see [`crate::clock`]): a queued batch starts at its worker's last
+//! reading (the end of its previous batch, or a fresh reading after the worker
+//! slept) and reads the clock once at its end; that end is the completion time of
+//! all its events and the start of the worker's next batch. An inline run reads the
+//! clock only when it is timed. What a run records: its counts always; its latency
+//! samples under an admission policy that is on (every run), else when drawn as a
+//! sample (one run in `INLINE_SAMPLE`, weighed that much, `stats::recorder`). So an
+//! event's queueing delay may include the emitting batch's duration and a batch's
+//! events share one service time (batch time / n) and one completion instant.
 
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::time::{Duration, Instant};
 
 use crate::admission::Completion;
-use crate::color::Unpark;
+use crate::clock;
+use crate::color::{Ticket, Unpark};
 use crate::envelope::{Class, Color, Envelope, Meta};
 use crate::exec::StageObj;
 use crate::handler::{Batch, Context, Items};
-use crate::lifecycle::Current;
+use crate::lifecycle::Frame;
 use crate::loom::{fence, spin};
-use crate::runtime::Runtime;
+use crate::stats::Run;
 
 use super::{Exec, StageCore, defer};
 
 thread_local! {
-    /// The runtime of the batch this thread runs, so that an inline handoff inside
-    /// it needs no `Weak` upgrade (two atomic operations per hop).
-    static RUNTIME: std::cell::RefCell<Option<Runtime>> = const { std::cell::RefCell::new(None) };
+    /// The end of the last batch this thread ran (0: it slept since, read anew).
+    static LAST_END: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Runs `f` with a handle to runtime `id`: the running batch's, else `upgrade()`'s.
-pub(super) fn with_runtime<R>(
-    id: u64,
-    upgrade: impl FnOnce() -> Option<Runtime>,
-    f: impl FnOnce(&Runtime) -> R,
-) -> Option<R> {
-    let mut f = Some(f);
-    let done = RUNTIME.with(|r| {
-        let rt = r.try_borrow().ok()?;
-        let rt = rt.as_ref().filter(|rt| rt.inner.id == id)?;
-        f.take().map(|f| f(rt))
-    });
-    match (done, f) {
-        (Some(r), _) => Some(r),
-        (None, Some(f)) => upgrade().map(|rt| f(&rt)),
-        (None, None) => None,
+/// The calling worker is about to sleep: its next batch reads the clock anew.
+pub(crate) fn clock_stale() {
+    LAST_END.with(|c| c.set(0));
+}
+
+/// The start of a queued batch on this thread.
+fn batch_start() -> u64 {
+    match LAST_END.with(Cell::get) {
+        0 => clock::now(),
+        t => t,
     }
 }
 
@@ -52,15 +50,16 @@ pub(super) fn with_runtime<R>(
 /// usually a few runs and the per-event work is one comparison.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Stamp {
-    born: Instant,
-    enqueued: Instant,
+    born: u64,
+    enqueued: u64,
     class: Class,
     n: u32,
 }
 
 impl Stamp {
     /// Adds an event to the last run if it shares it, else starts a run.
-    pub(super) fn push(runs: &mut Vec<Stamp>, born: Instant, enqueued: Instant, class: Class) {
+    #[inline]
+    pub(super) fn push(runs: &mut Vec<Stamp>, born: u64, enqueued: u64, class: Class) {
         match runs.last_mut() {
             Some(r)
                 if r.enqueued == enqueued
@@ -85,7 +84,7 @@ impl Stamp {
 pub(crate) struct Scratch<E> {
     pub(super) envs: Vec<Envelope<E>>,
     /// Colors the batch holds, with the last ticket of each.
-    held: Vec<(Color, u64)>,
+    held: Vec<(Color, Ticket)>,
     pub(super) stamps: Vec<Stamp>,
 }
 
@@ -108,6 +107,17 @@ impl Drop for SerialGuard<'_> {
             s.store(false, Release);
         }
     }
+}
+
+/// How a run was timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Timing {
+    /// A queued batch: queueing delays from the envelopes, every event recorded.
+    Queued,
+    /// An inline run, timed: no queueing delay; samples weigh `weight` each.
+    Inline { weight: u32 },
+    /// An inline run, untimed: counts only.
+    Untimed,
 }
 
 impl<E: Send + 'static> StageCore<E> {
@@ -134,6 +144,7 @@ impl<E: Send + 'static> StageCore<E> {
 
     /// Wakes whoever runs this stage after an event became claimable: a sleeping
     /// own-pool worker, or the shared pool through the schedule token.
+    #[inline]
     pub(super) fn wake(&self) {
         match &self.exec {
             Exec::PerStage(_) => self.queue.workers.notify_one(),
@@ -152,34 +163,43 @@ impl<E: Send + 'static> StageCore<E> {
         }
     }
 
+    /// Whether an inline run here must be timed, and with what weight; `hint` is
+    /// the caller's notion of now (see `Origin::clock_hint`).
+    #[inline]
+    pub(super) fn inline_timing(&self, hint: u64) -> Timing {
+        if self.policy_on() {
+            return Timing::Inline { weight: 1 };
+        }
+        match self.stats.tally().sample(hint) {
+            Some(weight) => Timing::Inline { weight },
+            None => Timing::Untimed,
+        }
+    }
+
     /// Claims up to a batch and pops it into `s`; colored events out of turn are
     /// parked in the color table instead. Returns the events to run.
     pub(super) fn take(&self, s: &mut Scratch<E>) -> usize {
-        let k = self.queue.claim(self.batch.load(Relaxed).max(1));
-        if k == 0 {
-            return 0;
-        }
-        for _ in 0..k {
-            let (env, owned) = self.queue.pop_claimed();
-            let Some(color) = env.meta.color else {
+        let max = self.batch.load(Relaxed).max(1);
+        let claimed = self.queue.claim(max, |env, owned| {
+            let Some(color) = env.meta.color() else {
                 s.envs.push(env);
-                continue;
+                return;
             };
             if owned {
                 s.held.push((color, env.ticket));
                 s.envs.push(env);
-                continue;
+                return;
             }
             // The next ticket of a color this batch already holds runs in the same
             // batch, after it: same order, still never concurrent.
             if let Some(h) = s
                 .held
                 .iter_mut()
-                .find(|h| h.0 == color && h.1 + 1 == env.ticket)
+                .find(|h| h.0 == color && crate::color::follows(h.1, env.ticket))
             {
                 h.1 = env.ticket;
                 s.envs.push(env);
-                continue;
+                return;
             }
             let ticket = env.ticket;
             let weak = self.self_weak.clone();
@@ -200,100 +220,92 @@ impl<E: Send + 'static> StageCore<E> {
                 }
                 Err(()) => self.queue.parked(),
             }
+        });
+        if claimed > 0 {
+            self.queue.space.notify_all();
         }
-        self.queue.space.notify_all();
         s.envs.len()
     }
 
     /// Runs the batch in `s` (taken by `take`) and accounts for it.
-    pub(super) fn run_batch(&self, s: &mut Scratch<E>, rt: &Runtime) {
+    pub(super) fn run_batch(&self, s: &mut Scratch<E>) {
         let n = s.envs.len();
         if n == 0 {
             s.held.clear();
             return;
         }
-        let start = Instant::now();
+        let start = batch_start();
         s.stamps.clear();
         for e in &s.envs {
-            Stamp::push(&mut s.stamps, e.meta.born, e.enqueued, e.meta.class);
+            Stamp::push(
+                &mut s.stamps,
+                e.meta.born_nanos(),
+                e.enqueued,
+                e.meta.class(),
+            );
         }
         let first = s.envs[0].meta;
         let outer = defer::open(n);
-        self.invoke(Items::Drain(s.envs.drain(..)), first, start, 0, rt);
-        let end = self.complete(start, n, &s.stamps, false);
+        self.invoke(Items::Drain(s.envs.drain(..)), first, start, 0);
+        let end = self.complete(start, n, &s.stamps, Timing::Queued);
+        LAST_END.with(|c| c.set(end));
         for (color, last) in s.held.drain(..) {
             self.colors.release(color, last);
         }
+        // Deferred groups run before the batch is acknowledged: until then this
+        // batch's held count covers them (see `lifecycle::Frame::in_batch`).
+        let end = defer::flush(outer, end);
+        LAST_END.with(|c| c.set(end));
         self.queue.finish(n);
-        defer::flush(outer, end, rt);
     }
 
-    /// Runs events already entered inline (counted running) on this thread.
+    /// Runs events already entered inline on this thread. `clock` is the caller's
+    /// batch clock (the start of an untimed run).
     pub(super) fn run_inline(
         &self,
         items: Items<'_, E>,
         n: usize,
         meta: Meta,
         depth: u8,
-        rt: &Runtime,
+        clock: u64,
     ) {
-        let start = Instant::now();
+        let timing = self.inline_timing(clock.max(meta.born_nanos()));
+        let start = if timing == Timing::Untimed {
+            clock
+        } else {
+            clock::now()
+        };
         let stamp = Stamp {
-            born: meta.born,
+            born: meta.born_nanos(),
             enqueued: start,
-            class: meta.class,
+            class: meta.class(),
             n: u32::try_from(n).unwrap_or(u32::MAX),
         };
         let outer = defer::open(n);
-        self.invoke(items, meta, start, depth, rt);
-        let end = self.complete(start, n, &[stamp], true);
-        defer::flush(outer, end, rt);
+        self.invoke(items, meta, start, depth);
+        let end = self.complete(start, n, &[stamp], timing);
+        defer::flush(outer, end);
     }
 
     /// Calls the handler with the thread marked as this stage's; catches a panic.
-    pub(super) fn invoke(
-        &self,
-        items: Items<'_, E>,
-        first: Meta,
-        start: Instant,
-        depth: u8,
-        rt: &Runtime,
-    ) {
-        let cur = Current {
+    pub(super) fn invoke(&self, items: Items<'_, E>, first: Meta, start: u64, depth: u8) {
+        let frame = Frame {
             runtime: self.runtime_id,
-            stage: Some(self.id),
-            meta: Some(first),
-            domain: self.domain.as_ref().map(|d| d.id),
+            stage: self.id as u32,
+            domain: self.domain.as_ref().map_or(0, |d| d.id),
             depth,
-            clock: Some(start),
+            in_batch: true,
+            clock: start,
         };
-        // Publish the runtime for inline handoffs of this batch (unless an outer
-        // batch on this thread already did).
-        let publish = RUNTIME.with(|r| {
-            let mut r = r.try_borrow_mut().ok()?;
-            if r.as_ref().is_some_and(|x| x.inner.id == self.runtime_id) {
-                None
-            } else {
-                Some(r.replace(rt.clone()))
-            }
-        });
-        let outcome = Current::scope(cur, || {
+        let outcome = Frame::scope(frame, Some(first), || {
             let cx = Context {
                 stage: self,
-                runtime: rt,
                 in_batch: true,
             };
             catch_unwind(AssertUnwindSafe(|| {
-                self.handler.handle_events(Batch { items }, &cx);
+                self.handler().handle_events(Batch { items }, &cx);
             }))
         });
-        if let Some(prev) = publish {
-            RUNTIME.with(|r| {
-                if let Ok(mut r) = r.try_borrow_mut() {
-                    *r = prev;
-                }
-            });
-        }
         if let Err(panic) = outcome {
             let msg = panic_message(&*panic);
             self.stats.panics.fetch_add(1, Relaxed);
@@ -302,72 +314,81 @@ impl<E: Send + 'static> StageCore<E> {
         }
     }
 
-    /// Records a finished batch (inline: no queueing delay) and feeds the admission
-    /// policy its completions. Returns the batch's end instant.
-    pub(super) fn complete(
+    /// Records a finished run (counts always; samples and policy completions when
+    /// timed). Returns its end instant (`start` for an untimed run).
+    pub(super) fn complete(&self, start: u64, n: usize, stamps: &[Stamp], timing: Timing) -> u64 {
+        let inline = timing != Timing::Queued;
+        self.stats.tally().processed(n as u64, inline);
+        let weight = match timing {
+            Timing::Untimed => return start,
+            // A queued batch reads the clock (its end starts the worker's next
+            // batch), but records its samples like an inline run: all of them under
+            // a policy, else one batch in INLINE_SAMPLE, weighed that much.
+            Timing::Queued if self.policy_on() => 1,
+            Timing::Queued => {
+                let end = clock::now();
+                match self.stats.tally().sample(end) {
+                    Some(weight) => return self.record_run(start, end, n, stamps, timing, weight),
+                    None => return end,
+                }
+            }
+            Timing::Inline { weight } => weight,
+        };
+        let end = clock::now();
+        self.record_run(start, end, n, stamps, timing, weight)
+    }
+
+    /// Records the samples of a run from `start` to `end` (and feeds the policy).
+    fn record_run(
         &self,
-        start: Instant,
+        start: u64,
+        end: u64,
         n: usize,
         stamps: &[Stamp],
-        inline: bool,
-    ) -> Instant {
-        let end = Instant::now();
-        let batch = end.saturating_duration_since(start);
+        timing: Timing,
+        weight: u32,
+    ) -> u64 {
+        let inline = timing != Timing::Queued;
+        let batch = end.saturating_sub(start);
+        let n32 = u32::try_from(n).unwrap_or(u32::MAX).max(1);
         // No 64-bit division for the usual one-event batch (an inline hop).
-        let service = match n {
-            0 | 1 => batch,
-            n => batch / u32::try_from(n).unwrap_or(u32::MAX),
+        let service = if n32 == 1 {
+            batch
+        } else {
+            batch / u64::from(n32)
         };
         let queue_delay = |s: &Stamp| {
             if inline {
-                Duration::ZERO
+                0
             } else {
-                start.saturating_duration_since(s.enqueued)
+                start.saturating_sub(s.enqueued)
             }
         };
-        // Runs that differ only in `born` (one upstream batch of distinct requests)
-        // share their enqueue instant: reuse the last queueing delay.
-        let mut last_qd: Option<(Instant, Duration)> = None;
         self.stats.record(
             service,
-            n,
-            inline,
-            stamps.iter().map(|s| {
-                let rt = end.saturating_duration_since(s.born);
-                let qd = match last_qd {
-                    _ if inline => Duration::ZERO,
-                    Some((at, d)) if at == s.enqueued => d,
-                    // Enqueued when born (fresh metadata from outside the runtime):
-                    // start - born = (end - born) - (end - start), exactly, without a
-                    // second `Instant` subtraction per event.
-                    _ if s.enqueued == s.born => rt.saturating_sub(batch),
-                    _ => {
-                        let d = queue_delay(s);
-                        last_qd = Some((s.enqueued, d));
-                        d
-                    }
-                };
-                (qd, rt, s.n)
+            n32,
+            weight,
+            stamps.iter().map(|s| Run {
+                queue_delay: queue_delay(s),
+                response: end.saturating_sub(s.born),
+                n: s.n,
             }),
         );
         // Completions feed the policy only while admission control is on: events that
         // entered while it was off (service degradation, USITS'03 3.4) never passed
         // the policy, and their response times would drive its state (a token rate cut
         // to the floor, say) for a regime that no longer holds when it is switched on.
-        if let Some(policy) = self
-            .admission
-            .as_ref()
-            .filter(|_| self.admission_on.load(Relaxed))
-        {
-            let in_flight = self.queue.word().in_flight();
+        if let Some(policy) = self.policy() {
+            let in_flight = self.queue.in_flight();
+            let now = clock::instant(end);
             for s in stamps {
                 let c = Completion {
                     class: s.class,
-                    response_time: end.saturating_duration_since(s.born),
-                    queue_delay: queue_delay(s),
-                    service_time: service,
+                    response_time: clock::between(s.born, end),
+                    queue_delay: std::time::Duration::from_nanos(queue_delay(s)),
+                    service_time: std::time::Duration::from_nanos(service),
                     in_flight,
-                    now: end,
+                    now,
                 };
                 for _ in 0..s.n {
                     policy.on_complete(&c);
@@ -382,7 +403,7 @@ impl<E: Send + 'static> StageCore<E> {
         let Exec::Shared(pool) = &self.exec else {
             return;
         };
-        if !self.queue.word().runs() {
+        if !self.queue.runs() {
             // Not runnable now; `start` reschedules a stage that has work.
             self.scheduled.store(false, Release);
             return;
@@ -396,26 +417,17 @@ impl<E: Send + 'static> StageCore<E> {
         // - the batch emptied the queue: give the token up, fence, re-check, so an
         //   event enqueued in between is not stranded (see `wake`).
         if let Some(me) = self.self_weak.upgrade() {
-            if self.queue.word().queued() > 0 {
+            if self.queue.has_work() {
                 pool.push(me as std::sync::Arc<dyn StageObj>);
             } else {
                 self.scheduled.store(false, Relaxed);
                 fence(SeqCst);
-                if self.queue.word().queued() > 0 && !self.scheduled.swap(true, AcqRel) {
+                if self.queue.has_work() && !self.scheduled.swap(true, AcqRel) {
                     pool.push(me);
                 }
             }
         }
-        match self.runtime() {
-            Some(rt) => self.run_batch(&mut s, &rt),
-            None => {
-                // The runtime is gone: nobody will count these events.
-                let n = s.envs.len();
-                s.envs.clear();
-                s.held.clear();
-                self.queue.finish(n);
-            }
-        }
+        self.run_batch(&mut s);
         let _ = self.spare.push(s);
     }
 }

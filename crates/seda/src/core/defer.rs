@@ -20,10 +20,12 @@
 //!   only pays when events join it: Haboob, whose stages hand one event per batch
 //!   to the next, measured +2,600 instructions per request (10,414 -> 13,010) when
 //!   every handoff was deferred.
-//! - Each event is entered (`running += 1`, refused unless the callee runs, accepts
-//!   the caller and has nothing queued), admitted by the callee's policy, counted
-//!   `admitted` and its edge recorded *when it is offered*, so the caller gets the
-//!   callee's verdict synchronously and shutdown counts it in flight.
+//! - Each event is checked (refused unless the callee runs, accepts the caller and
+//!   has nothing queued), admitted by the callee's policy, counted `admitted` and its
+//!   edge recorded *when it is offered*, so the caller gets the callee's verdict
+//!   synchronously. Until its group has run, the caller's batch is not acknowledged
+//!   (it runs its groups first), so a shutdown counts the deferred events in flight
+//!   through the caller's held count.
 //! - A one-thread callee's token is taken when its group opens and held until the
 //!   group has run (its worker waits meanwhile, so it still never runs two batches
 //!   at once); if the token is busy the event is queued.
@@ -32,31 +34,29 @@
 //!   batch size runs at once. A group's events keep the order they were offered in;
 //!   no deferred event is overtaken by one the same thread offers later to the same
 //!   stage. They run at the caller's depth + 1 (bounded by `MAX_INLINE_DEPTH`).
-//! - Accounting: as any inline event (processed, inlined, service time, response
-//!   time from `born`, queueing delay 0); the group's start instant is the end
-//!   instant of the batch that ran before it on this thread, so a deferred group
-//!   reads one clock. A deferred event's wait for the rest of the caller's batch is
-//!   part of its response time (measured from `born`), not of its queueing delay.
+//! - Accounting: as any inline run (processed, inlined; timed like any inline run,
+//!   see `core::batch`); an untimed group starts at the end instant of the batch
+//!   that ran before it on this thread and reads no clock. A deferred event's wait
+//!   for the rest of the caller's batch is part of its response time (measured from
+//!   `born`), not of its queueing delay.
 //!
 //! # Invariants
-//! - Every deferred event is entered exactly once and finished exactly once: the
-//!   group that holds it runs (a panicking handler is caught inside the run) and
-//!   finishes its count; nothing else removes a group from the thread's list.
+//! - Every deferred event runs exactly once: the group that holds it runs (a
+//!   panicking handler is caught inside the run); nothing else removes a group from
+//!   the thread's list.
 //! - A thread's groups beyond `base` belong to the batch running on it now.
 
 use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, Release};
-use std::time::Instant;
 
 use crate::envelope::{Envelope, Meta};
 use crate::handler::Items;
 use crate::lifecycle::Origin;
-use crate::runtime::Runtime;
 
 use super::StageCore;
-use super::batch::{Scratch, Stamp};
+use super::batch::{Scratch, Stamp, Timing};
 
 /// A group of events deferred for one stage, type-erased.
 trait Group {
@@ -64,7 +64,7 @@ trait Group {
     fn key(&self) -> *const ();
     fn as_any(&mut self) -> &mut dyn Any;
     /// Runs the group, starting at `start`; returns the end instant.
-    fn run(self: Box<Self>, start: Instant, rt: &Runtime) -> Instant;
+    fn run(self: Box<Self>, start: u64) -> u64;
 }
 
 struct Deferred<E: Send + 'static> {
@@ -82,14 +82,14 @@ impl<E: Send + 'static> Group for Deferred<E> {
     fn as_any(&mut self) -> &mut dyn Any {
         self
     }
-    fn run(self: Box<Self>, start: Instant, rt: &Runtime) -> Instant {
+    fn run(self: Box<Self>, start: u64) -> u64 {
         let Deferred {
             core,
             scratch,
             depth,
             serial,
         } = *self;
-        core.run_deferred(scratch, start, depth, serial, rt)
+        core.run_deferred(scratch, start, depth, serial)
     }
 }
 
@@ -137,7 +137,7 @@ pub(super) fn open(n: usize) -> Mark {
 
 /// Runs the groups the batch opened with `outer = open()` deferred, in order; the
 /// first starts at `end` (the batch's end instant). Returns the last end instant.
-pub(super) fn flush(outer: Mark, end: Instant, rt: &Runtime) -> Instant {
+pub(super) fn flush(outer: Mark, end: u64) -> u64 {
     let mut end = end;
     loop {
         let next = FRAMES.with(|f| {
@@ -153,7 +153,7 @@ pub(super) fn flush(outer: Mark, end: Instant, rt: &Runtime) -> Instant {
             }
         });
         match next {
-            Some(g) => end = g.run(end, rt),
+            Some(g) => end = g.run(end),
             None => return end,
         }
     }
@@ -172,13 +172,8 @@ pub(super) enum Deferral<E> {
 impl<E: Send + 'static> StageCore<E> {
     /// Defers `event` for a run at the end of the calling batch (see the module
     /// docs). The caller checked `may_inline`; `clock` is the calling batch's.
-    pub(super) fn defer(
-        &self,
-        event: E,
-        meta: Meta,
-        origin: &Origin,
-        clock: Instant,
-    ) -> Deferral<E> {
+    pub(super) fn defer(&self, event: E, meta: Meta, origin: &Origin) -> Deferral<E> {
+        let clock = origin.clock_hint(&meta);
         let key: *const () = std::ptr::from_ref(self).cast();
         // Whether this stage's group is open (the last one), else whether a batch
         // of one hands this stage its first event: no group of this stage waits in
@@ -215,16 +210,15 @@ impl<E: Send + 'static> StageCore<E> {
                 s.store(false, Release);
             }
         };
-        if !self.queue.enter_inline(1, inside) {
+        if !self.queue.inline_ok(inside) {
             release(serial);
             return Deferral::No(event);
         }
-        if !self.admit(meta.class, self.queue.word()) {
-            self.queue.finish(1);
+        if !self.admit(meta.class(), clock) {
             release(serial);
             return Deferral::Refused(event);
         }
-        self.stats.admitted(meta.class, 1);
+        self.stats.tally().admitted(meta.class(), 1);
         let env = Envelope {
             event,
             meta,
@@ -246,7 +240,6 @@ impl<E: Send + 'static> StageCore<E> {
             self.record_edge(origin);
             let Some(core) = self.self_weak.upgrade() else {
                 // The stage is being dropped: nobody can run the event.
-                self.queue.finish(1);
                 release(serial);
                 return Deferral::Refused(env.event);
             };
@@ -267,40 +260,34 @@ impl<E: Send + 'static> StageCore<E> {
             // The group reached the callee's batch size: run it now.
             let g = FRAMES.with(|f| f.borrow_mut().groups.pop());
             if let Some(g) = g {
-                super::batch::with_runtime(
-                    self.runtime_id,
-                    || self.runtime(),
-                    |rt| g.run(Instant::now(), rt),
-                );
+                g.run(clock);
             }
         }
         Deferral::Deferred
     }
 
     /// Runs a deferred group (see the module docs).
-    fn run_deferred(
-        &self,
-        mut s: Scratch<E>,
-        start: Instant,
-        depth: u8,
-        serial: bool,
-        rt: &Runtime,
-    ) -> Instant {
+    fn run_deferred(&self, mut s: Scratch<E>, clock: u64, depth: u8, serial: bool) -> u64 {
         let n = s.envs.len();
+        let timing = self.inline_timing(clock);
+        let start = if timing == Timing::Untimed {
+            clock
+        } else {
+            crate::clock::now()
+        };
         s.stamps.clear();
         for e in &s.envs {
-            Stamp::push(&mut s.stamps, e.meta.born, start, e.meta.class);
+            Stamp::push(&mut s.stamps, e.meta.born_nanos(), start, e.meta.class());
         }
         let first = s.envs[0].meta;
         let outer = open(n);
-        self.invoke(Items::Drain(s.envs.drain(..)), first, start, depth, rt);
-        let end = self.complete(start, n, &s.stamps, true);
+        self.invoke(Items::Drain(s.envs.drain(..)), first, start, depth);
+        let end = self.complete(start, n, &s.stamps, timing);
         if serial && let Some(t) = &self.serial {
             t.store(false, Release);
         }
-        self.queue.finish(n);
         let _ = self.spare.push(s);
-        flush(outer, end, rt)
+        flush(outer, end)
     }
 }
 

@@ -1,23 +1,24 @@
 //! The paths into a stage: one event, a batch (all or none), with backpressure,
 //! and the inline handoff within a domain (see [`crate::domain`]).
 //!
-//! Admission is decided without a lock of the stage's: with a policy, the state
-//! word is read once for the policy's `Offer` (queue length, in flight) and the
-//! lifecycle/capacity pre-check; the reservation CAS then decides for good. A
-//! reservation that loses a race for the last slot after the policy admitted
-//! returns `Full`; the policy's token for it is not refunded (as for a refused
-//! batch's admitted part).
-
-use std::time::Instant;
+//! A queued enqueue is one push on the stage's ring (its CAS is the reservation),
+//! the caller's own counter slot (`stats::recorder`) and a look for sleepers. With
+//! an admission policy, the policy decides first, on the queue's counts; a push
+//! that then finds the ring full returns `Full` and the policy's token for it is not
+//! refunded (as for a refused batch's admitted part).
+//!
+//! A colored event draws its color ticket before its push; if the push is refused
+//! the ticket is voided (served and released at once when its turn comes), so the
+//! color's later events are never stuck behind it.
 
 use crate::admission::Offer;
+use crate::clock;
 use crate::domain::MAX_INLINE_DEPTH;
-use crate::envelope::{Class, Envelope, Meta};
+use crate::envelope::{Envelope, Meta};
 use crate::error::EnqueueError;
 use crate::handler::Items;
 use crate::lifecycle::Origin;
 use crate::queue::Refusal;
-use crate::queue::state::Word;
 
 use super::StageCore;
 use super::defer::Deferral;
@@ -33,97 +34,109 @@ enum Inline<T> {
 }
 
 impl<E: Send + 'static> StageCore<E> {
+    #[inline]
     pub(super) fn record_edge(&self, origin: &Origin) {
         if origin.inside(self.runtime_id)
-            && let Some(from) = origin.cur.stage
+            && let Some(from) = origin.cur.stage()
         {
             self.incoming.record(from);
         }
     }
 
-    /// Counts a refused reservation of `n` events and wraps the event(s).
-    fn refused<T>(&self, r: Refusal, back: T, n: u64) -> EnqueueError<T> {
-        let c = self.stats.counters();
-        match r {
-            Refusal::Closed => {
-                c.closed.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                EnqueueError::Closed(back)
-            }
-            Refusal::Full => {
-                c.full.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                EnqueueError::Full(back)
-            }
+    /// Counts a refused enqueue of `n` events and wraps the event(s).
+    #[cold]
+    fn refused<T>(&self, closed: bool, back: T, n: u64) -> EnqueueError<T> {
+        if closed {
+            self.stats.tally().closed(n);
+            EnqueueError::Closed(back)
+        } else {
+            self.stats.tally().full(n);
+            EnqueueError::Full(back)
         }
     }
 
-    /// The admission policy's decision (true without a policy or with it off).
-    pub(super) fn admit(&self, class: Class, w: Word) -> bool {
-        let Some(policy) = &self.admission else {
+    /// The admission policy's decision (true without a policy or with it off);
+    /// `now` is the caller's clock (0: read it if the policy needs it).
+    pub(super) fn admit(&self, class: u8, now: u64) -> bool {
+        let Some(policy) = self.policy() else {
             return true;
         };
-        if !self.admission_on.load(std::sync::atomic::Ordering::Relaxed) {
-            return true;
-        }
+        let now = if now == 0 { clock::now() } else { now };
         let offer = Offer {
             class,
-            queue_len: w.waiting(),
-            in_flight: w.in_flight(),
+            queue_len: self.queue.waiting(),
+            in_flight: self.queue.in_flight(),
             capacity: self.queue.capacity(),
-            now: Instant::now(),
+            now: clock::instant(now),
         };
         let ok = policy.admit(&offer);
         if !ok {
-            self.stats.rejected(class);
+            self.stats.tally().rejected(class, 1);
         }
         ok
     }
 
     /// One admission decision per event of a batch; any refusal refuses all, and
     /// every event of a refused batch counts as rejected.
-    fn admit_all(&self, n: usize, class: Class, w: Word) -> bool {
-        for i in 0..n {
-            if !self.admit(class, w) {
-                for _ in i + 1..n {
-                    self.stats.rejected(class);
-                }
-                for _ in 0..i {
-                    self.stats.rejected(class);
-                }
+    fn admit_all(&self, n: usize, class: u8, now: u64) -> bool {
+        for _ in 0..n {
+            if !self.admit(class, now) {
+                self.stats.tally().rejected(class, (n - 1) as u64);
                 return false;
             }
         }
         true
     }
 
+    #[inline]
     fn may_inline(&self, origin: &Origin) -> bool {
         match &self.domain {
             Some(d) => {
-                origin.cur.domain == Some(d.id) && origin.cur.depth < MAX_INLINE_DEPTH && d.inline()
+                origin.cur.domain == d.id && origin.cur.depth < MAX_INLINE_DEPTH && d.inline()
             }
             None => false,
         }
     }
 
     /// Enqueues one event (or runs it inline, see [`crate::domain`]).
+    #[inline]
     pub(crate) fn offer(
         &self,
         event: E,
-        meta: Meta,
-        origin: Origin,
+        meta: &Meta,
+        origin: &Origin,
     ) -> Result<(), EnqueueError<E>> {
-        let event = if self.may_inline(&origin) {
+        if let Some(d) = &self.domain
+            && d.inline()
+        {
+            return self.offer_in_domain(event, meta, origin);
+        }
+        self.offer_queued(event, meta, origin)
+    }
+
+    /// [`StageCore::offer`] for a stage of a domain: inline if the rules allow.
+    #[inline(never)]
+    fn offer_in_domain(
+        &self,
+        event: E,
+        meta: &Meta,
+        origin: &Origin,
+    ) -> Result<(), EnqueueError<E>> {
+        let meta = *meta;
+        let event = if self.may_inline(origin) {
             // From a handler's batch, uncolored: at the end of that batch, as one
             // group (the first handoff of a batch of one runs at once; see `defer`).
-            let event = match (origin.cur.clock, meta.color) {
-                (Some(clock), None) => match self.defer(event, meta, &origin, clock) {
+            let event = if origin.cur.in_batch && meta.color().is_none() {
+                match self.defer(event, meta, origin) {
                     Deferral::Deferred => return Ok(()),
                     Deferral::Refused(e) => return Err(EnqueueError::Rejected(e)),
-                    Deferral::No(e) => return self.offer_queued(e, meta, origin),
+                    Deferral::No(e) => return self.offer_queued(e, &meta, origin),
                     Deferral::Now(e) => e,
-                },
-                _ => event,
+                }
+            } else {
+                event
             };
-            match self.try_inline(vec_or_one::One(event), meta, &origin) {
+            match self.try_inline(vec_or_one::One(event), meta, origin) {
                 Inline::Done => return Ok(()),
                 Inline::Refused(e) => return Err(EnqueueError::Rejected(e.one())),
                 Inline::Queue(e) => e.one(),
@@ -131,44 +144,96 @@ impl<E: Send + 'static> StageCore<E> {
         } else {
             event
         };
-        self.offer_queued(event, meta, origin)
+        self.offer_queued(event, &meta, origin)
     }
 
-    /// Enqueues one event in the queue (no inline attempt).
-    fn offer_queued(&self, event: E, meta: Meta, origin: Origin) -> Result<(), EnqueueError<E>> {
+    /// Enqueues one event in the queue (no inline attempt). The common case (no
+    /// policy, no color) is a push, a counter bump, a look for sleepers and the
+    /// graph edge's bit test.
+    #[inline]
+    fn offer_queued(&self, event: E, meta: &Meta, origin: &Origin) -> Result<(), EnqueueError<E>> {
+        if self.admission.is_some() || meta.color().is_some() {
+            return self.offer_queued_slow(event, meta, origin);
+        }
+        let env = Envelope {
+            event,
+            meta: *meta,
+            enqueued: origin.enqueue_instant(meta),
+            ticket: 0,
+        };
+        match self.queue.push(env, origin.inside(self.runtime_id)) {
+            Ok(()) => {
+                self.stats.tally().admitted(meta.class(), 1);
+                self.wake();
+                self.record_edge(origin);
+                Ok(())
+            }
+            Err(r) => Err(self.refused_push(r, meta)),
+        }
+    }
+
+    /// A refused push: counted, the ticket of a colored event voided, the event
+    /// handed back.
+    #[cold]
+    fn refused_push(&self, r: Refusal<Envelope<E>>, meta: &Meta) -> EnqueueError<E> {
+        let (closed, env) = match r {
+            Refusal::Closed(e) => (true, e),
+            Refusal::Full(e) => (false, e),
+        };
+        if let Some(c) = meta.color() {
+            self.void_ticket(c, env.ticket);
+        }
+        self.refused(closed, env.event, 1)
+    }
+
+    /// [`StageCore::offer_queued`] with an admission policy or a color.
+    #[inline(never)]
+    fn offer_queued_slow(
+        &self,
+        event: E,
+        meta: &Meta,
+        origin: &Origin,
+    ) -> Result<(), EnqueueError<E>> {
         let inside = origin.inside(self.runtime_id);
-        let has_policy = self.admission.is_some();
-        if has_policy {
-            let w = self.queue.word();
-            if !w.accepts(inside) {
-                return Err(self.refused(Refusal::Closed, event, 1));
+        if self.policy_on() {
+            if !self.queue.accepts(inside) {
+                return Err(self.refused(true, event, 1));
             }
-            if w.waiting() >= self.queue.capacity() {
-                return Err(self.refused(Refusal::Full, event, 1));
+            if self.queue.waiting() >= self.queue.capacity() {
+                return Err(self.refused(false, event, 1));
             }
-            if !self.admit(meta.class, w) {
+            if !self.admit(meta.class(), origin.clock_hint(meta)) {
                 return Err(EnqueueError::Rejected(event));
             }
         }
-        if let Err(r) = self.queue.reserve(1, inside) {
-            return Err(self.refused(r, event, 1));
-        }
-        self.stats.admitted(meta.class, 1);
+        let ticket = meta.color().map_or(0, |c| self.colors.ticket(c));
         let env = Envelope {
             event,
-            meta,
-            enqueued: origin.enqueue_instant(&meta),
-            ticket: 0,
+            meta: *meta,
+            enqueued: origin.enqueue_instant(meta),
+            ticket,
         };
-        match meta.color {
-            None => self.queue.write(env),
-            Some(c) => self
-                .queue
-                .write_colored(std::iter::once(env), || self.colors.ticket(c)),
+        match self.queue.push(env, inside) {
+            Ok(()) => {
+                self.stats.tally().admitted(meta.class(), 1);
+                self.wake();
+                self.record_edge(origin);
+                Ok(())
+            }
+            Err(r) => Err(self.refused_push(r, meta)),
         }
-        self.wake();
-        self.record_edge(&origin);
-        Ok(())
+    }
+
+    /// A ticket drawn for an event that was then refused: served and released when
+    /// its turn comes, so the color's later events do not wait for it.
+    fn void_ticket(&self, color: crate::Color, ticket: crate::color::Ticket) {
+        let colors = std::sync::Arc::clone(&self.colors);
+        let voided = self.colors.acquire(color, ticket, (), move |()| {
+            Box::new(move || colors.release(color, ticket))
+        });
+        if voided.is_ok() {
+            self.colors.release(color, ticket);
+        }
     }
 
     /// Enqueues all events or none (or runs them inline as one batch).
@@ -183,7 +248,7 @@ impl<E: Send + 'static> StageCore<E> {
             return Ok(());
         }
         let events = if self.may_inline(&origin)
-            && meta.color.is_none()
+            && meta.color().is_none()
             && n <= self.batch.load(std::sync::atomic::Ordering::Relaxed)
         {
             match self.try_inline(vec_or_one::Many(events), meta, &origin) {
@@ -195,39 +260,64 @@ impl<E: Send + 'static> StageCore<E> {
             events
         };
         let inside = origin.inside(self.runtime_id);
-        let w = self.queue.word();
-        if !w.accepts(inside) {
-            return Err(self.refused(Refusal::Closed, events, n as u64));
+        if self.policy_on() {
+            if !self.queue.accepts(inside) {
+                return Err(self.refused(true, events, n as u64));
+            }
+            if self.queue.waiting() + n > self.queue.capacity() {
+                return Err(self.refused(false, events, n as u64));
+            }
+            // All or none. Tokens taken by the admitted part of a refused batch are not
+            // refunded.
+            if !self.admit_all(n, meta.class(), origin.clock_hint(&meta)) {
+                return Err(EnqueueError::Rejected(events));
+            }
         }
-        if w.waiting() + n > self.queue.capacity() {
-            return Err(self.refused(Refusal::Full, events, n as u64));
+        let enqueued = origin.enqueue_instant(&meta);
+        let envs: Vec<Envelope<E>> = match meta.color() {
+            None => events
+                .into_iter()
+                .map(|event| Envelope {
+                    event,
+                    meta,
+                    enqueued,
+                    ticket: 0,
+                })
+                .collect(),
+            Some(c) => events
+                .into_iter()
+                .map(|event| Envelope {
+                    event,
+                    meta,
+                    enqueued,
+                    ticket: self.colors.ticket(c),
+                })
+                .collect(),
+        };
+        match self.queue.push_all(envs, inside) {
+            Ok(()) => {
+                self.stats.tally().admitted(meta.class(), n as u64);
+                if n > 1 {
+                    self.queue.workers.notify_all();
+                }
+                self.wake();
+                self.record_edge(&origin);
+                Ok(())
+            }
+            Err(r) => {
+                let (closed, envs) = match r {
+                    Refusal::Closed(e) => (true, e),
+                    Refusal::Full(e) => (false, e),
+                };
+                if let Some(c) = meta.color() {
+                    for e in &envs {
+                        self.void_ticket(c, e.ticket);
+                    }
+                }
+                let events = envs.into_iter().map(|e| e.event).collect();
+                Err(self.refused(closed, events, n as u64))
+            }
         }
-        // All or none. Tokens taken by the admitted part of a refused batch are not
-        // refunded.
-        if !self.admit_all(n, meta.class, w) {
-            return Err(EnqueueError::Rejected(events));
-        }
-        if let Err(r) = self.queue.reserve(n, inside) {
-            return Err(self.refused(r, events, n as u64));
-        }
-        self.stats.admitted(meta.class, n as u64);
-        let now = origin.enqueue_instant(&meta);
-        let envs = events.into_iter().map(|event| Envelope {
-            event,
-            meta,
-            enqueued: now,
-            ticket: 0,
-        });
-        match meta.color {
-            None => envs.for_each(|env| self.queue.write(env)),
-            Some(c) => self.queue.write_colored(envs, || self.colors.ticket(c)),
-        }
-        if n > 1 {
-            self.queue.workers.notify_all();
-        }
-        self.wake();
-        self.record_edge(&origin);
-        Ok(())
     }
 
     /// Enqueues, waiting while the queue is full until `deadline` (backpressure).
@@ -236,22 +326,21 @@ impl<E: Send + 'static> StageCore<E> {
         event: E,
         meta: Meta,
         origin: Origin,
-        deadline: Instant,
+        deadline: std::time::Instant,
     ) -> Result<(), EnqueueError<E>> {
         let inside = origin.inside(self.runtime_id);
         let mut event = event;
         let mut origin = origin;
         loop {
-            match self.offer(event, meta, origin) {
+            match self.offer(event, &meta, &origin) {
                 Err(EnqueueError::Full(e)) => {
                     event = e;
-                    let now = Instant::now();
+                    let now = std::time::Instant::now();
                     if now >= deadline {
                         return Err(EnqueueError::Full(event));
                     }
                     let key = self.queue.space.prepare();
-                    let w = self.queue.word();
-                    if w.waiting() < self.queue.capacity() || !w.accepts(inside) {
+                    if self.queue.waiting() < self.queue.capacity() || !self.queue.accepts(inside) {
                         self.queue.space.cancel();
                     } else {
                         self.queue.space.wait(key, deadline - now);
@@ -264,93 +353,80 @@ impl<E: Send + 'static> StageCore<E> {
         }
     }
 
-    /// Runs `events` inline if the domain rules allow (see [`crate::domain`]).
+    /// Runs `events` inline if the domain rules allow (see [`crate::domain`]); takes
+    /// them out of the option only when they run.
     fn try_inline(
         &self,
         events: vec_or_one::Events<E>,
         meta: Meta,
         origin: &Origin,
     ) -> Inline<vec_or_one::Events<E>> {
-        let mut events = Some(events);
-        let ran = super::batch::with_runtime(
-            self.runtime_id,
-            || self.runtime(),
-            |rt| self.try_inline_in(&mut events, meta, origin, rt),
-        );
-        match (ran, events) {
-            (Some(Inline::Done), _) => Inline::Done,
-            (Some(Inline::Refused(())), Some(e)) => Inline::Refused(e),
-            (_, Some(e)) => Inline::Queue(e),
-            (_, None) => Inline::Done,
-        }
-    }
-
-    /// `try_inline` with the runtime at hand; takes the events out of `slot` only
-    /// when they run.
-    fn try_inline_in(
-        &self,
-        slot: &mut Option<vec_or_one::Events<E>>,
-        meta: Meta,
-        origin: &Origin,
-        rt: &crate::runtime::Runtime,
-    ) -> Inline<()> {
-        let n = slot.as_ref().map_or(0, vec_or_one::Events::len);
+        let n = events.len();
         let inside = origin.inside(self.runtime_id);
         let Some(_serial) = self.serial_try() else {
-            return Inline::Queue(());
+            return Inline::Queue(events);
         };
-        if !self.queue.enter_inline(n, inside) {
-            return Inline::Queue(());
+        // A thread that a running batch of this runtime covers needs no count of its
+        // own (the batch's held count covers what it runs inline); any other thread
+        // counts the events held while they run.
+        let counted = !origin.covered(self.runtime_id);
+        let entered = if counted {
+            self.queue.enter_counted(n, inside)
+        } else {
+            self.queue.inline_ok(inside)
+        };
+        if !entered {
+            return Inline::Queue(events);
         }
+        let done = |this: &Self| {
+            if counted {
+                this.queue.finish(n);
+            }
+        };
         // A color runs inline only if it is idle with no ticket outstanding; it is
         // then held until the handler returns.
-        let held = match meta.color {
+        let held = match meta.color() {
             None => None,
             Some(c) => match self.colors.try_take(c) {
                 Some(t) => Some((c, t)),
                 None => {
-                    self.queue.finish(n);
-                    return Inline::Queue(());
+                    done(self);
+                    return Inline::Queue(events);
                 }
             },
         };
-        let w = self.queue.word();
-        if !self.admit_all(n, meta.class, w) {
+        let clock = origin.clock_hint(&meta);
+        if !self.admit_all(n, meta.class(), clock) {
             if let Some((c, t)) = held {
                 self.colors.release(c, t);
             }
-            self.queue.finish(n);
-            return Inline::Refused(());
+            done(self);
+            return Inline::Refused(events);
         }
-        self.stats.admitted(meta.class, n as u64);
+        self.stats.tally().admitted(meta.class(), n as u64);
         self.record_edge(origin);
         let ticket = held.map_or(0, |(_, t)| t);
         let wrap = |event| Envelope {
             event,
             meta,
-            enqueued: meta.born,
+            enqueued: meta.born_nanos(),
             ticket,
         };
-        match slot.take() {
-            None => {}
-            Some(vec_or_one::Events::One(e)) => {
-                self.run_inline(Items::One(Some(wrap(e))), 1, meta, origin.cur.depth + 1, rt);
+        let depth = origin.cur.depth + 1;
+        let clock = if clock == 0 { clock::now() } else { clock };
+        match events {
+            vec_or_one::Events::One(e) => {
+                self.run_inline(Items::One(Some(wrap(e))), 1, meta, depth, clock);
             }
-            Some(vec_or_one::Events::Many(v)) => {
+            vec_or_one::Events::Many(v) => {
                 let mut envs: Vec<Envelope<E>> = v.into_iter().map(wrap).collect();
-                self.run_inline(
-                    Items::Drain(envs.drain(..)),
-                    n,
-                    meta,
-                    origin.cur.depth + 1,
-                    rt,
-                );
+                self.run_inline(Items::Drain(envs.drain(..)), n, meta, depth, clock);
             }
         }
         if let Some((c, t)) = held {
             self.colors.release(c, t);
         }
-        self.queue.finish(n);
+        done(self);
         Inline::Done
     }
 }

@@ -8,9 +8,8 @@
 //!   tick and the snapshot.
 //!
 //! # Invariants
-//! - Every admitted event leaves the queue's `queued + parked + running` exactly
-//!   once: processed by a handler, or counted unfinished at shutdown (see
-//!   [`crate::queue`]).
+//! - Every admitted event leaves the stage exactly once: processed by a handler, or
+//!   counted unfinished at shutdown (see [`crate::queue`]).
 //! - A one-thread stage (`fixed_threads(1)` or `threads(_, 1)` on the per-stage
 //!   model) never runs two batches at once: its worker and inline callers take the
 //!   `serial` token around a batch.
@@ -46,7 +45,7 @@ use crate::queue::{MAX_CAPACITY, StageQueue};
 use crate::runtime::{Runtime, RuntimeError, RuntimeInner};
 use crate::stats::{SnapshotInput, StageSnapshot, StageStats};
 
-pub(crate) use batch::Scratch;
+pub(crate) use batch::{Scratch, clock_stale};
 pub(crate) use config::StageConfig;
 
 /// Interval of the batching controller's steps.
@@ -233,7 +232,7 @@ impl<E: Send + 'static> StageCore<E> {
     }
 
     pub(crate) fn queue_len(&self) -> usize {
-        self.queue.word().waiting()
+        self.queue.waiting()
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -241,7 +240,25 @@ impl<E: Send + 'static> StageCore<E> {
     }
 
     pub(crate) fn count_dropped(&self, n: u64) {
-        self.stats.counters().dropped.fetch_add(n, Relaxed);
+        self.stats.tally().dropped(n);
+    }
+
+    #[inline]
+    pub(super) fn handler(&self) -> &dyn EventHandler<E> {
+        &*self.handler
+    }
+
+    /// The admission policy, while admission control is on.
+    #[inline]
+    pub(super) fn policy(&self) -> Option<&Arc<dyn AdmissionPolicy>> {
+        self.admission
+            .as_ref()
+            .filter(|_| self.admission_on.load(Relaxed))
+    }
+
+    #[inline]
+    pub(super) fn policy_on(&self) -> bool {
+        self.policy().is_some()
     }
 
     fn runtime(&self) -> Option<Runtime> {
@@ -287,7 +304,7 @@ impl<E: Send + 'static> StageCore<E> {
         }
         c.last_pool = now;
         let obs = PoolObservation {
-            queue_len: self.queue.word().waiting(),
+            queue_len: self.queue.waiting(),
             threads: pool.threads.load(Relaxed),
             idle_expired: pool.idle_expired.load(Relaxed),
         };
@@ -334,11 +351,15 @@ impl<E: Send + 'static> StageControl for StageCore<E> {
     }
 
     fn queue_len(&self) -> usize {
-        self.queue.word().waiting()
+        self.queue.waiting()
     }
 
     fn rejected(&self) -> u64 {
         self.stats.totals().rejected()
+    }
+
+    fn runtime(&self) -> Option<Runtime> {
+        StageCore::runtime(self)
     }
 }
 
@@ -361,24 +382,21 @@ impl<E: Send + 'static> per_stage::Worker for StageCore<E> {
     }
 
     fn stopped(&self) -> bool {
-        self.queue.word().lifecycle() == Lifecycle::Stopped
+        self.queue.lifecycle() == Lifecycle::Stopped
     }
 
     fn has_work(&self) -> bool {
-        self.queue.word().queued() > 0
+        self.queue.has_work()
     }
 
     fn work(&self, scratch: &mut Scratch<E>) -> bool {
-        let Some(rt) = self.runtime() else {
-            return false;
-        };
         let _serial = self.serial_wait();
         if self.take(scratch) == 0 {
             return false;
         }
         let pool = per_stage::Worker::pool(self);
         pool.busy.fetch_add(1, Relaxed);
-        self.run_batch(scratch, &rt);
+        self.run_batch(scratch);
         pool.busy.fetch_sub(1, Relaxed);
         true
     }
@@ -402,10 +420,8 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
     }
 
     fn start(&self) -> Result<(), String> {
-        let rt = self.runtime().ok_or("the runtime is gone")?;
         let cx = Context {
             stage: self,
-            runtime: &rt,
             in_batch: false,
         };
         self.handler.init(&cx).map_err(|e| e.0)?;
@@ -427,11 +443,11 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
     }
 
     fn lifecycle(&self) -> Lifecycle {
-        self.queue.word().lifecycle()
+        self.queue.lifecycle()
     }
 
     fn in_flight(&self) -> usize {
-        self.queue.word().in_flight()
+        self.queue.in_flight()
     }
 
     fn control(&self, now: Instant) {
@@ -465,21 +481,20 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
     }
 
     fn snapshot(&self) -> StageSnapshot {
-        let word = self.queue.word();
         let threads = match &self.exec {
             Exec::PerStage(p) => {
                 let t = p.threads.load(Relaxed);
                 let b = p.busy.load(Relaxed);
                 (t, b, t.saturating_sub(b))
             }
-            Exec::Shared(_) => (0, word.running(), 0),
+            Exec::Shared(_) => (0, self.queue.held(), 0),
         };
         self.stats.snapshot(SnapshotInput {
             name: &self.name,
-            state: word.lifecycle().as_str(),
+            state: self.queue.lifecycle().as_str(),
             thread_model: self.model.as_str(),
             domain: self.domain.as_ref().map(|d| d.name()),
-            queue_len: word.waiting(),
+            queue_len: self.queue.waiting(),
             capacity: self.queue.capacity(),
             threads,
             batch_size: self.batch.load(Relaxed),
@@ -499,9 +514,8 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
             .unwrap_or_default()
     }
 
-    fn abandon(&self) -> (usize, usize, usize) {
-        let w = self.queue.abandon();
-        (w.waiting(), w.running(), w.parked())
+    fn abandon(&self) -> (usize, usize) {
+        self.queue.abandon()
     }
 
     fn destroy(&self) {

@@ -83,7 +83,7 @@ pub(crate) trait StageObj: Send + Sync + 'static {
     fn snapshot(&self) -> StageSnapshot;
     fn incoming(&self) -> Vec<usize>;
     fn take_handles(&self) -> Vec<JoinHandle<()>>;
-    /// Forgets what is still queued; returns (waiting, running, parked) counts.
-    fn abandon(&self) -> (usize, usize, usize);
+    /// Forgets what is still queued; returns the (waiting, running) counts.
+    fn abandon(&self) -> (usize, usize);
     fn destroy(&self);
 }

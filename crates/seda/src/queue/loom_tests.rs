@@ -1,16 +1,19 @@
-//! Models of the queue's protocol: the event count (no lost wake-up), reservation
-//! and claim (exactly once, bounded), lifecycle changes racing enqueues (exact
-//! accounting), and the shared pool's schedule-token handshake (no stranded event).
+//! Models of the queue's protocol: the event count (no lost wake-up), the ring's
+//! push and batch claim (exactly once, bounded, held counts never undercount), the
+//! closed mark racing enqueues (exact accounting), the shared pool's schedule-token
+//! handshake (no stranded event), and the color table's park/hand-over (never two
+//! events of a color at once, in ticket order).
 //!
 //! Under `RUSTFLAGS="--cfg loom" cargo test -p seda --lib --release loom_` each test
 //! is explored by loom with a preemption bound of 2. In a normal
 //! build the same bodies run as threaded stress tests (many rounds on real threads),
 //! so `cargo test` still exercises them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::StageQueue;
-use crate::envelope::{Envelope, Meta};
+use super::{Refusal, StageQueue};
+use crate::color::ColorTable;
+use crate::envelope::{Color, Envelope, Meta};
 use crate::lifecycle::Lifecycle;
 use crate::loom::{AtomicBool, AtomicUsize, Ordering::*, fence};
 
@@ -40,8 +43,8 @@ fn yield_now() {
 fn env(v: u32) -> Envelope<u32> {
     Envelope {
         event: v,
-        meta: Meta::born_at(Instant::now()),
-        enqueued: Instant::now(),
+        meta: Meta::born_ns(1),
+        enqueued: 1,
         ticket: 0,
     }
 }
@@ -85,36 +88,34 @@ fn loom_queue_is_exactly_once_and_bounded() {
         let mut producers = Vec::new();
         for v in 1..=2u32 {
             let q = Arc::clone(&q);
-            producers.push(thread::spawn(move || match q.reserve(1, false) {
+            producers.push(thread::spawn(move || match q.push(env(v), false) {
                 Ok(()) => {
-                    assert!(q.word().waiting() <= 1, "bound exceeded");
-                    q.write(env(v));
+                    assert!(q.waiting() <= 1, "bound exceeded");
                     q.workers.notify_one();
                     1usize
                 }
-                Err(super::Refusal::Full) => 0,
-                Err(r) => panic!("unexpected {r:?}"),
+                Err(Refusal::Full(e)) => {
+                    assert_eq!(e.event, v, "the refused event comes back");
+                    0
+                }
+                Err(Refusal::Closed(_)) => panic!("closed while running"),
             }));
         }
         let consumer = {
             let q = Arc::clone(&q);
             thread::spawn(move || {
                 let mut got = Vec::new();
-                // Runs until told how many to expect (the producers' successes).
                 loop {
-                    let k = q.claim(4);
-                    for _ in 0..k {
-                        got.push(q.pop_claimed().0.event);
-                    }
+                    let k = q.claim(4, |e, _| got.push(e.event));
                     q.finish(k);
-                    if k > 0 || q.word().lifecycle() == Lifecycle::Stopped {
-                        if q.word().lifecycle() == Lifecycle::Stopped && q.word().queued() == 0 {
-                            return got;
-                        }
+                    if q.lifecycle() == Lifecycle::Stopped {
+                        return got;
+                    }
+                    if k > 0 {
                         continue;
                     }
                     let key = q.workers.prepare();
-                    if q.word().queued() > 0 || q.word().lifecycle() == Lifecycle::Stopped {
+                    if q.has_work() || q.lifecycle() == Lifecycle::Stopped {
                         q.workers.cancel();
                         continue;
                     }
@@ -126,7 +127,7 @@ fn loom_queue_is_exactly_once_and_bounded() {
         assert!(sent >= 1, "an empty queue of capacity 1 took nothing");
         // Draining keeps claims going; stop once everything sent was claimed.
         q.set_lifecycle(Lifecycle::Draining);
-        while q.word().in_flight() > 0 {
+        while q.in_flight() > 0 {
             yield_now();
         }
         q.set_lifecycle(Lifecycle::Stopped);
@@ -135,7 +136,40 @@ fn loom_queue_is_exactly_once_and_bounded() {
         assert_eq!(got.len(), sent, "received {got:?}, sent {sent}");
         got.dedup();
         assert_eq!(got.len(), sent, "an event ran twice");
-        assert_eq!(q.word().in_flight(), 0);
+        assert_eq!(q.in_flight(), 0);
+    });
+}
+
+/// A batch claim racing two pushes: the claimed events and the ones left add up to
+/// what was pushed, and `in_flight` (held + waiting) never reads below the events
+/// still unfinished.
+#[test]
+fn loom_batch_claim_never_undercounts() {
+    model(|| {
+        let q = Arc::new(StageQueue::<u32>::new(2));
+        q.set_lifecycle(Lifecycle::Running);
+        let pushed = Arc::new(AtomicUsize::new(0));
+        let mut producers = Vec::new();
+        for v in 1..=2u32 {
+            let (q, pushed) = (Arc::clone(&q), Arc::clone(&pushed));
+            producers.push(thread::spawn(move || {
+                if q.push(env(v), false).is_ok() {
+                    pushed.fetch_add(1, SeqCst);
+                }
+            }));
+        }
+        let mut got = 0;
+        let k = q.claim(2, |_, _| got += 1);
+        // While the claimed events are unfinished, the stage counts them.
+        assert!(q.in_flight() >= k, "in_flight {} < held {k}", q.in_flight());
+        q.finish(k);
+        for p in producers {
+            p.join().unwrap();
+        }
+        let rest = q.claim(2, |_, _| got += 1);
+        q.finish(rest);
+        assert_eq!(got, pushed.load(SeqCst));
+        assert_eq!(q.in_flight(), 0);
     });
 }
 
@@ -148,26 +182,28 @@ fn loom_stop_racing_an_enqueue_is_counted_exactly() {
         q.set_lifecycle(Lifecycle::Draining);
         let p = {
             let q = Arc::clone(&q);
-            thread::spawn(move || match q.reserve(1, true) {
-                Ok(()) => {
-                    q.write(env(7));
-                    true
-                }
-                Err(r) => {
-                    assert_eq!(r, super::Refusal::Closed);
+            thread::spawn(move || match q.push(env(7), true) {
+                Ok(()) => true,
+                Err(Refusal::Closed(e)) => {
+                    assert_eq!(e.event, 7);
                     false
                 }
+                Err(Refusal::Full(_)) => panic!("capacity 2 full with one event"),
             })
         };
         q.set_lifecycle(Lifecycle::Stopped);
-        let abandoned = q.abandon().waiting();
+        let (abandoned, _) = q.abandon();
         let accepted = p.join().unwrap();
         assert_eq!(abandoned, usize::from(accepted));
-        assert_eq!(q.claim(1), 0, "a stopped queue handed out an event");
+        assert_eq!(
+            q.claim(1, |_, _| ()),
+            0,
+            "a stopped queue handed out an event"
+        );
     });
 }
 
-/// The shared pool's handshake: the producer writes, fences, then takes the token
+/// The shared pool's handshake: the producer pushes, fences, then takes the token
 /// if it is free; the worker gives the token up, fences, re-checks. The event must
 /// be run (no stranded event), and the stage is never scheduled twice at once.
 #[test]
@@ -190,8 +226,7 @@ fn loom_schedule_token_strands_no_event() {
                 Arc::clone(&run_queue),
             );
             thread::spawn(move || {
-                q.reserve(1, false).unwrap();
-                q.write(env(1));
+                q.push(env(1), false).unwrap();
                 fence(SeqCst);
                 schedule(&s, &rq);
             })
@@ -203,17 +238,14 @@ fn loom_schedule_token_strands_no_event() {
                 continue;
             }
             run_queue.fetch_sub(1, AcqRel);
-            let k = q.claim(8);
-            for _ in 0..k {
-                q.pop_claimed();
-            }
+            let k = q.claim(8, |_, _| ());
             // Hand the token on before running the batch.
-            if q.word().queued() > 0 {
+            if q.has_work() {
                 run_queue.fetch_add(1, AcqRel);
             } else {
                 scheduled.store(false, Relaxed);
                 fence(SeqCst);
-                if q.word().queued() > 0 {
+                if q.has_work() {
                     schedule(&scheduled, &run_queue);
                 }
             }
@@ -221,5 +253,67 @@ fn loom_schedule_token_strands_no_event() {
             ran += k;
         }
         producer.join().unwrap();
+    });
+}
+
+/// Two events of one color claimed by two workers in either order: the later
+/// ticket parks and is handed the color when the earlier one releases it; never
+/// both at once, and the earlier ticket always runs first.
+#[test]
+fn loom_color_hand_over_keeps_order_and_exclusion() {
+    model(|| {
+        let table = Arc::new(ColorTable::new());
+        let c = Color::new(9);
+        let (t0, t1) = (table.ticket(c), table.ticket(c));
+        let running = Arc::new(AtomicUsize::new(0));
+        let order = Arc::new(AtomicUsize::new(0));
+        fn run(table: &ColorTable, running: &AtomicUsize, order: &AtomicUsize, c: Color, t: u32) {
+            assert_eq!(
+                running.fetch_add(1, SeqCst),
+                0,
+                "two events of a color at once"
+            );
+            assert_eq!(
+                order.fetch_add(1, SeqCst),
+                t as usize,
+                "out of ticket order"
+            );
+            running.fetch_sub(1, SeqCst);
+            table.release(c, t);
+        }
+        let handed = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = [t1, t0]
+            .into_iter()
+            .map(|t| {
+                let (table, running, order, handed) = (
+                    Arc::clone(&table),
+                    Arc::clone(&running),
+                    Arc::clone(&order),
+                    Arc::clone(&handed),
+                );
+                thread::spawn(move || {
+                    let h = Arc::clone(&handed);
+                    let got =
+                        table.acquire(c, t, (), move |()| Box::new(move || h.store(true, SeqCst)));
+                    if got.is_ok() {
+                        run(&table, &running, &order, c, t);
+                        false
+                    } else {
+                        true
+                    }
+                })
+            })
+            .collect();
+        let parked: Vec<bool> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        // Whoever parked was handed the color by the other's release: run it now.
+        if parked.iter().any(|p| *p) {
+            assert!(
+                handed.load(SeqCst),
+                "a parked ticket was never handed the color"
+            );
+            run(&table, &running, &order, c, t1);
+        }
+        assert_eq!(order.load(SeqCst), 2);
+        assert_eq!(table.try_take(c), Some(2), "the color is idle again");
     });
 }

@@ -1,35 +1,44 @@
-//! A stage's input queue: a bounded lock-free ring for uncolored events, a locked
-//! list for colored ones, one atomic state word, and two event counts.
+//! A stage's input queue: a bounded lock-free ring ([`ring`]) whose slot claim is
+//! the admission reservation, a lifecycle, the colored events that left the ring to
+//! wait for their color, and two event counts.
 //!
-//! The uncontended enqueue is one CAS on the state word (lifecycle, bound) and one
-//! push on the ring (Vyukov's bounded MPMC queue, see [`ring`]); a worker is woken
-//! only if one sleeps (an event count: one fence and one load otherwise). Workers
-//! *claim* events on the state word (one CAS for a whole batch) before popping them,
-//! so every count is exact at every instant.
+//! The uncontended enqueue is one CAS (the ring's `tail`) plus a look for sleepers
+//! (one fence and one load, see [`event_count`]); a worker claims a whole batch with
+//! one CAS on `head`, which also counts the batch as *held* until the worker
+//! acknowledges it. Nothing else is touched per event.
+//!
+//! # Counts
+//! - `ring.len()`: admitted events waiting in the ring.
+//! - `outside`: colored events claimed out of turn and parked in the color table,
+//!   or handed back ready (they run before the ring's events, by priority hint).
+//! - `ring.held()`: events a worker claimed (or a thread outside the runtime entered
+//!   inline) whose handler has not returned.
+//!
+//! `waiting = ring.len() + outside`, `in_flight = waiting + held`.
 //!
 //! # Invariants
-//! - Bounded: `queued + parked <= capacity` (see [`state`]); a reservation that would
-//!   pass it fails with `Full` and the event goes back to the caller.
-//! - Exactly once: a reserved event is written exactly once (ring or colored list);
-//!   a claimed count is popped exactly once; `queued` counts reserved-but-unclaimed
-//!   events, so claims never outnumber writes (a claimant spins for a reservation
-//!   being written, a window of a few instructions).
-//! - Lifecycle and counts change together: an enqueue's lifecycle check is part of
-//!   its reservation CAS, so no enqueue straddles `Draining` or `Stopped`, and the
-//!   counts a shutdown reads are exact.
-//! - Colored events take the locked path: their color ticket is drawn under the
-//!   colored lock, after the reservation, so a stage's colored list is in ticket
-//!   order and a ticket is never drawn for an event that was refused.
-//! - No lost wake-up: an enqueuer changes the word, then fences and looks for
-//!   sleepers; a worker counts itself a sleeper, fences, then re-reads the word (see
-//!   [`event_count`]). The schedule token of the shared pool uses the same fences.
+//! - Bounded: an enqueue never makes `waiting` exceed the capacity (the ring has
+//!   `capacity` slots, and while `outside > 0` a push also checks `ring.len() +
+//!   outside` against the capacity). Parking moves a claimed event back into
+//!   `waiting` without a check (it cannot be refused any more), so while colored
+//!   events wait for their color `waiting` may pass the capacity by at most the
+//!   events workers have claimed at that moment (workers x batch); memory stays
+//!   bounded.
+//! - Exactly once: a pushed event is claimed once (the ring) or refused and handed
+//!   back; a parked event is handed back by the color table once; every claim is
+//!   acknowledged once, after its handler (and the deferred groups it opened) ran.
+//! - Exact shutdown accounting: `Stopped` closes the ring (a mark in `tail`), so no
+//!   enqueue straddles it; `in_flight` never undercounts (a claim moves events from
+//!   `len` to `held` in one CAS; parking adds to `outside` before acknowledging).
+//! - No lost wake-up: an enqueuer pushes (a `SeqCst` CAS), then fences and looks for
+//!   sleepers; a worker counts itself a sleeper, fences, then looks at the ring
+//!   (see [`event_count`]). The shared pool's schedule token uses the same fences.
 //!
 //! Model-checked with loom (`RUSTFLAGS="--cfg loom" cargo test -p seda --lib
 //! --release loom_`), see `loom_tests.rs`.
 
 pub(crate) mod event_count;
-mod ring;
-pub(crate) mod state;
+pub(crate) mod ring;
 
 #[cfg(test)]
 mod loom_tests;
@@ -38,41 +47,30 @@ use std::collections::VecDeque;
 
 use crate::envelope::Envelope;
 use crate::lifecycle::Lifecycle;
-use crate::loom::{AtomicU64, AtomicUsize, Mutex, Ordering::*, spin};
+use crate::loom::{AtomicU32, AtomicUsize, Mutex, Ordering::*};
 use event_count::EventCount;
-use ring::Ring;
-use state::{MAX_RUNNING, ONE_PARKED, ONE_QUEUED, ONE_RUNNING, Word};
+use ring::{Push, Ring};
 
-pub(crate) use state::MAX_CAPACITY;
+/// Largest queue capacity a stage can have.
+pub(crate) const MAX_CAPACITY: usize = (1 << 22) - 1;
 
-/// Why a reservation failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    Full,
-    Closed,
-}
-
-/// Colored events: admitted ones in ticket order, and unparked ones that own their
-/// color (they run first, by priority hint).
+/// Why an enqueue was refused; the envelope comes back.
 #[derive(Debug)]
-struct Colored<E> {
-    fifo: VecDeque<Envelope<E>>,
-    ready: VecDeque<Envelope<E>>,
+pub(crate) enum Refusal<E> {
+    Full(E),
+    Closed(E),
 }
 
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct StageQueue<E> {
-    /// Lifecycle and counts, see [`state`].
-    word: AtomicU64,
-    capacity: usize,
-    /// Uncolored events. Never holds more than `capacity` (every write has a
-    /// reservation; a claimed event still in it makes a writer wait a moment).
     ring: Ring<Envelope<E>>,
-    colored: Mutex<Colored<E>>,
-    /// Events in `colored` (either list); read without the lock to skip it.
-    colored_len: AtomicUsize,
-    /// Own-pool workers waiting for `queued > 0`.
+    life: AtomicU32,
+    /// Colored events parked in the color table or ready to run again.
+    outside: AtomicUsize,
+    /// Parked events whose color was handed to them, by priority hint.
+    ready: Mutex<VecDeque<Envelope<E>>>,
+    /// Own-pool workers waiting for an event.
     pub(crate) workers: EventCount,
     /// `enqueue_until` callers waiting for room.
     pub(crate) space: EventCount,
@@ -87,203 +85,186 @@ impl<E> StageQueue<E> {
             "capacity out of range"
         );
         StageQueue {
-            word: AtomicU64::new(Word::new(Lifecycle::Created).0),
-            capacity,
             ring: Ring::new(capacity),
-            colored: Mutex::new(Colored {
-                fifo: VecDeque::new(),
-                ready: VecDeque::new(),
-            }),
-            colored_len: AtomicUsize::new(0),
+            life: AtomicU32::new(Lifecycle::Created as u32),
+            outside: AtomicUsize::new(0),
+            ready: Mutex::new(VecDeque::new()),
             workers: EventCount::new(),
             space: EventCount::new(),
         }
     }
 
     pub(crate) fn capacity(&self) -> usize {
-        self.capacity
+        self.ring.capacity()
     }
 
-    /// The state word now.
-    pub(crate) fn word(&self) -> Word {
-        Word(self.word.load(Acquire))
+    pub(crate) fn lifecycle(&self) -> Lifecycle {
+        Lifecycle::from_u8(self.life.load(SeqCst) as u8)
     }
 
-    /// Applies `f` to the word until the CAS succeeds or `f` refuses.
-    fn update<R>(&self, mut f: impl FnMut(Word) -> Result<Word, R>) -> Result<Word, R> {
-        let mut cur = self.word.load(Relaxed);
-        loop {
-            let next = f(Word(cur))?;
-            match self
-                .word
-                .compare_exchange_weak(cur, next.0, AcqRel, Relaxed)
-            {
-                Ok(_) => return Ok(Word(cur)),
-                Err(actual) => cur = actual,
-            }
+    /// Whether an enqueue from inside (`inside`) or outside the runtime is accepted.
+    #[inline]
+    pub(crate) fn accepts(&self, inside: bool) -> bool {
+        self.lifecycle().accepts(inside)
+    }
+
+    /// Whether workers may claim events now.
+    pub(crate) fn runs(&self) -> bool {
+        self.lifecycle().runs()
+    }
+
+    /// Events waiting (ring and outside).
+    pub(crate) fn waiting(&self) -> usize {
+        self.ring.len() + self.outside.load(SeqCst)
+    }
+
+    /// Events claimed or entered and not finished.
+    pub(crate) fn held(&self) -> usize {
+        self.ring.held()
+    }
+
+    /// Events in the stage: waiting plus held.
+    pub(crate) fn in_flight(&self) -> usize {
+        // `held` first: a claim moves events from the ring to `held` in one CAS,
+        // and reading `held` before `len` can only count such events twice.
+        let held = self.ring.held();
+        held + self.waiting()
+    }
+
+    /// Whether an event is ready to be claimed (read after a sleeper's fence).
+    pub(crate) fn has_work(&self) -> bool {
+        self.ring.ready() || self.outside_ready()
+    }
+
+    fn outside_ready(&self) -> bool {
+        self.outside.load(SeqCst) > 0 && !self.ready.lock().is_empty()
+    }
+
+    /// Enqueues one envelope (an enqueue from inside the runtime if `inside`), or
+    /// hands it back.
+    #[inline]
+    pub(crate) fn push(&self, env: Envelope<E>, inside: bool) -> Result<(), Refusal<Envelope<E>>> {
+        if !self.accepts(inside) {
+            return Err(Refusal::Closed(env));
+        }
+        let outside = self.outside.load(Relaxed);
+        if outside > 0 && self.ring.len() + outside >= self.capacity() {
+            return Err(Refusal::Full(env));
+        }
+        match self.ring.push(env) {
+            Ok(()) => Ok(()),
+            Err(Push::Full(e)) => Err(Refusal::Full(e)),
+            Err(Push::Closed(e)) => Err(Refusal::Closed(e)),
         }
     }
 
-    /// Reserves room for `n` events (an enqueue from inside the runtime if
-    /// `inside`). On success the caller must write exactly `n` events.
-    pub(crate) fn reserve(&self, n: usize, inside: bool) -> Result<(), Refusal> {
-        let cap = self.capacity;
-        self.update(|w| {
-            if !w.accepts(inside) {
-                Err(Refusal::Closed)
-            } else if w.waiting() + n > cap {
-                Err(Refusal::Full)
-            } else {
-                Ok(Word(w.0 + n as u64 * ONE_QUEUED))
-            }
-        })
-        .map(|_| ())
-    }
-
-    /// Writes a reserved uncolored event.
-    pub(crate) fn write(&self, env: Envelope<E>) {
-        let mut env = env;
-        let mut round = 0;
-        // The ring can be momentarily full of claimed events not yet popped.
-        while let Err(back) = self.ring.push(env) {
-            env = back;
-            spin(&mut round);
-        }
-    }
-
-    /// Writes reserved colored events: each gets the next ticket `ticket()` draws,
-    /// under the colored lock, so the colored list stays in ticket order.
-    pub(crate) fn write_colored(
+    /// Enqueues every envelope or none, or hands them back.
+    pub(crate) fn push_all(
         &self,
-        envs: impl Iterator<Item = Envelope<E>>,
-        mut ticket: impl FnMut() -> u64,
-    ) {
-        let mut c = self.colored.lock();
-        let before = c.fifo.len();
-        for mut env in envs {
-            env.ticket = ticket();
-            c.fifo.push_back(env);
+        envs: Vec<Envelope<E>>,
+        inside: bool,
+    ) -> Result<(), Refusal<Vec<Envelope<E>>>> {
+        if !self.accepts(inside) {
+            return Err(Refusal::Closed(envs));
         }
-        self.colored_len.fetch_add(c.fifo.len() - before, Release);
-    }
-
-    /// Claims up to `max` queued events for a worker: they move from `queued` to
-    /// `running`. Returns how many; the caller pops exactly that many.
-    pub(crate) fn claim(&self, max: usize) -> usize {
-        let mut k = 0;
-        let r = self.update(|w| {
-            if !w.runs() {
-                return Err(());
-            }
-            k = w.queued().min(max).min(MAX_RUNNING - w.running());
-            if k == 0 {
-                return Err(());
-            }
-            Ok(Word(w.0 - k as u64 * ONE_QUEUED + k as u64 * ONE_RUNNING))
-        });
-        if r.is_ok() { k } else { 0 }
-    }
-
-    /// Pops one claimed event: unparked colored events first (`true`: it already
-    /// owns its color), then the colored list, then the ring. Spins while the event
-    /// it claimed is still being written.
-    pub(crate) fn pop_claimed(&self) -> (Envelope<E>, bool) {
-        let mut round = 0;
-        loop {
-            if self.colored_len.load(Acquire) > 0 {
-                let mut c = self.colored.lock();
-                let got = match c.ready.pop_front() {
-                    Some(env) => Some((env, true)),
-                    None => c.fifo.pop_front().map(|env| (env, false)),
-                };
-                if let Some(got) = got {
-                    self.colored_len.fetch_sub(1, Relaxed);
-                    return got;
-                }
-            }
-            if let Some(env) = self.ring.pop() {
-                return (env, false);
-            }
-            spin(&mut round);
+        let outside = self.outside.load(Relaxed);
+        if outside > 0 && self.ring.len() + outside + envs.len() > self.capacity() {
+            return Err(Refusal::Full(envs));
+        }
+        match self.ring.push_all(envs) {
+            Ok(()) => Ok(()),
+            Err(Push::Full(e)) => Err(Refusal::Full(e)),
+            Err(Push::Closed(e)) => Err(Refusal::Closed(e)),
         }
     }
 
-    /// A claimed colored event went to the color table: running -> parked.
+    /// Claims up to `max` events for a worker (they count as held until
+    /// [`StageQueue::finish`]) and hands each to `take` with whether it already owns
+    /// its color (a parked event handed back). Ready colored events come first.
+    pub(crate) fn claim(&self, max: usize, mut take: impl FnMut(Envelope<E>, bool)) -> usize {
+        if !self.runs() {
+            return 0;
+        }
+        let mut n = 0;
+        if self.outside.load(SeqCst) > 0 {
+            let mut ready = self.ready.lock();
+            while n < max {
+                let Some(env) = ready.pop_front() else { break };
+                // Held before it leaves `outside`: in_flight never undercounts.
+                self.ring.hold(1);
+                self.outside.fetch_sub(1, SeqCst);
+                n += 1;
+                take(env, true);
+            }
+        }
+        let max = u32::try_from(max - n).unwrap_or(u32::MAX);
+        n + self.ring.claim(max, |env| take(env, false)) as usize
+    }
+
+    /// A claimed colored event went to the color table: held -> outside.
     pub(crate) fn parked(&self) {
-        self.word
-            .fetch_add(ONE_PARKED.wrapping_sub(ONE_RUNNING), AcqRel);
+        self.outside.fetch_add(1, SeqCst);
+        self.ring.ack(1);
     }
 
     /// A parked event now owns its color: it joins the ready list (by priority
-    /// hint) and counts as queued again. The caller wakes a worker.
+    /// hint); it stays counted in `outside` until claimed. The caller wakes a worker.
     pub(crate) fn unpark(&self, env: Envelope<E>) {
-        let mut c = self.colored.lock();
-        let pos = c
-            .ready
+        let mut ready = self.ready.lock();
+        let pos = ready
             .iter()
-            .position(|e| e.meta.priority < env.meta.priority)
-            .unwrap_or(c.ready.len());
-        c.ready.insert(pos, env);
-        self.colored_len.fetch_add(1, Release);
-        drop(c);
-        self.word
-            .fetch_add(ONE_QUEUED.wrapping_sub(ONE_PARKED), AcqRel);
+            .position(|e| e.meta.priority() < env.meta.priority())
+            .unwrap_or(ready.len());
+        ready.insert(pos, env);
     }
 
-    /// `n` running events finished.
+    /// `n` held events finished.
     pub(crate) fn finish(&self, n: usize) {
-        if n > 0 {
-            let prev = Word(self.word.fetch_sub(n as u64 * ONE_RUNNING, AcqRel));
-            debug_assert!(prev.running() >= n, "finished more than ran");
+        self.ring.ack(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+
+    /// Whether events may run inline now: the stage runs, accepts the caller, and
+    /// nothing waits (an inline event never overtakes a queued one).
+    #[inline]
+    pub(crate) fn inline_ok(&self, inside: bool) -> bool {
+        let life = self.lifecycle();
+        life.runs() && life.accepts(inside) && self.waiting() == 0
+    }
+
+    /// Enters `n` events to run inline on a thread that no running batch of this
+    /// runtime covers (counted held, so a shutdown waits for them). Refused unless
+    /// [`StageQueue::inline_ok`] still holds after counting them.
+    pub(crate) fn enter_counted(&self, n: usize, inside: bool) -> bool {
+        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+        self.ring.hold(n32);
+        // Dekker with `set_lifecycle` + `in_flight`: counted first, then the
+        // lifecycle is read (both `SeqCst`).
+        if self.inline_ok(inside) {
+            true
+        } else {
+            self.ring.ack(n32);
+            false
         }
     }
 
-    /// Enters `n` events to run inline on the calling thread: only while the stage
-    /// runs, accepts the caller, and nothing waits in its queue (an inline event
-    /// never overtakes a queued one). Success counts it as running.
-    pub(crate) fn enter_inline(&self, n: usize, inside: bool) -> bool {
-        self.update(|w| {
-            if w.runs() && w.accepts(inside) && w.waiting() == 0 && w.running() + n <= MAX_RUNNING {
-                Ok(Word(w.0 + n as u64 * ONE_RUNNING))
-            } else {
-                Err(())
-            }
-        })
-        .is_ok()
-    }
-
-    /// Sets the lifecycle; stopping wakes every sleeper.
+    /// Sets the lifecycle; stopping closes the ring and wakes every sleeper.
     pub(crate) fn set_lifecycle(&self, life: Lifecycle) {
-        let _ = self.update(|w| Ok::<_, ()>(w.with_lifecycle(life)));
+        self.life.store(life as u32, SeqCst);
         if life == Lifecycle::Stopped {
+            self.ring.close();
             self.workers.notify_all();
             self.space.notify_all();
         }
     }
 
-    /// After `Stopped`: forgets the queued events and drops what it can of them now.
-    /// Returns the word as it was (its counts are the unfinished events).
-    pub(crate) fn abandon(&self) -> Word {
-        let before = self
-            .update(|w| Ok::<_, ()>(Word(w.0 - w.queued() as u64 * ONE_QUEUED)))
-            .unwrap_or_else(|()| self.word());
-        // Drop at most `queued` events now: claims that raced the stop must still
-        // find theirs. Events reserved before the stop and still being written stay
-        // in the ring and drop with the stage.
-        let mut budget = before.queued();
-        let mut c = self.colored.lock();
-        while budget > 0 {
-            let Some(env) = c.ready.pop_front().or_else(|| c.fifo.pop_front()) else {
-                break;
-            };
-            self.colored_len.fetch_sub(1, Relaxed);
-            budget -= 1;
-            drop(env);
-        }
-        drop(c);
-        while budget > 0 && self.ring.pop().is_some() {
-            budget -= 1;
-        }
-        before
+    /// After `Stopped`: forgets the waiting events (the ring's drop with the stage,
+    /// the ready ones now). Returns (waiting, held) as they were.
+    pub(crate) fn abandon(&self) -> (usize, usize) {
+        debug_assert!(self.ring.is_closed(), "abandon before Stopped");
+        let held = self.ring.held();
+        let waiting = self.waiting();
+        let dropped = std::mem::take(&mut *self.ready.lock());
+        self.outside.fetch_sub(dropped.len(), SeqCst);
+        (waiting, held)
     }
 }

@@ -24,8 +24,10 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use crate::admission::AdmissionState;
-pub(crate) use recorder::TRACKED_CLASSES;
-use recorder::{Counters, Pending, Recorder, Totals};
+#[cfg(test)]
+use recorder::draw_sample;
+use recorder::{Pending, Recorder, Totals};
+pub(crate) use recorder::{Run, TRACKED_CLASSES, Tally};
 pub(crate) use snapshot::SnapshotInput;
 
 /// Histogram bounds: 1 microsecond to 1 hour, 3 significant digits.
@@ -86,38 +88,28 @@ impl StageStats {
         }
     }
 
-    pub(crate) fn class_slot(class: u8) -> usize {
-        (class as usize).min(TRACKED_CLASSES - 1)
-    }
-
     /// The calling thread's counters.
-    pub(crate) fn counters(&self) -> &Counters {
-        self.recorder.counters()
-    }
-
-    pub(crate) fn admitted(&self, class: u8, n: u64) {
-        self.counters().class_admitted[Self::class_slot(class)].fetch_add(n, Relaxed);
-    }
-
-    pub(crate) fn rejected(&self, class: u8) {
-        self.counters().class_rejected[Self::class_slot(class)].fetch_add(1, Relaxed);
+    #[inline]
+    pub(crate) fn tally(&self) -> Tally<'_> {
+        self.recorder.tally()
     }
 
     pub(crate) fn totals(&self) -> Totals {
         self.recorder.totals()
     }
 
-    /// Records a finished batch of `n` events, given as runs of `(queue delay,
-    /// response time, events)` (see [`recorder`]).
+    /// Records the samples of a timed run of `n` events (`service` ns each), given
+    /// as runs of equal queueing delay and response time, each counted `weight`
+    /// times (see [`recorder`]).
     pub(crate) fn record(
         &self,
-        service: Duration,
-        n: usize,
-        inline: bool,
-        runs: impl Iterator<Item = (Duration, Duration, u32)>,
+        service: u64,
+        n: u32,
+        weight: u32,
+        runs: impl Iterator<Item = Run>,
     ) {
         self.recorder
-            .record(service, n, inline, runs, |p| self.hist.lock().merge(p));
+            .record(service, n, weight, runs, |p| self.hist.lock().merge(p));
     }
 
     /// Moves every pending sample into the histograms.
@@ -294,20 +286,26 @@ impl RuntimeSnapshot {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
+    const MS: u64 = 1_000_000;
+
+    fn run(qd: u64, rt: u64, n: u32) -> Run {
+        Run {
+            queue_delay: qd,
+            response: rt,
+            n,
+        }
     }
 
-    /// The staleness bound of the per-worker buffers: a completion recorded before
+    /// The staleness bound of the per-thread buffers: a completion recorded before
     /// a tick is in the window that tick closes (never a window later), and a
     /// snapshot sees every completion recorded before it.
     #[test]
     fn a_tick_closes_the_window_with_every_completion_recorded_before_it() {
         let s = StageStats::new();
         // Recorded from two threads, so two slots hold pending samples.
-        s.record(ms(1), 9, false, std::iter::once((ms(0), ms(10), 9)));
+        s.record(MS, 9, 1, std::iter::once(run(0, 10 * MS, 9)));
         std::thread::scope(|t| {
-            t.spawn(|| s.record(ms(1), 1, false, std::iter::once((ms(0), ms(500), 1))));
+            t.spawn(|| s.record(MS, 1, 1, std::iter::once(run(0, 500 * MS, 1))));
         });
         assert_eq!(s.recent_p90(), None, "no window closed yet");
         s.rotate_window();
@@ -315,7 +313,7 @@ mod tests {
         assert!(p90 >= ms(10) && p90 < ms(11), "p90 {p90:?}");
         // The next window holds only what came after the tick.
         for _ in 0..10 {
-            s.record(ms(1), 1, false, std::iter::once((ms(0), ms(500), 1)));
+            s.record(MS, 1, 1, std::iter::once(run(0, 500 * MS, 1)));
         }
         s.rotate_window();
         let p90 = s.recent_p90().unwrap();
@@ -325,12 +323,17 @@ mod tests {
         assert_eq!(s.recent_p90(), Some(p90));
     }
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
     #[test]
     fn totals_and_histograms_count_every_completion() {
         let s = StageStats::new();
-        s.admitted(2, 5);
-        s.rejected(2);
-        s.record(ms(2), 5, false, (0..5).map(|i| (ms(i), ms(10 + i), 1)));
+        s.tally().admitted(2, 5);
+        s.tally().rejected(2, 1);
+        s.tally().processed(5, false);
+        s.record(2 * MS, 5, 1, (0..5).map(|i| run(i * MS, (10 + i) * MS, 1)));
         let h = {
             s.drain();
             let h = s.hist.lock();
@@ -342,5 +345,69 @@ mod tests {
             (t.admitted(), t.rejected(), t.processed, t.offered()),
             (5, 1, 5, 6)
         );
+    }
+
+    /// The sampling error the recorder's docs state, checked against exact
+    /// percentiles of recorded traces: inline runs drawn one in eight (weight 8)
+    /// give the p50, p90 and p99 of 20,000 events within 4 standard errors of rank
+    /// (the docs quote 3, 99.7 %), plus HdrHistogram's 0.1 % of value.
+    #[test]
+    fn sampled_percentiles_are_within_the_stated_error_of_the_exact_ones() {
+        // Traces: a bimodal service (90 % near 1 ms, 10 % near 20 ms) and a
+        // heavy-tailed one, from a fixed generator.
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let traces: Vec<Vec<u64>> = vec![
+            (0..20_000)
+                .map(|_| {
+                    let u = next();
+                    let base = if next() < 0.9 { 1.0 } else { 20.0 };
+                    ((base * (0.5 + u)) * MS as f64) as u64
+                })
+                .collect(),
+            (0..20_000)
+                .map(|_| ((0.2 / (1.0 - next()).max(1e-6)) * MS as f64) as u64)
+                .collect(),
+        ];
+        for (k, trace) in traces.iter().enumerate() {
+            for seed in [1u32, 77, 0xdead_beef] {
+                recorder::seed_sampler(seed);
+                let s = StageStats::new();
+                let mut m = 0usize;
+                for &rt in trace {
+                    if draw_sample() {
+                        m += 1;
+                        s.record(
+                            rt,
+                            1,
+                            recorder::INLINE_SAMPLE,
+                            std::iter::once(run(0, rt, 1)),
+                        );
+                    }
+                }
+                s.drain();
+                let h = s.hist.lock();
+                let mut exact = trace.clone();
+                exact.sort_unstable();
+                let at = |q: f64| exact[((q * exact.len() as f64) as usize).min(exact.len() - 1)];
+                for q in [0.5, 0.9, 0.99] {
+                    let est_us = h.recent.value_at_quantile(q) as f64;
+                    let se = (q * (1.0 - q) / m as f64).sqrt();
+                    let (lo, hi) = ((q - 4.0 * se).max(0.0), (q + 4.0 * se).min(1.0));
+                    let lo_us = at(lo) as f64 / 1e3 * 0.999 - 1.0;
+                    let hi_us = at(hi) as f64 / 1e3 * 1.001 + 1.0;
+                    assert!(
+                        (lo_us..=hi_us).contains(&est_us),
+                        "trace {k} seed {seed}: p{} estimated {est_us} us, exact range {lo_us}..{hi_us} us ({m} samples)",
+                        q * 100.0
+                    );
+                }
+            }
+        }
     }
 }

@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn per_connection_colors_never_share_the_default_color() {
         assert_eq!(Coloring::Single.of(ConnId(7)), DEFAULT_COLOR);
-        assert_eq!(Coloring::PerConnection.of(ConnId(7)), Color(7));
+        assert_eq!(Coloring::PerConnection.of(ConnId(7)), Color::new(7));
         assert_ne!(Coloring::PerConnection.of(ConnId(1)), DEFAULT_COLOR);
     }
 

@@ -16,7 +16,7 @@ use seda_io::{ConnId, Writer};
 use serde::{Deserialize, Serialize};
 
 /// libasync's default color: every callback has it unless colored otherwise.
-pub const DEFAULT_COLOR: Color = Color(0);
+pub const DEFAULT_COLOR: Color = Color::new(0);
 
 /// How the server colors its events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,7 +35,7 @@ impl Coloring {
         match self {
             Coloring::Single => DEFAULT_COLOR,
             // seda-io's ids start at 1, so no connection shares color 0.
-            Coloring::PerConnection => Color(conn.0),
+            Coloring::PerConnection => Color::new(conn.0),
         }
     }
 
