@@ -424,3 +424,103 @@ fn clients_that_go_away_leave_nothing_in_flight() {
     // The route still serves.
     assert_eq!(s.connect().get("/s").text(), "late\n");
 }
+
+#[test]
+fn an_upstream_that_never_stops_talking_costs_bounded_memory() {
+    let pad: &'static [u8] = b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    let endless_head = Backend::start(Script::Flood(b"HTTP/1.1 200 OK\r\n", pad));
+    let ext: &'static [u8] = b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let endless_chunk_line = Backend::start(Script::Flood(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1;x=",
+        ext,
+    ));
+    let s = proxy(vec![
+        route("/head", &[&endless_head.url()]),
+        route("/chunk", &[&endless_chunk_line.url()]),
+    ]);
+    // A head that never ends: 502 once it passes the limit, the upstream closed.
+    let mut c = s.connect();
+    assert_eq!(c.get("/head").status, 502);
+    assert_eq!(c.get("/hello.txt").status, 200);
+    // A chunk line that never ends: the client never gets the last chunk (the
+    // response is cut, its connection closed); nothing is buffered past a limit.
+    let mut c = s.connect();
+    c.send(b"GET /chunk HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut all = Vec::new();
+    let _ = c.stream.read_to_end(&mut all);
+    let text = String::from_utf8_lossy(&all);
+    assert!(
+        text.starts_with("HTTP/1.1 502") || text.starts_with("HTTP/1.1 200"),
+        "{text}"
+    );
+    assert!(
+        !text.ends_with("0\r\n\r\n"),
+        "a cut response looks whole: {text}"
+    );
+    assert!(
+        all.len() < 1 << 20,
+        "{} bytes reached the client",
+        all.len()
+    );
+    // Both floods stop: the proxy closed the connections instead of reading on.
+    for b in [&endless_head, &endless_chunk_line] {
+        let mut last = usize::MAX;
+        let stopped = wait_for(Duration::from_secs(10), || {
+            let now = b.written.load(std::sync::atomic::Ordering::SeqCst);
+            let same = now == last;
+            last = now;
+            std::thread::sleep(Duration::from_millis(100));
+            same
+        });
+        let written = b.written.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(stopped, "the upstream still writes ({written} bytes)");
+        assert!(
+            written < 16 << 20,
+            "the proxy took {written} bytes of one answer"
+        );
+    }
+    let p = proxy_section(&s.stats());
+    assert_eq!(p["routes"][0]["in_flight"], 0, "{p}");
+    assert_eq!(p["routes"][1]["in_flight"], 0, "{p}");
+}
+
+#[test]
+fn an_upstream_never_answers_a_client_twice_or_with_two_lengths() {
+    // Bytes after the body are not a second response for the next request.
+    let extra = Backend::start(Script::Raw(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\nHTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nsmuggled\n",
+    ));
+    let two_lengths = Backend::start(Script::Raw(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 30\r\n\r\nok\n",
+    ));
+    let bad_chunk = Backend::start(Script::Raw(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n+5\r\nworld\r\n0\r\n\r\n",
+    ));
+    let s = proxy(vec![
+        route("/extra", &[&extra.url()]),
+        route("/two", &[&two_lengths.url()]),
+        route("/badchunk", &[&bad_chunk.url()]),
+    ]);
+    let mut c = s.connect();
+    for _ in 0..3 {
+        // Pipelined: the second request must get its own answer.
+        c.send(b"GET /extra HTTP/1.1\r\nHost: t\r\n\r\nGET /extra HTTP/1.1\r\nHost: t\r\n\r\n");
+        for _ in 0..2 {
+            let r = c.read_response(false).unwrap();
+            assert_eq!((r.status, r.text().as_str()), (200, "ok\n"));
+        }
+    }
+    assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
+    assert_eq!(s.connect().get("/two").status, 502);
+    // A chunk size with a sign: never passed on as a whole response.
+    let mut c = s.connect();
+    c.send(b"GET /badchunk HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut all = Vec::new();
+    let _ = c.stream.read_to_end(&mut all);
+    let text = String::from_utf8_lossy(&all);
+    assert!(!text.contains("world"), "{text}");
+    assert!(
+        text.starts_with("HTTP/1.1 502") || !text.ends_with("0\r\n\r\n"),
+        "{text}"
+    );
+}

@@ -26,6 +26,9 @@ pub enum Script {
     Big(usize),
     /// Sleep, then `200`.
     Slow(Duration, &'static str),
+    /// Write the first bytes, then the second over and over until the write fails
+    /// (the count written is recorded): an upstream that never stops talking.
+    Flood(&'static [u8], &'static [u8]),
 }
 
 /// The recording backend.
@@ -173,6 +176,15 @@ fn serve(
                         left -= k;
                     }
                     continue;
+                }
+                Script::Flood(first, unit) => {
+                    if s.write_all(first).is_err() {
+                        return;
+                    }
+                    while s.write_all(unit).is_ok() {
+                        written.fetch_add(unit.len(), Ordering::SeqCst);
+                    }
+                    return;
                 }
                 Script::Slow(d, b) => {
                     std::thread::sleep(*d);
