@@ -59,10 +59,10 @@ pub use state::{ProxyStats, RouteStats};
 pub use upstream::UpstreamStats;
 
 pub(crate) use body::{Accept, BodyPipe, BodySender};
-pub(crate) use events::ProxyJob;
+pub(crate) use events::{ProxyJob, Respond};
 pub(crate) use route::Mount;
 
-use crate::server::{Job, Responder, ServerError};
+use crate::server::Job;
 
 /// Name of the upstream-events stage.
 pub const UPSTREAM_STAGE: &str = "proxy-upstream";
@@ -138,6 +138,23 @@ impl ProxyTable {
     }
 }
 
+/// Why the routes could not be mounted (Haboob turns it into its `ServerError`).
+#[derive(Debug)]
+pub(crate) enum MountError {
+    /// A route's configuration is invalid, or two routes share a prefix.
+    Config(String),
+    /// The runtime refused a stage.
+    Runtime(seda::RuntimeError),
+    /// The sweeper's thread could not start.
+    Io(std::io::Error),
+}
+
+impl From<seda::RuntimeError> for MountError {
+    fn from(e: seda::RuntimeError) -> Self {
+        MountError::Runtime(e)
+    }
+}
+
 /// What mounting the routes leaves running besides the stages.
 #[derive(Debug)]
 pub(crate) struct ProxyHandle {
@@ -152,19 +169,19 @@ pub(crate) fn mount(
     rt: &Runtime,
     domain: &Domain,
     model: ThreadModel,
-    out: &Responder,
+    out: Arc<dyn Respond>,
     writer: Writer,
     table: &ProxyTable,
     routes: &[ProxyRoute],
-) -> Result<Option<ProxyHandle>, ServerError> {
+) -> Result<Option<ProxyHandle>, MountError> {
     if routes.is_empty() {
         return Ok(None);
     }
     let mut seen = std::collections::HashSet::new();
     for r in routes {
-        r.validate().map_err(ServerError::Config)?;
+        r.validate().map_err(MountError::Config)?;
         if !seen.insert(r.prefix.clone()) {
-            return Err(ServerError::Config(format!(
+            return Err(MountError::Config(format!(
                 "two routes are mounted at {}",
                 r.prefix
             )));
@@ -201,7 +218,7 @@ pub(crate) fn mount(
         conns: Default::default(),
         writer,
         upstream_events: events_sink,
-        out: out.clone(),
+        out,
     });
     events_stage
         .handler(recv::UpstreamEvents {
@@ -240,6 +257,6 @@ pub(crate) fn mount(
         .min()
         .unwrap_or(Duration::from_millis(100))
         .clamp(Duration::from_millis(5), Duration::from_millis(100));
-    let sweeper = sweep::Sweeper::start(shared, period).map_err(ServerError::Io)?;
+    let sweeper = sweep::Sweeper::start(shared, period).map_err(MountError::Io)?;
     Ok(Some(ProxyHandle { _sweeper: sweeper }))
 }

@@ -246,7 +246,7 @@ impl UpstreamEvents {
             return Some(After::Close);
         }
         let output = ClientBody::of(h.body, f.client_version);
-        let close = ex.closes() || self.shared.out.hb.draining() || output == ClientBody::Close;
+        let close = ex.closes() || self.shared.out.draining() || output == ClientBody::Close;
         let out_head = client_head(&h, output, close);
         let input = match h.body {
             ResponseBody::None => None,

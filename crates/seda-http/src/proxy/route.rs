@@ -59,7 +59,7 @@ pub(crate) fn submit(shared: &Shared, mount: &Mount, job: ProxyJob, meta: Meta) 
         }
         let answer = match &route.on_overload {
             OverloadAction::Reject503 { retry_after_secs }
-                if *retry_after_secs == shared.out.hb.framer.retry_after_secs =>
+                if *retry_after_secs == shared.out.retry_after_secs() =>
             {
                 Answer::Overload
             }

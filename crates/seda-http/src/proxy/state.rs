@@ -12,12 +12,13 @@ use seda_io::{SocketEvent, Writer};
 use serde::{Deserialize, Serialize};
 
 use super::config::ProxyRoute;
+use super::events::Respond;
 use super::flight::UpConns;
 use super::gate::RouteGate;
 use super::upstream::{Upstream, UpstreamStats};
 use crate::handler::OverloadAction;
 use crate::proto::Status;
-use crate::server::{Answer, Exchange, Responder};
+use crate::server::{Answer, Exchange};
 
 /// Counters of one route.
 #[derive(Debug, Default)]
@@ -66,7 +67,8 @@ pub(crate) struct Shared {
     pub(crate) writer: Writer,
     /// The upstream-events stage.
     pub(crate) upstream_events: Sink<SocketEvent>,
-    pub(crate) out: Responder,
+    /// Haboob's HttpSend (see `events.rs`).
+    pub(crate) out: Arc<dyn Respond>,
 }
 
 impl Shared {

@@ -211,6 +211,17 @@ impl From<seda::RuntimeError> for ServerError {
     }
 }
 
+impl From<crate::proxy::MountError> for ServerError {
+    fn from(e: crate::proxy::MountError) -> Self {
+        use crate::proxy::MountError;
+        match e {
+            MountError::Config(s) => ServerError::Config(s),
+            MountError::Runtime(e) => ServerError::Runtime(e),
+            MountError::Io(e) => ServerError::Io(e),
+        }
+    }
+}
+
 /// Checks the configuration; returns the canonical root.
 pub(crate) fn validate(cfg: &ServerConfig) -> Result<PathBuf, ServerError> {
     let root = std::fs::canonicalize(&cfg.root)

@@ -334,7 +334,7 @@ impl Server {
             &rt,
             &domain,
             model,
-            &out,
+            Arc::new(out.clone()),
             bound.writer(),
             &hb.proxies,
             &cfg.proxies,

@@ -277,3 +277,21 @@ impl Responder {
         ex.cancel();
     }
 }
+
+impl crate::proxy::Respond for Responder {
+    fn answer(&self, ex: Exchange, answer: Answer, meta: Meta) {
+        Responder::answer(self, ex, answer, meta);
+    }
+
+    fn cancel(&self, ex: Exchange) {
+        Responder::cancel(self, ex);
+    }
+
+    fn draining(&self) -> bool {
+        self.hb.draining()
+    }
+
+    fn retry_after_secs(&self) -> u32 {
+        self.hb.framer.retry_after_secs
+    }
+}
