@@ -203,7 +203,13 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     // Block until SIGINT or SIGTERM (no polling: shutdown starts as the signal lands).
     for signal in signals.forever() {
         match signal {
-            signal_hook::consts::SIGHUP => reload(&args, &server, &mut running),
+            signal_hook::consts::SIGHUP => {
+                let source = args
+                    .config
+                    .as_ref()
+                    .map_or("the flags".to_owned(), |p| p.display().to_string());
+                reload(&source, resolve(&args), &server, &mut running);
+            }
             signal_hook::consts::SIGUSR1 => reopen_log(&server, running.access_log.as_ref()),
             _ => break,
         }

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use seda_http::{AccessLogConfig, Server};
 
-use super::config::Settings;
-use super::{ServeArgs, resolve};
+use super::config::{ConfigError, Settings};
 
 /// What the signal loop keeps of the configuration in force.
 #[derive(Debug)]
@@ -84,17 +83,19 @@ impl Running {
     }
 }
 
-/// SIGHUP. Prints one line: what was applied (and what needs a restart), or why
-/// the new configuration was refused.
-pub(super) fn reload(args: &ServeArgs, server: &Server, running: &mut Running) {
-    let source = args
-        .config
-        .as_ref()
-        .map_or("the flags".to_owned(), |p| p.display().to_string());
+/// SIGHUP. `settings` are the flags over the file as it is now (named `source` in
+/// the line printed), resolved by the caller. Prints one line: what was applied (and
+/// what needs a restart), or why the new configuration was refused.
+pub(super) fn reload(
+    source: &str,
+    settings: Result<Settings, ConfigError>,
+    server: &Server,
+    running: &mut Running,
+) {
     let refused = |e: &dyn std::fmt::Display| {
         eprintln!("seda serve: reload refused, still running the previous configuration: {e}");
     };
-    let settings = match resolve(args) {
+    let settings = match settings {
         Ok(s) => s,
         Err(e) => return refused(&e),
     };
