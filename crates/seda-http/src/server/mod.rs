@@ -93,6 +93,7 @@ use crate::access_log::AccessLog;
 use crate::admin::{AdminBuilder, AdminServer, StatsDoc};
 use crate::cache::{PageCache, PathCache};
 use crate::handler::HandlerRegistration;
+use crate::overload::OverloadControl;
 use crate::policy_slot::PolicySlot;
 
 /// Stage names of Haboob (SEDA Fig. 5).
@@ -383,6 +384,21 @@ impl Server {
                 .map_err(ServerError::Io)?,
         );
         Ok(server)
+    }
+    /// Applies `cfg` (and, if given, `overload` to every dynamic handler) to the
+    /// running server; see the `reload` module for what changes and how. `cfg.root`
+    /// must name the directory being served (it cannot change), `cfg.handlers` is
+    /// ignored (handlers are mounted with [`Server::register`]).
+    ///
+    /// Errors: a value [`Server::start`] would refuse, a policy that cannot be built
+    /// for a mounted handler, a per-handler target naming no mounted handler, an
+    /// access log that cannot be opened. Nothing is changed then.
+    pub fn reload(
+        &self,
+        cfg: &ServerConfig,
+        overload: Option<&OverloadControl>,
+    ) -> Result<Reloaded, ServerError> {
+        reload::apply(&self.out.hb, &self.sockets, &self.started, cfg, overload)
     }
 
     /// The address the server listens on.

@@ -1,4 +1,4 @@
-//! [`Server::reload`]: a new configuration applied to the running server, without
+//! [`Server::reload`](super::Server::reload): a new configuration applied to the running server, without
 //! dropping a connection or a request in flight.
 //!
 //! Everything is checked first, then applied; a configuration that fails a check
@@ -18,10 +18,11 @@
 
 use std::sync::Arc;
 
-use super::Server;
+use seda_io::SocketHandle;
+
 use super::config::{self, ServerConfig, ServerError};
 use super::events::Route;
-use super::state::Live;
+use super::state::{Haboob, Live};
 use crate::handler::Request;
 use crate::overload::OverloadControl;
 
@@ -48,85 +49,78 @@ impl Live {
     }
 }
 
-impl Server {
-    /// Applies `cfg` (and, if given, `overload` to every dynamic handler) to the
-    /// running server; see the module docs for what changes and how. `cfg.root` must
-    /// name the directory being served (it cannot change), `cfg.handlers` is ignored
-    /// (handlers are mounted with [`Server::register`]).
-    ///
-    /// Errors: a value [`Server::start`] would refuse, a policy that cannot be built
-    /// for a mounted handler, a per-handler target naming no mounted handler, an
-    /// access log that cannot be opened. Nothing is changed then.
-    pub fn reload(
-        &self,
-        cfg: &ServerConfig,
-        overload: Option<&OverloadControl>,
-    ) -> Result<Reloaded, ServerError> {
-        let hb = &self.out.hb;
-        let root = config::validate(cfg)?;
-        let mut done = Reloaded::default();
-        // Every check before any change.
-        let retargeted = match overload {
-            Some(oc) => Some(retarget(&hb.routes.all(), oc)?),
-            None => None,
-        };
-        let log = match (&self.started.access_log, &cfg.access_log) {
-            (Some(old), Some(new)) if old != new => {
-                if old.queue != new.queue {
-                    done.restart_needed.push("access-log-queue");
-                }
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&new.path)
-                    .map_err(|e| {
-                        ServerError::Config(format!("access log {}: {e}", new.path.display()))
-                    })?;
-                Some(new)
+/// [`Server::reload`](super::Server::reload) on the running server's parts: `hb`,
+/// its socket layer and the configuration it `started` with.
+pub(super) fn apply(
+    hb: &Haboob,
+    sockets: &SocketHandle,
+    started: &ServerConfig,
+    cfg: &ServerConfig,
+    overload: Option<&OverloadControl>,
+) -> Result<Reloaded, ServerError> {
+    let root = config::validate(cfg)?;
+    let mut done = Reloaded::default();
+    // Every check before any change.
+    let retargeted = match overload {
+        Some(oc) => Some(retarget(&hb.routes.all(), oc)?),
+        None => None,
+    };
+    let log = match (&started.access_log, &cfg.access_log) {
+        (Some(old), Some(new)) if old != new => {
+            if old.queue != new.queue {
+                done.restart_needed.push("access-log-queue");
             }
-            (None, Some(_)) | (Some(_), None) => {
-                done.restart_needed.push("access-log");
-                None
-            }
-            _ => None,
-        };
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&new.path)
+                .map_err(|e| {
+                    ServerError::Config(format!("access log {}: {e}", new.path.display()))
+                })?;
+            Some(new)
+        }
+        (None, Some(_)) | (Some(_), None) => {
+            done.restart_needed.push("access-log");
+            None
+        }
+        _ => None,
+    };
 
-        // Apply.
-        let live = Live::of(cfg);
-        let old = hb.live.load_full();
-        if *old != live {
-            if old.limits != live.limits {
-                done.applied.push("limits");
-            }
-            if old.max_pipelined != live.max_pipelined {
-                done.applied.push("max-pipelined");
-            }
-            if (old.header_timeout, old.idle_timeout) != (live.header_timeout, live.idle_timeout) {
-                done.applied.push("timeouts");
-            }
-            hb.live.store(Arc::new(live));
+    // Apply.
+    let live = Live::of(cfg);
+    let old = hb.live.load_full();
+    if *old != live {
+        if old.limits != live.limits {
+            done.applied.push("limits");
         }
-        if cfg.max_connections != self.started.max_connections {
-            self.sockets.set_max_connections(cfg.max_connections);
-            done.applied.push("max-connections");
+        if old.max_pipelined != live.max_pipelined {
+            done.applied.push("max-pipelined");
         }
-        if let Some(routes) = retargeted {
-            for (route, new) in routes {
-                route.policy.replace(new.reg.admission.clone());
-                hb.routes.replace(&route, new);
-            }
-            done.applied.push("overload control");
+        if (old.header_timeout, old.idle_timeout) != (live.header_timeout, live.idle_timeout) {
+            done.applied.push("timeouts");
         }
-        if let (Some(new), Some(running)) = (log, &hb.log) {
-            running
-                .reopen(&new.path, new.format)
-                .map_err(ServerError::Io)?;
-            done.applied.push("access-log");
-        }
-        done.restart_needed
-            .extend(restart_needed(&self.started, cfg, root == hb.set.root));
-        Ok(done)
+        hb.live.store(Arc::new(live));
     }
+    if cfg.max_connections != started.max_connections {
+        sockets.set_max_connections(cfg.max_connections);
+        done.applied.push("max-connections");
+    }
+    if let Some(routes) = retargeted {
+        for (route, new) in routes {
+            route.policy.replace(new.reg.admission.clone());
+            hb.routes.replace(&route, new);
+        }
+        done.applied.push("overload control");
+    }
+    if let (Some(new), Some(running)) = (log, &hb.log) {
+        running
+            .reopen(&new.path, new.format)
+            .map_err(ServerError::Io)?;
+        done.applied.push("access-log");
+    }
+    done.restart_needed
+        .extend(restart_needed(started, cfg, root == hb.set.root));
+    Ok(done)
 }
 
 /// Each route with its registration under `oc` (checked for every route before any
