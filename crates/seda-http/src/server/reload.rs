@@ -1,5 +1,5 @@
-//! [`Server::reload`](super::Server::reload): a new configuration applied to the running server, without
-//! dropping a connection or a request in flight.
+//! [`Server::reload`](super::Server::reload): a new configuration applied to the
+//! running server, without dropping a connection or a request in flight.
 //!
 //! Everything is checked first, then applied; a configuration that fails a check
 //! changes nothing. What is applied, and how a request in flight sees it:
