@@ -56,6 +56,7 @@ mod bottleneck;
 mod cache;
 mod demo;
 mod handler;
+pub mod html;
 mod overload;
 mod policy_slot;
 pub mod proto;

@@ -5,21 +5,9 @@ use std::fmt::Write;
 
 use crate::store::{FolderId, MATCH_END, MATCH_START, Session};
 
-/// Escapes text for HTML element content and quoted attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + s.len() / 8);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// Escapes text for HTML element content and quoted attribute values (the
+/// workspace's one escaper, [`seda_http::html::escape`]).
+pub use seda_http::html::escape;
 
 /// A search snippet: escaped, with the store's match markers as `<mark>`.
 pub fn snippet(s: &str) -> String {

@@ -24,6 +24,7 @@
 //! the page's history is bounded.
 
 use crate::handler::Response;
+use crate::html::escape;
 
 const PAGE: &str = include_str!("../../assets/dashboard/index.html");
 const SCRIPT: &str = include_str!("../../assets/dashboard/dashboard.js");
@@ -58,13 +59,6 @@ pub(super) fn asset(path: &[u8]) -> Option<Response> {
         _ => return None,
     };
     Some(Response::ok(content_type, body).with_header("X-Content-Type-Options", "nosniff"))
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 #[cfg(test)]
