@@ -108,27 +108,34 @@ pub struct Progress {
     pub errors: AtomicU64,
 }
 
-/// Parse `http://HOST:PORT` into an address and a Host header. Only loopback targets
-/// are accepted: this tool must never load a machine other than this one.
+/// Parse `http://HOST[:PORT][/...]` (an [`http::Uri`]) into an address and a Host
+/// header. Only loopback targets are accepted: this tool must never load a machine
+/// other than this one.
 pub fn parse_url(url: &str) -> Result<(SocketAddr, String), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("--url {url:?}: only http:// URLs are supported"))?;
-    let hostport = rest.split('/').next().unwrap_or("");
-    if hostport.is_empty() {
-        return Err(format!("--url {url:?} has no host"));
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("--url {url:?} is not a URL: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!("--url {url:?}: only http:// URLs are supported"));
     }
-    let with_port = if hostport.starts_with('[') {
-        if hostport.contains("]:") {
-            hostport.to_string()
-        } else {
-            format!("{hostport}:80")
-        }
-    } else if hostport.contains(':') {
-        hostport.to_string()
-    } else {
-        format!("{hostport}:80")
+    let authority = match uri.authority() {
+        Some(a) if !a.host().is_empty() => a,
+        _ => return Err(format!("--url {url:?} has no host")),
     };
+    if authority.as_str().contains('@') {
+        return Err(format!(
+            "--url {url:?}: a user name in the URL is not supported"
+        ));
+    }
+    // `host()` keeps an IPv6 address's brackets, as `to_socket_addrs` wants them.
+    let host = authority.host();
+    let port = match authority.as_str()[host.len()..].strip_prefix(':') {
+        Some(p) => p
+            .parse::<u16>()
+            .map_err(|_| format!("--url {url:?}: port {p:?} is not 0-65535"))?,
+        None => 80,
+    };
+    let with_port = format!("{host}:{port}");
     let addrs: Vec<SocketAddr> = with_port
         .to_socket_addrs()
         .map_err(|e| format!("--url {url:?}: cannot resolve {with_port}: {e}"))?
@@ -138,7 +145,7 @@ pub fn parse_url(url: &str) -> Result<(SocketAddr, String), String> {
         .copied()
         .find(|a| a.ip().is_loopback())
         .ok_or_else(|| format!("--url {url:?}: refusing a non-loopback target (this tool only loads 127.0.0.1 / ::1)"))?;
-    Ok((addr, hostport.to_string()))
+    Ok((addr, authority.as_str().to_string()))
 }
 
 impl LoadConfig {

@@ -92,24 +92,22 @@ impl Schedule {
     }
 }
 
-/// Parse `250ms`, `30s`, `2m` or a bare number of seconds.
+/// Parse a duration as [`humantime`] writes it (`250ms`, `30s`, `2m`, `1h30m`) or a
+/// bare number of seconds (`0.5`); at most 10^7 s.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let bad = || format!("duration {text:?} is not like 250ms, 30s or 2m");
-    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (t, 1.0)
+    let bad = |why: &dyn std::fmt::Display| {
+        format!("duration {text:?} is not like 250ms, 30s, 2m or 1h30m: {why}")
     };
-    let v: f64 = num.trim().parse().map_err(|_| bad())?;
-    if !v.is_finite() || v < 0.0 || v * scale > 1e7 {
-        return Err(bad());
+    let d = match t.parse::<f64>() {
+        Ok(v) if (0.0..=1e7).contains(&v) => Duration::from_secs_f64(v),
+        Ok(_) => return Err(bad(&"a number of seconds from 0 to 10^7")),
+        Err(_) => humantime::parse_duration(t).map_err(|e| bad(&e))?,
+    };
+    if d > Duration::from_secs(10_000_000) {
+        return Err(bad(&"longer than 10^7 s"));
     }
-    Ok(Duration::from_secs_f64(v * scale))
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -131,8 +129,34 @@ mod tests {
 
     #[test]
     fn rejects_bad_text() {
-        for bad in ["", "60s", "x@3", "60s@-1", "60s@abc", "0s@3", "5h@1"] {
+        for bad in [
+            "", "60s", "x@3", "60s@-1", "60s@abc", "0s@3", "5x@1", "1e8@1", "-1@1",
+        ] {
             assert!(Schedule::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_as_humantime_writes_them_or_bare_seconds() {
+        let ok = [
+            ("250ms", 250),
+            ("30s", 30_000),
+            ("2m", 120_000),
+            ("1h30m", 5_400_000),
+            ("1m 30s", 90_000),
+            ("0.5", 500),
+            (" 7 ", 7_000),
+        ];
+        for (text, ms) in ok {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_millis(ms)),
+                "{text}"
+            );
+        }
+        for bad in ["", "ms", "-2s", "1.5.s", "200 years", "nan"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
     }
 }

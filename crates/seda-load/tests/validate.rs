@@ -282,6 +282,32 @@ fn non_loopback_targets_are_refused() {
     assert!(parse_url("http://localhost:8080/x").is_ok());
 }
 
+#[test]
+fn urls_give_the_address_and_the_host_header() {
+    let (addr, host) = parse_url("http://127.0.0.1:8080/index.html").unwrap();
+    assert_eq!(
+        (addr.to_string().as_str(), host.as_str()),
+        ("127.0.0.1:8080", "127.0.0.1:8080")
+    );
+    let (addr, host) = parse_url("http://127.0.0.1").unwrap();
+    assert_eq!((addr.port(), host.as_str()), (80, "127.0.0.1"));
+    let (addr, host) = parse_url("http://[::1]:9000/").unwrap();
+    assert_eq!(
+        (addr.to_string().as_str(), host.as_str()),
+        ("[::1]:9000", "[::1]:9000")
+    );
+    for bad in [
+        "",
+        "http://",
+        "http:///x",
+        "127.0.0.1:80",
+        "http://u@127.0.0.1/",
+        "http://127.0.0.1:99999/",
+    ] {
+        assert!(parse_url(bad).is_err(), "{bad}");
+    }
+}
+
 /// Regression: a FIN that arrives together with a response (a server closing an idle
 /// keep-alive connection, as Apache's event MPM does under load) must be seen. The
 /// client once stopped reading at the end of the response, missed the FIN's only
