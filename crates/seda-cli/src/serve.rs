@@ -196,6 +196,8 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         None => None,
     };
     let _ = std::io::stdout().flush();
+    let (io, why) = server.io_backend();
+    eprintln!("seda serve: socket I/O: {io} ({why})");
     eprintln!("seda serve: serving {root_shown}; Ctrl-C to stop");
     for r in &routes {
         eprintln!("seda serve: proxy {r}");

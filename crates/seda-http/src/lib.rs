@@ -9,8 +9,7 @@
 //!
 //! - [`proto`]: the protocol, pure (parsing with limits, chunked bodies, paths,
 //!   validators, ranges).
-//! - [`Server`] / [`ServerConfig`]: start, register handlers, reload a configuration
-//!   while serving ([`Server::reload`]), graceful shutdown.
+//! - [`Server`] / [`ServerConfig`]: start, register handlers, graceful shutdown.
 //! - [`AdminServer`] / [`StatsDoc`]: the admin listener (`/_seda/stats`, `graph`,
 //!   `metrics`) on an address of its own, reused by the other services, and the stats
 //!   document's type, shared by the server and the experiments that read it; the
@@ -58,7 +57,6 @@ mod demo;
 mod handler;
 pub mod html;
 mod overload;
-mod policy_slot;
 pub mod proto;
 mod proxy;
 mod server;
@@ -82,6 +80,6 @@ pub use proxy::{
     UpstreamStats, UpstreamUrl,
 };
 pub use server::{
-    DescriptorBudget, FileIo, HaboobStats, Handoff, PathCacheStats, Reloaded, Server, ServerConfig,
-    ServerError, ServerShutdown, stages,
+    DescriptorBudget, FileIo, HaboobStats, Handoff, IoBackend, PathCacheStats, Reloaded, Server,
+    ServerConfig, ServerError, ServerShutdown, stages,
 };

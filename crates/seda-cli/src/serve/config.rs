@@ -101,6 +101,13 @@ pub struct ServeConfig {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_loops: Option<usize>,
+    /// System interface of the socket loops: epoll, uring (io_uring; an error where
+    /// the kernel lacks it) or auto (the faster one on this machine where io_uring
+    /// is available, else epoll) [default: auto]. `seda serve` says on stderr which
+    /// runs and why.
+    #[arg(long, value_name = "auto|epoll|uring")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<Word<seda_http::IoBackend>>,
     /// Most threads of the HttpParse stage [default: 2].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -528,6 +535,7 @@ impl ServeConfig {
             // the limit cannot hold is an error (serve.rs).
             max_connections: None,
             event_loops: Some(d.event_loops),
+            io: word(d.io.as_str()),
             parse_threads: Some(d.parse_threads),
             handoff: word("inline"),
             admin_listen: word("127.0.0.1:0"),
@@ -596,6 +604,9 @@ impl ServeConfig {
         }
         if let Some(n) = self.event_loops {
             cfg.event_loops = n;
+        }
+        if let Some(io) = &self.io {
+            cfg.io = io.get();
         }
         if let Some(n) = self.parse_threads {
             cfg.parse_threads = n;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use seda::ThreadModel;
+pub use seda_io::IoBackend;
 
 use crate::handler::HandlerRegistration;
 use crate::proto::{Dotfiles, Limits};
@@ -76,6 +77,10 @@ pub struct ServerConfig {
     pub thread_model: ThreadModel,
     /// Socket event loops. Default: one per core.
     pub event_loops: usize,
+    /// System interface of the socket loops (epoll or io_uring). Default
+    /// [`IoBackend::Auto`]: the faster one on this machine where io_uring is
+    /// available, else epoll.
+    pub io: IoBackend,
     /// Inline or queued handoff between the CPU-bound stages. Default inline.
     pub handoff: Handoff,
     /// Most threads of HttpParse's pool (per-stage model). Default 2.
@@ -142,6 +147,7 @@ impl Default for ServerConfig {
             max_cached_file: 1 << 20,
             thread_model: ThreadModel::PerStage,
             event_loops: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            io: IoBackend::Auto,
             handoff: Handoff::Inline,
             parse_threads: 2,
             header_timeout: Duration::from_secs(10),

@@ -74,7 +74,7 @@ use seda_io::{
     BacklogAction, FileConfig, FileHelper, SocketConfig, SocketHandle, SocketStats, Sockets,
 };
 
-pub use config::{FileIo, Handoff, ServerConfig, ServerError};
+pub use config::{FileIo, Handoff, IoBackend, ServerConfig, ServerError};
 pub use descriptors::DescriptorBudget;
 // The seam the front door's stages (`crate::proxy`) use: a request, its response
 // slot, the way to answer, a streamed response.
@@ -194,6 +194,7 @@ impl Server {
         let bound = Sockets::bind(SocketConfig {
             listen: cfg.listen,
             event_loops: cfg.event_loops,
+            backend: cfg.io,
             max_connections: cfg.max_connections,
             write_threshold: cfg.write_threshold,
             on_backlog: BacklogAction::Pause,
@@ -461,6 +462,12 @@ impl Server {
     /// Counters of the socket layer.
     pub fn socket_stats(&self) -> SocketStats {
         self.sockets.stats()
+    }
+
+    /// The socket loops' backend ([`ServerConfig::io`] resolved: never `Auto`) and
+    /// why it runs, in words (for the start-up line).
+    pub fn io_backend(&self) -> (IoBackend, &str) {
+        (self.sockets.backend(), self.sockets.backend_reason())
     }
 
     /// Mounts a dynamic handler on the running server; its stage starts at once.

@@ -82,6 +82,15 @@ pub fn populate(dir: &Path) {
     std::os::unix::fs::symlink(dir, root.join("up")).unwrap();
 }
 
+/// The socket backend under test: `SEDA_TEST_IO=epoll|uring` (CI runs the suites
+/// once with each); unset, the default's choice.
+pub fn test_io() -> seda_http::IoBackend {
+    match std::env::var("SEDA_TEST_IO") {
+        Ok(v) if !v.is_empty() => v.parse().expect("SEDA_TEST_IO is auto, epoll or uring"),
+        _ => seda_http::IoBackend::Auto,
+    }
+}
+
 /// Starts a server with `tweak` applied to a test configuration (ephemeral port,
 /// small cache limits so that `big.bin` streams).
 pub fn start(tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
@@ -92,6 +101,7 @@ pub fn start(tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
         root: dir.path().join("root"),
         max_cached_file: 1 << 20,
         event_loops: 1,
+        io: test_io(),
         admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         // Enough for any test; the default 10,000 plus an upstream connection per
         // proxied request would not fit the open-files limit of every machine.
@@ -100,6 +110,10 @@ pub fn start(tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
     };
     tweak(&mut cfg);
     let server = Server::start(cfg).expect("server starts");
+    let want = test_io();
+    if want != seda_http::IoBackend::Auto {
+        assert_eq!(server.io_backend().0, want, "the backend under test runs");
+    }
     let addr = server.local_addr();
     let admin = server.admin_addr();
     TestServer {

@@ -3,11 +3,17 @@
 //!
 //! # Invariants
 //! - `Out::queued` is the sum of the costs of the segments in `Out::queue` (bytes for
-//!   memory segments, [`FILE_SEGMENT_COST`] per file segment).
-//! - The queue is non-empty only if the last write attempt on the socket saw
+//!   memory segments, [`FILE_SEGMENT_COST`] per file segment), plus, under io_uring,
+//!   the bytes of the send operation in flight (taken off the queue, not yet sent).
+//! - epoll: the queue is non-empty only if the last write attempt on the socket saw
 //!   `WouldBlock`, so an `EPOLLOUT` edge is still to come and the loop will flush it.
-//!   Every flush runs under the `out` lock, so a writer and the loop never interleave
-//!   bytes.
+//!   io_uring: the queue is non-empty or a send is in flight only while `armed`, i.e.
+//!   while the owning loop has the connection on its list of sends for this turn, a
+//!   `Flush` command is on its way to it, or an operation of the connection is in
+//!   flight; the loop clears `armed` only once both are empty. A writer writes
+//!   straight to the socket only when the connection is [`Out::idle`].
+//!   Every flush and every change of the queue runs under the `out` lock, so a writer
+//!   and the loop never interleave bytes.
 //! - Once `state` is `Closed` it never changes again and the queue stays empty.
 //! - `Out::stalled_since` is `None` exactly when the queue is empty; otherwise it is
 //!   when the peer last took a byte (or when the queue filled), the clock of
@@ -72,6 +78,9 @@ pub(crate) struct Out {
     /// [`super::Writer::resume_on_drain`]: once `queued` is at most `.0`, resume
     /// reading connection `.1` (taken when it fires, or when this one closes).
     pub(crate) drain_watch: Option<(usize, ConnId)>,
+    /// io_uring: the owning loop is responsible for sending the queue (see the
+    /// invariants). Always false under epoll.
+    pub(crate) armed: bool,
 }
 
 impl Out {
@@ -101,6 +110,62 @@ impl Out {
         }
     }
 
+    /// Nothing is queued or in flight: a write may go straight to the socket.
+    pub(crate) fn idle(&self) -> bool {
+        self.queue.is_empty() && !self.armed
+    }
+
+    /// Takes the leading memory segments off the queue, at most `max` of them, for
+    /// a send operation (io_uring). They stay counted in `queued` until [`Out::sent`].
+    pub(crate) fn take_bufs(&mut self, max: usize, into: &mut Vec<Bytes>) {
+        while into.len() < max {
+            match self.queue.front() {
+                Some(Segment::Bytes(_)) => {
+                    if let Some(Segment::Bytes(b)) = self.queue.pop_front() {
+                        into.push(b);
+                    }
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// A send operation of `bufs` (from [`Out::take_bufs`]) wrote `n` bytes: what it
+    /// did not write goes back to the front of the queue, in order.
+    pub(crate) fn sent(&mut self, mut n: usize, bufs: &mut Vec<Bytes>) {
+        self.queued = self.queued.saturating_sub(n);
+        let mut rest = Vec::new();
+        for mut b in bufs.drain(..) {
+            if n >= b.len() {
+                n -= b.len();
+            } else {
+                b.advance(n);
+                n = 0;
+                rest.push(b);
+            }
+        }
+        for b in rest.into_iter().rev() {
+            self.queue.push_front(Segment::Bytes(b));
+        }
+    }
+
+    /// Sends the file segments at the front of the queue with `sendfile` (io_uring:
+    /// the loop sends memory segments with an operation of the ring). `Ok(true)` when
+    /// the front is no file segment any more, `Ok(false)` when the socket would block.
+    pub(crate) fn flush_files(
+        &mut self,
+        stream: &TcpStream,
+        written: &AtomicU64,
+    ) -> io::Result<bool> {
+        let mut wrote = 0usize;
+        let res = self.write_files(stream, &mut wrote);
+        written.fetch_add(wrote as u64, Relaxed);
+        if wrote > 0 {
+            self.stalled_since = Some(Instant::now());
+        }
+        res
+    }
+
     /// Writes as much of the queue as the socket takes. `Ok(true)` when the queue is
     /// empty, `Ok(false)` when the socket would block.
     pub(crate) fn flush(&mut self, stream: &TcpStream, written: &AtomicU64) -> io::Result<bool> {
@@ -117,36 +182,61 @@ impl Out {
         res
     }
 
+    /// Sends the leading file segments with `sendfile`: `Ok(true)` when none is left
+    /// at the front (the queue is empty or starts with memory), `Ok(false)` when the
+    /// socket would block.
+    fn write_files(&mut self, stream: &TcpStream, wrote: &mut usize) -> io::Result<bool> {
+        loop {
+            match self.queue.front() {
+                Some(Segment::File { .. }) => {}
+                _ => return Ok(true),
+            }
+            match self.sendfile_front(stream)? {
+                Some(n) => *wrote += n,
+                None => return Ok(false),
+            }
+        }
+    }
+
+    /// One `sendfile` of the front file segment: `Some(bytes)` (0 after `EINTR`),
+    /// `None` if the socket would block.
+    fn sendfile_front(&mut self, stream: &TcpStream) -> io::Result<Option<usize>> {
+        let Some(Segment::File {
+            file,
+            offset,
+            remaining,
+        }) = self.queue.front_mut()
+        else {
+            return Ok(Some(0));
+        };
+        let want = (*remaining).min(MAX_SENDFILE) as usize;
+        match sys::sendfile(stream, file, offset, want) {
+            Ok(0) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "file ended before the range queued for sending",
+            )),
+            Ok(n) => {
+                *remaining -= n as u64;
+                if *remaining == 0 {
+                    self.queue.pop_front();
+                    self.queued -= FILE_SEGMENT_COST;
+                }
+                Ok(Some(n))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Some(0)),
+            Err(e) => Err(e),
+        }
+    }
+
     fn write_out(&mut self, stream: &TcpStream, wrote: &mut usize) -> io::Result<bool> {
         loop {
             let n = match self.queue.front_mut() {
                 None => return Ok(true),
-                Some(Segment::File {
-                    file,
-                    offset,
-                    remaining,
-                }) => {
-                    let want = (*remaining).min(MAX_SENDFILE) as usize;
-                    match sys::sendfile(stream, file, offset, want) {
-                        Ok(0) => {
-                            return Err(io::Error::new(
-                                io::ErrorKind::UnexpectedEof,
-                                "file ended before the range queued for sending",
-                            ));
-                        }
-                        Ok(n) => {
-                            *remaining -= n as u64;
-                            if *remaining == 0 {
-                                self.queue.pop_front();
-                                self.queued -= FILE_SEGMENT_COST;
-                            }
-                            n
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => return Err(e),
-                    }
-                }
+                Some(Segment::File { .. }) => match self.sendfile_front(stream)? {
+                    Some(n) => n,
+                    None => return Ok(false),
+                },
                 Some(Segment::Bytes(_)) => {
                     let res = {
                         let mut iov = [IoSlice::new(&[]); MAX_IOV];
@@ -188,7 +278,7 @@ impl Out {
         bufs: &mut [Bytes],
         written: &AtomicU64,
     ) -> io::Result<bool> {
-        debug_assert!(self.queue.is_empty(), "a direct write behind queued output");
+        debug_assert!(self.idle(), "a direct write behind queued output");
         let mut wrote = 0usize;
         let mut first = 0;
         let res = loop {
@@ -312,6 +402,7 @@ impl Conn {
                 notified: false,
                 stalled_since: None,
                 drain_watch: None,
+                armed: false,
             }),
             read_paused: AtomicBool::new(false),
             backed_up: AtomicBool::new(false),

@@ -16,8 +16,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use seda::Sink;
 
 use super::conn::Conn;
-use super::event_loop::Cmd;
-use super::{ConnId, SocketEvent, Writer};
+use super::{Cmd, ConnId, SocketEvent, Writer};
 
 impl Writer {
     /// Opens a connection to `addr` without blocking; its events go to `sink` (see

@@ -1,6 +1,16 @@
-//! Socket stages over epoll (SEDA SOSP'01 section 4.1).
+//! Socket stages over epoll or io_uring (SEDA SOSP'01 section 4.1).
 //!
-//! # How the epoll loops map onto stages
+//! # Two backends, one behaviour
+//! [`SocketConfig::backend`] picks the system interface of the loops: epoll
+//! (readiness: `epoll_wait`, then a `read` per ready connection and a `writev` per
+//! response) or io_uring (completions: a multishot accept, one multishot receive per
+//! connection into kernel-provided buffers, and every send a turn produced submitted
+//! with the next wait, in one system call; `uring/`). Everything below holds for
+//! both; the tests run once per backend (`SEDA_TEST_IO`). `Auto` takes
+//! [`IoBackend::PREFERRED`] where the kernel offers io_uring, and says which runs and
+//! why in one log line ([`SocketHandle::backend_reason`]).
+//!
+//! # How the loops map onto stages
 //! One stage, `sock-io` by default ([`SocketConfig::stage_name`]), with one fixed
 //! thread per event loop, always on the per-stage thread model: under a runtime whose
 //! default is the shared model the loops still run on threads of their own and never
@@ -11,9 +21,11 @@
 //! stage-graph edge `sock-io -> <app>` and lets the loop deliver `Closed` events while
 //! the runtime drains. Each loop plays the three roles of Sandstorm's socket stages:
 //! it accepts (one `SO_REUSEPORT` listener per loop, so accepts spread over cores and
-//! a connection stays on the core that accepted it), reads (edge-triggered, at most
-//! [`SocketConfig::read_chunk`] bytes per connection per turn, ready sockets served
-//! in random order) and writes (flushes outgoing queues on `EPOLLOUT`). Its counters
+//! a connection stays on the core that accepted it), reads (epoll: edge-triggered, at
+//! most [`SocketConfig::read_chunk`] bytes per connection per turn, ready sockets
+//! served in random order; io_uring: chunks of at most `read_chunk` bytes as the
+//! kernel completes them) and writes (flushes outgoing queues on `EPOLLOUT`, or with
+//! send operations of its ring). Its counters
 //! are in [`SocketHandle::stats`]; the stage's own statistics show its threads.
 //!
 //! With [`SocketConfig::domain`] the loops join a thread-pool domain, so that
@@ -23,6 +35,10 @@
 //! Writers do not hop through a queue: [`Writer::send`] writes from the caller's
 //! thread with `writev`/`sendfile` when the connection's outgoing queue is empty and
 //! queues only what the socket would not take; the owning loop flushes the rest.
+//! Under io_uring, output sent on the thread of the loop that owns the connection (a
+//! handler the loop ran inline) is queued instead, and the loop sends it with the
+//! rest of its turn's sends; `sendfile` has no io_uring form, so file segments are
+//! still sent with it, on the loop, with a `POLLOUT` poll while the socket is full.
 //!
 //! # Backpressure and bounds
 //! - Into the application: when the app's sink answers `Full` or `Rejected`, the
@@ -77,9 +93,12 @@
 //! connection gets one best-effort flush, is closed, and its `Closed { reason:
 //! Shutdown }` is delivered. Every accepted or outbound connection gets exactly one `Closed`.
 
+mod config;
 mod conn;
 mod connect;
-mod event_loop;
+mod epoll;
+mod inbox;
+mod uring;
 mod writer;
 
 use std::collections::HashMap;
@@ -93,17 +112,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mio::{Interest, Poll, Token, Waker};
+use mio::Waker;
 use parking_lot::{Condvar, Mutex, RwLock};
 use seda::{Batch, Context, Runtime, Sink, ThreadModel};
 use serde::{Deserialize, Serialize};
 
+pub use config::{BacklogAction, DEFAULT_STAGE, IoBackend, SocketConfig};
 use conn::Conn;
-use event_loop::{Cmd, LoopParts};
 pub use writer::{ConnWriter, Writer};
-
-pub(crate) const WAKER: Token = Token(usize::MAX);
-pub(crate) const LISTENER: Token = Token(usize::MAX - 1);
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
@@ -226,150 +242,6 @@ impl SocketEvent {
     }
 }
 
-/// What to do when a connection's outgoing queue passes its threshold.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum BacklogAction {
-    /// Stop reading the connection until its queue drains below half the threshold:
-    /// the peer cannot send more work until it reads what it asked for, so its
-    /// output stays bounded by what its requests in flight produce.
-    #[default]
-    Pause,
-    /// Close the connection (`Closed { reason: Backlog }`): a slow reader cannot
-    /// grow memory.
-    Close,
-    /// Keep queueing and send the application a `WriteBacklog` event.
-    Notify,
-}
-
-/// Configuration of the socket stages.
-#[derive(Clone, Debug)]
-pub struct SocketConfig {
-    /// Address to listen on (port 0: an ephemeral port, see
-    /// [`SocketHandle::local_addr`]).
-    pub listen: SocketAddr,
-    /// Event loops, one thread each. Default: the number of cores. At least 1.
-    pub event_loops: usize,
-    /// Most bytes read from one connection per readiness event. Default 16 KiB.
-    pub read_chunk: usize,
-    /// Outgoing bytes queued per connection beyond which [`Self::on_backlog`]
-    /// applies. Default 1 MiB. At least 1.
-    pub write_threshold: usize,
-    /// What to do past the write threshold. Default [`BacklogAction::Pause`].
-    pub on_backlog: BacklogAction,
-    /// Close a connection whose peer takes none of its queued output for this long.
-    /// Default: none (never). At least 10 ms.
-    pub send_timeout: Option<Duration>,
-    /// Most open connections; further ones are closed on accept. Default 100,000.
-    pub max_connections: usize,
-    /// Bytes written (best effort, without blocking) to a connection refused because
-    /// `max_connections` are open, before it is closed: e.g. an HTTP `503`. Default:
-    /// none (closed silently).
-    pub refusal: Option<Bytes>,
-    /// Optional read-rate controller: a token bucket per connection, bytes per
-    /// second, depth `read_chunk`. A connection over its rate is not read until its
-    /// bucket refills. Default: none.
-    pub read_rate: Option<f64>,
-    /// `listen(2)` backlog. Default 1,024.
-    pub listen_backlog: i32,
-    /// `SO_SNDBUF` of accepted sockets; default: the kernel's.
-    pub send_buffer: Option<usize>,
-    /// Set `TCP_NODELAY` on accepted sockets. Default true.
-    pub nodelay: bool,
-    /// On end of file from the peer, deliver [`SocketEvent::ReadClosed`] and keep the
-    /// connection open for output (a client that sends its requests and then
-    /// half-closes, as `nc -N` or a health check does, still gets its responses);
-    /// the application closes it. Default false: end of file closes the connection
-    /// (`Closed { reason: PeerClosed }`).
-    pub half_close: bool,
-    /// Name of the event-loop stage. Default `sock-io`.
-    pub stage_name: String,
-    /// A thread-pool domain the event loops join ([`seda::Domain::enter`]): the
-    /// application's stage, if it is in the same domain, may then run inline on the
-    /// loop thread when its queue is empty and its admission admits (the runtime
-    /// counts the event as a queued one). Default: none (every event is queued).
-    pub domain: Option<seda::Domain>,
-}
-
-/// Default name of the event-loop stage.
-pub const DEFAULT_STAGE: &str = "sock-io";
-
-impl Default for SocketConfig {
-    fn default() -> Self {
-        SocketConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            event_loops: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            read_chunk: 16 * 1024,
-            write_threshold: 1 << 20,
-            on_backlog: BacklogAction::Pause,
-            send_timeout: None,
-            max_connections: 100_000,
-            refusal: None,
-            read_rate: None,
-            listen_backlog: 1024,
-            send_buffer: None,
-            nodelay: true,
-            half_close: false,
-            stage_name: DEFAULT_STAGE.to_owned(),
-            domain: None,
-        }
-    }
-}
-
-impl SocketConfig {
-    /// Defaults, listening on `listen`.
-    pub fn new(listen: SocketAddr) -> Self {
-        SocketConfig {
-            listen,
-            ..SocketConfig::default()
-        }
-    }
-
-    /// Checks every field's range; the error names the field.
-    pub fn validate(&self) -> io::Result<()> {
-        let bad = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
-        if self.event_loops == 0 || self.event_loops > 1024 {
-            return bad(format!(
-                "event_loops must be in 1..=1024, got {}",
-                self.event_loops
-            ));
-        }
-        if self.read_chunk == 0 || self.read_chunk > 64 << 20 {
-            return bad(format!(
-                "read_chunk must be in 1..=64 MiB, got {}",
-                self.read_chunk
-            ));
-        }
-        if self.write_threshold == 0 {
-            return bad("write_threshold must be at least 1 byte".to_owned());
-        }
-        if self.max_connections == 0 {
-            return bad("max_connections must be at least 1".to_owned());
-        }
-        if let Some(t) = self.send_timeout
-            && t < Duration::from_millis(10)
-        {
-            return bad(format!("send_timeout must be at least 10 ms, got {t:?}"));
-        }
-        if let Some(r) = self.read_rate
-            && !(r.is_finite() && r > 0.0)
-        {
-            return bad(format!(
-                "read_rate must be a positive number of bytes per second, got {r}"
-            ));
-        }
-        if self.listen_backlog <= 0 {
-            return bad(format!(
-                "listen_backlog must be positive, got {}",
-                self.listen_backlog
-            ));
-        }
-        if self.stage_name.is_empty() {
-            return bad("stage_name must not be empty".to_owned());
-        }
-        Ok(())
-    }
-}
-
 /// What one piece of output is.
 #[derive(Clone, Debug)]
 pub enum Outgoing {
@@ -444,6 +316,8 @@ impl std::error::Error for WriteError {}
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
 pub struct SocketStats {
+    /// The backend the loops run.
+    pub backend: IoBackend,
     /// Event loops.
     pub event_loops: usize,
     /// Connections accepted and announced to the application.
@@ -473,7 +347,8 @@ pub struct SocketStats {
     pub bytes_read: u64,
     /// Bytes written.
     pub bytes_written: u64,
-    /// Sends that could not be written at once and were queued for `EPOLLOUT`.
+    /// Sends that could not be written at once: queued for `EPOLLOUT` (epoll), or
+    /// whose first send operation left bytes for another (io_uring).
     pub deferred_writes: u64,
     /// Times the application's sink refused an event (Full or Rejected) and the loop
     /// held it back and stopped reading that connection: the backpressure path.
@@ -549,13 +424,58 @@ impl ConnTable {
     }
 }
 
-/// One loop's mailbox: commands from writers, and the waker that interrupts its
-/// `epoll_wait`.
+/// A command from a writer (any thread) to the loop owning a connection.
+#[derive(Debug)]
+pub(crate) enum Cmd {
+    Close(ConnId, CloseReason),
+    Backlog(ConnId, usize),
+    /// An already connected stream handed over by [`Writer::adopt`].
+    Adopt(ConnId, mio::net::TcpStream, SocketAddr),
+    /// An outbound connect in progress ([`Writer::connect`]), whose events go to
+    /// `sink`.
+    Connect {
+        conn: Arc<Conn>,
+        peer: SocketAddr,
+        sink: Sink<SocketEvent>,
+    },
+    /// The application resumed reading: deliver `Resumed`, then read.
+    Resume(ConnId),
+    /// io_uring only: a write from another thread left output queued; the loop
+    /// sends the rest (epoll's loop has `EPOLLOUT` for that).
+    Flush(ConnId),
+}
+
+/// What interrupts a loop's wait when a command arrives.
+#[derive(Debug)]
+enum Wake {
+    /// epoll: mio's waker (an eventfd registered with the poller).
+    Epoll(Waker),
+    /// io_uring: an eventfd the loop keeps a read submitted on.
+    Uring(Arc<std::os::fd::OwnedFd>),
+}
+
+impl Wake {
+    fn wake(&self) -> io::Result<()> {
+        match self {
+            Wake::Epoll(w) => w.wake(),
+            Wake::Uring(fd) => uring::wake(fd),
+        }
+    }
+}
+
+/// What a loop needs that is created before its thread runs.
+#[derive(Debug)]
+enum LoopParts {
+    Epoll(epoll::Parts),
+    Uring(uring::Parts),
+}
+
+/// One loop's mailbox: commands from writers, and what interrupts its wait.
 #[derive(Debug)]
 struct LoopSlot {
     cmds: Mutex<Vec<Cmd>>,
-    waker: Waker,
-    /// The loop's poller and listener until its thread takes them.
+    waker: Wake,
+    /// The loop's poller (or ring's eventfd) and listener until its thread takes them.
     parts: Mutex<Option<LoopParts>>,
 }
 
@@ -578,6 +498,9 @@ pub(crate) struct Shared {
     idle: Condvar,
     /// Per event loop, see [`Counters`].
     counters: Box<[Counters]>,
+    /// The backend the loops run (never `Auto`) and why it was chosen.
+    backend: IoBackend,
+    backend_reason: String,
 }
 
 impl Shared {
@@ -667,20 +590,27 @@ impl Sockets {
                     .map_err(|e| named(e, local_addr))?,
             );
         }
+        let (backend, backend_reason) = choose_backend(cfg.backend)?;
+        tracing::info!(
+            backend = backend.as_str(),
+            "seda-io sockets on {local_addr} use {backend}: {backend_reason}"
+        );
         let mut loops = Vec::with_capacity(n);
         for l in listeners {
-            let poll = Poll::new()?;
-            let waker = Waker::new(poll.registry(), WAKER)?;
-            let mut listener = mio::net::TcpListener::from_std(l);
-            poll.registry()
-                .register(&mut listener, LISTENER, Interest::READABLE)?;
+            let (parts, waker) = match backend {
+                IoBackend::Uring => {
+                    let (parts, fd) = uring::Parts::new(l)?;
+                    (LoopParts::Uring(parts), Wake::Uring(fd))
+                }
+                _ => {
+                    let (parts, waker) = epoll::Parts::new(l)?;
+                    (LoopParts::Epoll(parts), Wake::Epoll(waker))
+                }
+            };
             loops.push(LoopSlot {
                 cmds: Mutex::new(Vec::new()),
                 waker,
-                parts: Mutex::new(Some(LoopParts {
-                    poll,
-                    listener: Some(listener),
-                })),
+                parts: Mutex::new(Some(parts)),
             });
         }
         let shared = Arc::new(Shared {
@@ -694,8 +624,40 @@ impl Sockets {
             active: Mutex::new(0),
             idle: Condvar::new(),
             counters: (0..n.max(1)).map(|_| Counters::default()).collect(),
+            backend,
+            backend_reason,
         });
         Ok(BoundSockets { shared, local_addr })
+    }
+}
+
+/// Resolves the configured backend to the one that runs, with the reason in words
+/// (for the log line and [`SocketHandle::backend_reason`]). `Uring` on a kernel
+/// without it is an error that says why; `Auto` falls back to epoll.
+fn choose_backend(want: IoBackend) -> io::Result<(IoBackend, String)> {
+    match want {
+        IoBackend::Epoll => Ok((IoBackend::Epoll, "configured".to_owned())),
+        IoBackend::Uring => match uring::probe() {
+            Ok(()) => Ok((IoBackend::Uring, "configured".to_owned())),
+            Err(e) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("the io_uring backend is unavailable on this kernel: {e}"),
+            )),
+        },
+        IoBackend::Auto if IoBackend::PREFERRED != IoBackend::Uring => Ok((
+            IoBackend::Epoll,
+            "auto: epoll measured faster here than io_uring".to_owned(),
+        )),
+        IoBackend::Auto => match uring::probe() {
+            Ok(()) => Ok((
+                IoBackend::Uring,
+                "auto: io_uring is available and measured faster here".to_owned(),
+            )),
+            Err(e) => Ok((
+                IoBackend::Epoll,
+                format!("auto: io_uring is unavailable ({e})"),
+            )),
+        },
     }
 }
 
@@ -710,6 +672,12 @@ impl BoundSockets {
     /// The address the listeners are bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The backend the loops will run ([`SocketConfig::backend`] resolved; never
+    /// `Auto`).
+    pub fn backend(&self) -> IoBackend {
+        self.shared.backend
     }
 
     /// A writer for the connections these sockets will accept.
@@ -733,7 +701,7 @@ impl BoundSockets {
                 &shared.cfg.stage_name,
                 move |batch: Batch<'_, RunLoop>, _cx: &Context<'_>| {
                     for RunLoop(i) in batch {
-                        event_loop::run(&for_loops, i);
+                        run_loop(&for_loops, i);
                     }
                 },
             )
@@ -761,6 +729,26 @@ impl BoundSockets {
             watcher: Some(watcher),
         })
     }
+}
+
+/// Runs event loop `idx` on the calling thread (a handler of the event-loop stage)
+/// until the sockets stop, in the configured domain if any.
+fn run_loop(shared: &Shared, idx: usize) {
+    let Some(parts) = shared.loops.get(idx).and_then(|s| s.parts.lock().take()) else {
+        return;
+    };
+    *shared.active.lock() += 1;
+    let body = || match parts {
+        LoopParts::Epoll(p) => epoll::run(shared, idx, p),
+        LoopParts::Uring(p) => uring::run(shared, idx, p),
+    };
+    match shared.cfg.domain.clone() {
+        Some(d) => d.enter(body),
+        None => body(),
+    }
+    let mut active = shared.active.lock();
+    *active -= 1;
+    shared.idle.notify_all();
 }
 
 /// Notices the runtime shutting down ([`Runtime::is_draining`]), so the loops
@@ -799,6 +787,17 @@ impl SocketHandle {
         }
     }
 
+    /// The backend the loops run ([`SocketConfig::backend`] resolved; never `Auto`).
+    pub fn backend(&self) -> IoBackend {
+        self.shared.backend
+    }
+
+    /// Why that backend runs, in words: `configured`, or what `Auto` found (e.g.
+    /// `auto: io_uring is unavailable (...)`).
+    pub fn backend_reason(&self) -> &str {
+        &self.shared.backend_reason
+    }
+
     /// Connections open now.
     pub fn open_connections(&self) -> usize {
         self.shared.open.load(Relaxed)
@@ -820,6 +819,7 @@ impl SocketHandle {
     pub fn stats(&self) -> SocketStats {
         let s = &self.shared;
         SocketStats {
+            backend: self.shared.backend,
             event_loops: self.shared.cfg.event_loops,
             accepted: s.total(|c| &c.accepted),
             refused: s.total(|c| &c.refused),

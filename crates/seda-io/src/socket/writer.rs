@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use bytes::Bytes;
 
 use super::conn::{Conn, Segment, WriteState};
-use super::event_loop::Cmd;
-use super::{BacklogAction, CloseReason, ConnId, Outgoing, Shared, WriteError};
+use super::{
+    BacklogAction, CloseReason, Cmd, ConnId, IoBackend, Outgoing, Shared, WriteError, uring,
+};
 
 /// Sends output on connections. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
@@ -38,8 +39,11 @@ enum Put<'a> {
 impl Writer {
     /// Sends `out` on `conn`: writes at once from this thread (`writev`, `sendfile`)
     /// if nothing is queued before it, queues what the socket does not take, and the
-    /// connection's event loop flushes the rest on `EPOLLOUT`. Output of one
-    /// connection goes out in the order of `send` calls.
+    /// connection's event loop flushes the rest (on `EPOLLOUT`, or with a send
+    /// operation of its ring). Under io_uring, output sent from the thread of the
+    /// loop that owns the connection (a handler the loop runs inline) is queued and
+    /// goes out with the loop's other sends in one system call at the end of its
+    /// turn. Output of one connection goes out in the order of `send` calls.
     ///
     /// Past the write threshold the connection is closed (`Err(Backlog)`) or the
     /// application notified, per [`super::SocketConfig::on_backlog`].
@@ -138,28 +142,47 @@ fn put_on(shared: &Shared, c: &Conn, out: Put<'_>) -> Result<(), WriteError> {
     if o.state != WriteState::Open {
         return Err(WriteError::Closed);
     }
-    // An outbound connect in progress: queue; the loop flushes once connected.
-    let connected = c.is_connected();
-    let flushed = match out {
-        // Nothing queued before: straight from the caller's buffers.
-        Put::Bufs(bufs) if o.queue.is_empty() && connected => {
-            Some(o.write_now(&c.stream, bufs, &counters.bytes_written))
-        }
-        Put::Bufs(bufs) => {
-            for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
-                o.push(Segment::Bytes(std::mem::take(b)));
+    // Nothing queued or in flight, and connected (an outbound connect in progress
+    // queues its output; the loop flushes it once connected).
+    let idle = o.idle() && c.is_connected();
+    let mut flush_cmd = false;
+    let flushed = if idle && shared.backend == IoBackend::Uring && uring::schedule_send(shared, c) {
+        // The owning loop's own thread (a handler it ran inline): the output joins
+        // the loop's sends of this turn, submitted with its next wait.
+        o.armed = true;
+        match out {
+            Put::Bufs(bufs) => {
+                for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
+                    o.push(Segment::Bytes(std::mem::take(b)));
+                }
             }
-            None
-        }
-        Put::File { len: 0, .. } => None,
-        Put::File { file, offset, len } => {
-            let was_empty = o.queue.is_empty();
-            o.push(Segment::File {
+            Put::File { len: 0, .. } => {}
+            Put::File { file, offset, len } => o.push(Segment::File {
                 file,
                 offset,
                 remaining: len,
-            });
-            (was_empty && connected).then(|| o.flush(&c.stream, &counters.bytes_written))
+            }),
+        }
+        None
+    } else {
+        match out {
+            // Nothing queued before: straight from the caller's buffers.
+            Put::Bufs(bufs) if idle => Some(o.write_now(&c.stream, bufs, &counters.bytes_written)),
+            Put::Bufs(bufs) => {
+                for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
+                    o.push(Segment::Bytes(std::mem::take(b)));
+                }
+                None
+            }
+            Put::File { len: 0, .. } => None,
+            Put::File { file, offset, len } => {
+                o.push(Segment::File {
+                    file,
+                    offset,
+                    remaining: len,
+                });
+                idle.then(|| o.flush(&c.stream, &counters.bytes_written))
+            }
         }
     };
     match flushed {
@@ -167,6 +190,11 @@ fn put_on(shared: &Shared, c: &Conn, out: Put<'_>) -> Result<(), WriteError> {
         Some(Ok(true)) => return Ok(()),
         Some(Ok(false)) => {
             counters.deferred_writes.fetch_add(1, Relaxed);
+            if shared.backend == IoBackend::Uring {
+                // No `EPOLLOUT` under io_uring: the loop sends the rest.
+                o.armed = true;
+                flush_cmd = true;
+            }
         }
         Some(Err(e)) => {
             o.state = WriteState::Closed;
@@ -176,6 +204,21 @@ fn put_on(shared: &Shared, c: &Conn, out: Put<'_>) -> Result<(), WriteError> {
             return Err(WriteError::Io(e.kind()));
         }
     }
+    let res = backlog(shared, c, o);
+    if flush_cmd {
+        shared.command(c.owner, Cmd::Flush(conn));
+    }
+    res
+}
+
+/// Applies [`super::SocketConfig::on_backlog`] if the queue is past the threshold.
+fn backlog(
+    shared: &Shared,
+    c: &Conn,
+    mut o: parking_lot::MutexGuard<'_, super::conn::Out>,
+) -> Result<(), WriteError> {
+    let conn = c.id;
+    let counters = shared.counters(c.owner);
     if o.queued > shared.cfg.write_threshold {
         match shared.cfg.on_backlog {
             BacklogAction::Pause => {
@@ -253,7 +296,7 @@ impl Writer {
         };
         let mut o = c.out.lock();
         match o.state {
-            WriteState::Open if !o.queue.is_empty() => o.state = WriteState::Closing,
+            WriteState::Open if !o.idle() => o.state = WriteState::Closing,
             WriteState::Open => {
                 o.state = WriteState::Closed;
                 drop(o);

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use seda::{Batch, Context, Runtime, Sink};
 use seda_io::{
-    CloseReason, ConnId, Outgoing, SocketConfig, SocketEvent, SocketHandle, Sockets, WriteError,
-    Writer,
+    CloseReason, ConnId, IoBackend, Outgoing, SocketConfig, SocketEvent, SocketHandle, Sockets,
+    WriteError, Writer,
 };
 
 /// What the application saw of one connection.
@@ -53,11 +53,26 @@ pub struct Echo {
 }
 
 pub fn echo(cfg: SocketConfig, app_capacity: usize, per_event_delay: Duration) -> Echo {
+    echo_with(cfg, app_capacity, per_event_delay, false)
+}
+
+/// As [`echo`], with the application in the loops' domain when `inline`: its handler
+/// then runs on the loop threads whenever its queue is empty, so its output comes
+/// from the loop's own thread (the path Haboob takes; under io_uring it is queued
+/// and submitted at the end of the loop's turn).
+pub fn echo_with(
+    mut cfg: SocketConfig,
+    app_capacity: usize,
+    per_event_delay: Duration,
+    inline: bool,
+) -> Echo {
     let rt = Runtime::builder().build();
+    let domain = inline.then(|| rt.domain("io"));
+    cfg.domain = domain.clone();
     let log = Arc::new(Log::default());
     let writer: Arc<OnceLock<Writer>> = Arc::default();
     let (l, w) = (log.clone(), writer.clone());
-    let app = rt
+    let mut app = rt
         .stage(
             "app",
             move |batch: Batch<'_, SocketEvent>, _cx: &Context<'_>| {
@@ -102,10 +117,16 @@ pub fn echo(cfg: SocketConfig, app_capacity: usize, per_event_delay: Duration) -
             },
         )
         .capacity(app_capacity)
-        .fixed_threads(2)
-        .build()
-        .unwrap();
+        .fixed_threads(2);
+    if let Some(d) = &domain {
+        app = app.domain(d);
+    }
+    let app = app.build().unwrap();
+    let want = cfg.backend;
     let sockets = Sockets::start(&rt, cfg, app.clone()).unwrap();
+    if want != IoBackend::Auto {
+        assert_eq!(sockets.backend(), want, "the backend under test runs");
+    }
     assert!(writer.set(sockets.writer()).is_ok());
     rt.start().unwrap();
     Echo {
@@ -124,9 +145,19 @@ fn flood_blocks(bytes: &[u8]) -> Option<usize> {
         .ok()
 }
 
+/// The backend under test: `SEDA_TEST_IO=epoll|uring` (CI runs the suites once
+/// with each); unset, the default's choice.
+pub fn test_backend() -> IoBackend {
+    match std::env::var("SEDA_TEST_IO") {
+        Ok(v) if !v.is_empty() => v.parse().expect("SEDA_TEST_IO is auto, epoll or uring"),
+        _ => IoBackend::Auto,
+    }
+}
+
 pub fn test_config() -> SocketConfig {
     SocketConfig {
         event_loops: 2,
+        backend: test_backend(),
         ..SocketConfig::default()
     }
 }

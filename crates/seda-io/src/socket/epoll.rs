@@ -1,4 +1,5 @@
 //! One epoll event loop: accepts, reads, flushes, tears connections down.
+//! Writers write straight from their own thread; the loop flushes on `EPOLLOUT`.
 //!
 //! # Invariants
 //! - A connection's events reach the application in the order they arose: while a
@@ -21,58 +22,43 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpListener;
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Token, Waker};
 use rustix::buffer::spare_capacity;
-use seda::{Color, EnqueueError, Meta, Sink};
+use seda::Sink;
 
 use super::conn::{Conn, WriteState};
-use super::{CloseReason, ConnId, ConnMap, LISTENER, Shared, SocketEvent, WAKER};
+use super::inbox::{
+    ACCEPT_RETRY, Bucket, IDLE_WAIT, Offer, RETRY, STOP_DELIVERY, admit_socket, offer,
+    send_check_period,
+};
+use super::{CloseReason, Cmd, ConnId, ConnMap, Shared, SocketEvent};
 
-/// A command from a writer to the loop owning a connection.
-#[derive(Debug)]
-pub(crate) enum Cmd {
-    Close(ConnId, CloseReason),
-    Backlog(ConnId, usize),
-    /// An already connected stream handed over by [`super::Writer::adopt`].
-    Adopt(ConnId, mio::net::TcpStream, std::net::SocketAddr),
-    /// An outbound connect in progress ([`super::Writer::connect`]), whose events
-    /// go to `sink`.
-    Connect {
-        conn: Arc<Conn>,
-        peer: std::net::SocketAddr,
-        sink: Sink<SocketEvent>,
-    },
-    /// The application resumed reading: deliver `Resumed`, then read.
-    Resume(ConnId),
-}
+const WAKER: Token = Token(usize::MAX);
+const LISTENER: Token = Token(usize::MAX - 1);
 
 /// What a loop needs that is created before its thread runs.
 #[derive(Debug)]
-pub(crate) struct LoopParts {
-    pub(crate) poll: Poll,
-    pub(crate) listener: Option<TcpListener>,
+pub(super) struct Parts {
+    poll: Poll,
+    listener: Option<TcpListener>,
 }
 
-/// Retry period of refused deliveries (backpressure) and failed accepts.
-const RETRY: Duration = Duration::from_millis(1);
-const ACCEPT_RETRY: Duration = Duration::from_millis(10);
-/// Longest `epoll_wait` with nothing to do (the stop flag comes with a wake-up; this
-/// is only a safety net).
-const IDLE_WAIT: Duration = Duration::from_millis(500);
-/// How long a stopping loop keeps offering `Closed` events to a full application.
-const STOP_DELIVERY: Duration = Duration::from_secs(2);
-
-/// How often a loop looks for connections past the send timeout: a quarter of it,
-/// at most a second, so a stalled peer is cut within 1.25 timeouts.
-fn send_check_period(timeout: Duration) -> Duration {
-    (timeout / 4).min(Duration::from_secs(1))
-}
-
-/// Token bucket of the optional read-rate controller.
-#[derive(Debug)]
-struct Bucket {
-    tokens: f64,
-    last: Instant,
+impl Parts {
+    /// A poller with `listener` and a waker registered.
+    pub(super) fn new(listener: std::net::TcpListener) -> io::Result<(Parts, Waker)> {
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        let mut listener = TcpListener::from_std(listener);
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok((
+            Parts {
+                poll,
+                listener: Some(listener),
+            },
+            waker,
+        ))
+    }
 }
 
 #[derive(Debug)]
@@ -95,13 +81,6 @@ struct LocalConn {
     /// An outbound connect in progress: the address it goes to, until the socket's
     /// first readiness says whether it succeeded.
     connecting: Option<std::net::SocketAddr>,
-}
-
-/// Result of offering an event to the application.
-enum Offer {
-    Taken,
-    Refused(SocketEvent),
-    Gone,
 }
 
 struct EventLoop<'a> {
@@ -128,11 +107,7 @@ struct EventLoop<'a> {
 }
 
 /// Runs loop `idx` until the sockets stop. Called from the event-loop stage's handler.
-pub(crate) fn run(shared: &Shared, idx: usize) {
-    let Some(parts) = shared.loops.get(idx).and_then(|s| s.parts.lock().take()) else {
-        return;
-    };
-    *shared.active.lock() += 1;
+pub(super) fn run(shared: &Shared, idx: usize, parts: Parts) {
     let mut l = EventLoop {
         shared,
         idx,
@@ -152,14 +127,8 @@ pub(crate) fn run(shared: &Shared, idx: usize) {
         now: Instant::now(),
         buf: Vec::with_capacity(shared.cfg.read_chunk),
     };
-    match shared.cfg.domain.clone() {
-        Some(d) => d.enter(|| l.main()),
-        None => l.main(),
-    }
+    l.main();
     l.finish();
-    let mut active = shared.active.lock();
-    *active -= 1;
-    shared.idle.notify_all();
 }
 
 impl EventLoop<'_> {
@@ -252,6 +221,7 @@ impl EventLoop<'_> {
                 Cmd::Close(conn, reason) => self.close(conn.0, reason),
                 Cmd::Adopt(conn, stream, peer) => self.admit_as(conn, stream, peer, true),
                 Cmd::Connect { conn, peer, sink } => self.start_connect(conn, peer, sink),
+                Cmd::Flush(conn) => self.on_writable(conn.0),
                 Cmd::Resume(conn) => {
                     if self.conns.get(&conn.0).is_some_and(|lc| !lc.dead) {
                         self.deliver(conn.0, SocketEvent::Resumed { conn }, Instant::now());
@@ -315,23 +285,9 @@ impl EventLoop<'_> {
     ) {
         let shared = self.shared;
         let cfg = &shared.cfg;
-        if shared.open.load(Relaxed) >= shared.max_connections.load(Relaxed) {
-            shared.counters(self.idx).refused.fetch_add(1, Relaxed);
-            if let Some(bytes) = &cfg.refusal {
-                // Best effort: a fresh socket's buffer takes a short answer whole.
-                let _ = std::io::Write::write(&mut &stream, bytes);
-                let _ = stream.shutdown(std::net::Shutdown::Write);
-            }
+        let Some(stream) = admit_socket(shared, self.idx, stream) else {
             return;
-        }
-        if cfg.nodelay {
-            let _ = stream.set_nodelay(true);
-        }
-        if let Some(n) = cfg.send_buffer
-            && let Err(e) = crate::sys::set_send_buffer(&stream, n)
-        {
-            tracing::debug!("cannot set SO_SNDBUF: {e}");
-        }
+        };
         let fd = stream.as_raw_fd();
         if let Err(e) = self.poll.registry().register(
             &mut SourceFd(&fd),
@@ -345,10 +301,7 @@ impl EventLoop<'_> {
         shared.conns.insert(Arc::clone(&conn));
         shared.open.fetch_add(1, Relaxed);
         shared.counters(self.idx).accepted.fetch_add(1, Relaxed);
-        let bucket = cfg.read_rate.map(|_| Bucket {
-            tokens: cfg.read_chunk as f64,
-            last: Instant::now(),
-        });
+        let bucket = cfg.read_rate.map(|_| Bucket::new(cfg.read_chunk));
         self.conns.insert(
             id.0,
             LocalConn {
@@ -389,16 +342,11 @@ impl EventLoop<'_> {
             lc.parked = true;
             return;
         }
-        if let (Some(b), Some(rate)) = (lc.bucket.as_mut(), rate) {
-            let now = Instant::now();
-            b.tokens =
-                (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(chunk as f64);
-            b.last = now;
-            if b.tokens < 1.0 {
-                let wait = Duration::from_secs_f64((1.0 - b.tokens) / rate);
-                self.throttled.push((now + wait, id));
-                return;
-            }
+        if let (Some(b), Some(rate)) = (lc.bucket.as_mut(), rate)
+            && let Some(wait) = b.wait(rate, chunk)
+        {
+            self.throttled.push((Instant::now() + wait, id));
+            return;
         }
         lc.read_turn = turn;
         // Read into the buffer's spare capacity: no zeroing of a fresh 16 KB buffer
@@ -419,7 +367,7 @@ impl EventLoop<'_> {
             Ok(0) => self.close(id, CloseReason::PeerClosed),
             Ok(n) => {
                 if let Some(b) = lc.bucket.as_mut() {
-                    b.tokens -= n as f64;
+                    b.take(n);
                 }
                 let counters = self.shared.counters(self.idx);
                 counters.bytes_read.fetch_add(n as u64, Relaxed);
@@ -450,29 +398,11 @@ impl EventLoop<'_> {
     }
 
     fn offer(&self, id: u64, event: SocketEvent, born: Instant) -> Offer {
-        let meta = Meta::born_at(born).with_color(Color::new(id));
         let own = match self.sinks.is_empty() {
             true => None,
             false => self.sinks.get(&id),
         };
-        let Some(app) = own.or_else(|| self.shared.app.get()) else {
-            self.shared
-                .counters(self.idx)
-                .undelivered
-                .fetch_add(1, Relaxed);
-            return Offer::Gone;
-        };
-        match app.try_enqueue_with(event, meta) {
-            Ok(()) => Offer::Taken,
-            Err(EnqueueError::Full(e) | EnqueueError::Rejected(e)) => Offer::Refused(e),
-            Err(EnqueueError::Closed(_)) => {
-                self.shared
-                    .counters(self.idx)
-                    .undelivered
-                    .fetch_add(1, Relaxed);
-                Offer::Gone
-            }
-        }
+        offer(self.shared, self.idx, own, id, event, born)
     }
 
     /// Delivers an event of connection `id`, or keeps it (and stops reading the
@@ -866,6 +796,7 @@ mod tests {
             notified: false,
             stalled_since: None,
             drain_watch: None,
+            armed: false,
         };
         out.push(seg);
         assert_eq!(out.queued, FILE_SEGMENT_COST);

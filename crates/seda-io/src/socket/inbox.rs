@@ -1,0 +1,118 @@
+//! What both event loops (epoll and io_uring) share: offering an event to the
+//! application, the read-rate token bucket, a freshly accepted socket's set-up (or
+//! its refusal at `max_connections`), and the periods of their retries.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use seda::{Color, EnqueueError, Meta, Sink};
+
+use super::{Shared, SocketEvent};
+
+/// Retry period of refused deliveries (backpressure).
+pub(super) const RETRY: Duration = Duration::from_millis(1);
+/// Retry period of an accept that failed for want of descriptors or memory.
+pub(super) const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+/// Longest wait with nothing to do (the stop flag comes with a wake-up; this is only
+/// a safety net).
+pub(super) const IDLE_WAIT: Duration = Duration::from_millis(500);
+/// How long a stopping loop keeps offering `Closed` events to a full application.
+pub(super) const STOP_DELIVERY: Duration = Duration::from_secs(2);
+
+/// How often a loop looks for connections past the send timeout: a quarter of it,
+/// at most a second, so a stalled peer is cut within 1.25 timeouts.
+pub(super) fn send_check_period(timeout: Duration) -> Duration {
+    (timeout / 4).min(Duration::from_secs(1))
+}
+
+/// Token bucket of the optional read-rate controller: bytes per second
+/// (`SocketConfig::read_rate`), depth one `read_chunk`.
+#[derive(Debug)]
+pub(super) struct Bucket {
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    pub(super) fn new(depth: usize) -> Self {
+        Bucket {
+            tokens: depth as f64,
+            last: Instant::now(),
+        }
+    }
+
+    /// Refills the bucket for the time since the last call; `None` if a read may
+    /// go ahead, else how long until one may.
+    pub(super) fn wait(&mut self, rate: f64, depth: usize) -> Option<Duration> {
+        let now = Instant::now();
+        self.tokens =
+            (self.tokens + now.duration_since(self.last).as_secs_f64() * rate).min(depth as f64);
+        self.last = now;
+        (self.tokens < 1.0).then(|| Duration::from_secs_f64((1.0 - self.tokens) / rate))
+    }
+
+    /// `n` bytes were read (the bucket may go below zero: a read is never cut short).
+    pub(super) fn take(&mut self, n: usize) {
+        self.tokens -= n as f64;
+    }
+}
+
+/// Result of offering an event to the application.
+pub(super) enum Offer {
+    Taken,
+    Refused(SocketEvent),
+    Gone,
+}
+
+/// Offers an event of connection `id` to the application's sink, colored by the
+/// connection. Counts an event it cannot deliver because the stage stopped.
+pub(super) fn offer(
+    shared: &Shared,
+    idx: usize,
+    id: u64,
+    event: SocketEvent,
+    born: Instant,
+) -> Offer {
+    let meta = Meta::born_at(born).with_color(Color::new(id));
+    let Some(app) = shared.app.get() else {
+        shared.counters(idx).undelivered.fetch_add(1, Relaxed);
+        return Offer::Gone;
+    };
+    match app.try_enqueue_with(event, meta) {
+        Ok(()) => Offer::Taken,
+        Err(EnqueueError::Full(e) | EnqueueError::Rejected(e)) => Offer::Refused(e),
+        Err(EnqueueError::Closed(_)) => {
+            shared.counters(idx).undelivered.fetch_add(1, Relaxed);
+            Offer::Gone
+        }
+    }
+}
+
+/// A socket just accepted (or adopted) by loop `idx`: refused (the refusal written
+/// best effort, then closed) if `max_connections` are open, else set up
+/// (`TCP_NODELAY`, `SO_SNDBUF`) and handed back.
+pub(super) fn admit_socket(
+    shared: &Shared,
+    idx: usize,
+    stream: mio::net::TcpStream,
+) -> Option<mio::net::TcpStream> {
+    let cfg = &shared.cfg;
+    if shared.open.load(Relaxed) >= shared.max_connections.load(Relaxed) {
+        shared.counters(idx).refused.fetch_add(1, Relaxed);
+        if let Some(bytes) = &cfg.refusal {
+            // Best effort: a fresh socket's buffer takes a short answer whole.
+            let _ = std::io::Write::write(&mut &stream, bytes);
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+        }
+        return None;
+    }
+    if cfg.nodelay {
+        let _ = stream.set_nodelay(true);
+    }
+    if let Some(n) = cfg.send_buffer
+        && let Err(e) = crate::sys::set_send_buffer(&stream, n)
+    {
+        tracing::debug!("cannot set SO_SNDBUF: {e}");
+    }
+    Some(stream)
+}
