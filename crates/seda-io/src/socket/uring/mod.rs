@@ -346,7 +346,8 @@ impl EventLoop<'_> {
             if !self.shared.stopping()
                 && let Ok(peer) = stream.peer_addr()
             {
-                self.admit_as(ConnId::next(), mio::net::TcpStream::from_std(stream), peer);
+                let stream = mio::net::TcpStream::from_std(stream);
+                self.admit_as(ConnId::next(), stream, peer, false);
             }
         } else if c.res < 0 {
             let e = io::Error::from_raw_os_error(-c.res);
@@ -379,7 +380,7 @@ impl EventLoop<'_> {
         for cmd in cmds {
             match cmd {
                 Cmd::Close(conn, reason) => self.close(conn.0, reason),
-                Cmd::Adopt(conn, stream, peer) => self.admit_as(conn, stream, peer),
+                Cmd::Adopt(conn, stream, peer) => self.admit_as(conn, stream, peer, true),
                 Cmd::Flush(conn) => self.sends.push(conn.0),
                 Cmd::Resume(conn) => {
                     if self.conns.get(&conn.0).is_some_and(|lc| !lc.dead) {
@@ -400,7 +401,15 @@ impl EventLoop<'_> {
         }
     }
 
-    fn admit_as(&mut self, id: ConnId, stream: mio::net::TcpStream, peer: std::net::SocketAddr) {
+    /// Takes a connection into the loop; `adopted`: opened by the application
+    /// ([`super::super::Writer::adopt`]), announced as `Adopted`, not `Accepted`.
+    fn admit_as(
+        &mut self,
+        id: ConnId,
+        stream: mio::net::TcpStream,
+        peer: std::net::SocketAddr,
+        adopted: bool,
+    ) {
         let shared = self.shared;
         let Some(stream) = admit_socket(shared, self.idx, stream) else {
             return;
@@ -428,11 +437,12 @@ impl EventLoop<'_> {
                 read_eof: false,
             },
         );
-        self.deliver(
-            id.0,
-            SocketEvent::Accepted { conn: id, peer },
-            Instant::now(),
-        );
+        let first = if adopted {
+            SocketEvent::Adopted { conn: id, peer }
+        } else {
+            SocketEvent::Accepted { conn: id, peer }
+        };
+        self.deliver(id.0, first, Instant::now());
         self.rearm.push(id.0);
     }
 
