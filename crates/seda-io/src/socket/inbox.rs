@@ -64,17 +64,19 @@ pub(super) enum Offer {
     Gone,
 }
 
-/// Offers an event of connection `id` to the application's sink, colored by the
-/// connection. Counts an event it cannot deliver because the stage stopped.
+/// Offers an event of connection `id` to its sink (`own`: an outbound connection's,
+/// else the application's), colored by the connection. Counts an event it cannot
+/// deliver because the stage stopped.
 pub(super) fn offer(
     shared: &Shared,
     idx: usize,
+    own: Option<&Sink<SocketEvent>>,
     id: u64,
     event: SocketEvent,
     born: Instant,
 ) -> Offer {
     let meta = Meta::born_at(born).with_color(Color::new(id));
-    let Some(app) = shared.app.get() else {
+    let Some(app) = own.or_else(|| shared.app.get()) else {
         shared.counters(idx).undelivered.fetch_add(1, Relaxed);
         return Offer::Gone;
     };

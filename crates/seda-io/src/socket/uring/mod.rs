@@ -43,6 +43,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use seda::Sink;
 
 use super::conn::{Conn, WriteState};
 use super::inbox::{
@@ -156,6 +157,9 @@ struct LocalConn {
     watching: bool,
     /// The peer shut down its sending side and `ReadClosed` was delivered.
     read_eof: bool,
+    /// An outbound connect in progress: the address it goes to, until a `POLLOUT`
+    /// poll says whether it succeeded.
+    connecting: Option<std::net::SocketAddr>,
 }
 
 impl LocalConn {
@@ -178,6 +182,9 @@ struct EventLoop<'a> {
     accept_armed: bool,
     wake: Arc<OwnedFd>,
     conns: ConnMap<LocalConn>,
+    /// The sinks of outbound connections (the others deliver to the application's
+    /// sink). Looked up only while it is not empty.
+    sinks: ConnMap<Sink<SocketEvent>>,
     blocked: Vec<u64>,
     throttled: Vec<(Instant, u64)>,
     /// Connections whose receive may need arming or cancelling this turn.
@@ -214,6 +221,7 @@ pub(super) fn run(shared: &Shared, idx: usize, parts: Parts) {
         accept_armed: false,
         wake: parts.wake,
         conns: ConnMap::default(),
+        sinks: ConnMap::default(),
         blocked: Vec::new(),
         throttled: Vec::new(),
         rearm: Vec::new(),
@@ -300,7 +308,11 @@ impl EventLoop<'_> {
             Kind::PollOut => {
                 if let Some(lc) = self.conns.get_mut(&c.key) {
                     lc.polling = false;
-                    self.sends.push(c.key);
+                    if lc.connecting.is_some() {
+                        self.finish_connect(c.key);
+                    } else {
+                        self.sends.push(c.key);
+                    }
                 }
                 self.settle(c.key);
             }
@@ -382,6 +394,7 @@ impl EventLoop<'_> {
                 Cmd::Close(conn, reason) => self.close(conn.0, reason),
                 Cmd::Adopt(conn, stream, peer) => self.admit_as(conn, stream, peer, true),
                 Cmd::Flush(conn) => self.sends.push(conn.0),
+                Cmd::Connect { conn, peer, sink } => self.start_connect(conn, peer, sink),
                 Cmd::Resume(conn) => {
                     if self.conns.get(&conn.0).is_some_and(|lc| !lc.dead) {
                         self.deliver(conn.0, SocketEvent::Resumed { conn }, Instant::now());
@@ -435,6 +448,7 @@ impl EventLoop<'_> {
                 polling: false,
                 watching: false,
                 read_eof: false,
+                connecting: None,
             },
         );
         let first = if adopted {
@@ -562,6 +576,7 @@ impl EventLoop<'_> {
             && lc.pending.is_empty()
             && lc.held.is_empty()
             && !lc.read_eof
+            && lc.connecting.is_none()
             && lc.may_read();
         if want && !lc.recv {
             let conn = Arc::clone(&lc.conn);
@@ -607,7 +622,120 @@ impl EventLoop<'_> {
     }
 
     fn offer(&self, id: u64, event: SocketEvent, born: Instant) -> Offer {
-        offer(self.shared, self.idx, id, event, born)
+        let own = match self.sinks.is_empty() {
+            true => None,
+            false => self.sinks.get(&id),
+        };
+        offer(self.shared, self.idx, own, id, event, born)
+    }
+
+    /// Registers an outbound connection whose connect is in progress (already in
+    /// the shared table: [`super::super::Writer::connect`] put it there) and polls
+    /// it for the handshake's end.
+    fn start_connect(
+        &mut self,
+        conn: Arc<Conn>,
+        peer: std::net::SocketAddr,
+        sink: Sink<SocketEvent>,
+    ) {
+        let id = conn.id.0;
+        if self.shared.cfg.nodelay {
+            let _ = conn.stream.set_nodelay(true);
+        }
+        self.sinks.insert(id, sink);
+        self.conns.insert(
+            id,
+            LocalConn {
+                conn: Arc::clone(&conn),
+                pending: VecDeque::new(),
+                held: VecDeque::new(),
+                dead: false,
+                forgotten: false,
+                bucket: None,
+                throttled: false,
+                recv: false,
+                recv_cancel: false,
+                sending: false,
+                polling: false,
+                watching: false,
+                read_eof: false,
+                connecting: Some(peer),
+            },
+        );
+        self.poll_connect(id);
+    }
+
+    fn poll_connect(&mut self, id: u64) {
+        let Some(lc) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let conn = Arc::clone(&lc.conn);
+        match self
+            .ring
+            .poll(conn.stream.as_fd(), id, Kind::PollOut, libc::POLLOUT as u32)
+        {
+            Ok(()) => lc.polling = true,
+            Err(e) => {
+                tracing::warn!("cannot poll an outbound socket: {e}");
+                self.close(id, CloseReason::Error(e.kind()));
+            }
+        }
+    }
+
+    /// The connecting socket is writable (or failed): established (deliver
+    /// `Connected`, send what was queued meanwhile, start reading) or failed (close
+    /// with the socket's error).
+    fn finish_connect(&mut self, id: u64) {
+        let Some(lc) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let Some(peer) = lc.connecting else {
+            return;
+        };
+        if lc.dead {
+            return;
+        }
+        let conn = Arc::clone(&lc.conn);
+        let failure = match conn.stream.take_error() {
+            Ok(Some(e)) | Err(e) => Some(e),
+            Ok(None) => match conn.stream.peer_addr() {
+                Ok(_) => None,
+                // Not yet: poll again.
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => {
+                    return self.poll_connect(id);
+                }
+                Err(e) => Some(e),
+            },
+        };
+        if let Some(e) = failure {
+            return self.close(id, CloseReason::Error(e.kind()));
+        }
+        lc.connecting = None;
+        conn.connected
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.shared
+            .counters(self.idx)
+            .connects
+            .fetch_add(1, Relaxed);
+        self.deliver(
+            id,
+            SocketEvent::Connected {
+                conn: ConnId(id),
+                peer,
+            },
+            Instant::now(),
+        );
+        self.sends.push(id);
+        self.rearm.push(id);
+    }
+
+    /// Resumes reading `other` after a drain watch fired (it may be on any loop).
+    fn resume_other(&self, other: ConnId) {
+        if let Some(c) = self.shared.conns.get(other)
+            && c.read_paused.swap(false, Relaxed)
+        {
+            self.shared.command(c.owner, Cmd::Resume(other));
+        }
     }
 
     /// Delivers an event of connection `id`, or keeps it (and stops reading the
@@ -645,6 +773,7 @@ impl EventLoop<'_> {
         if let Some(lc) = self.conns.get_mut(&id) {
             lc.forgotten = true;
         }
+        self.sinks.remove(&id);
         self.settle(id);
     }
 
@@ -805,6 +934,7 @@ impl EventLoop<'_> {
             Ok(true) => {}
             Ok(false) => {
                 o.stalled_since.get_or_insert(self.now);
+                o.armed = true;
                 drop(o);
                 let events = libc::POLLOUT as u32;
                 match self
@@ -835,13 +965,18 @@ impl EventLoop<'_> {
                 return;
             }
             let unpaused = conn.backed_up.load(Relaxed) && conn.backed_up.swap(false, Relaxed);
+            let drained = o.drained();
             drop(o);
+            if let Some(other) = drained {
+                self.resume_other(other);
+            }
             if unpaused {
                 self.unpark(id);
             }
             return;
         }
         o.stalled_since.get_or_insert(self.now);
+        o.armed = true;
         let mut bufs = self.ring.spare_bufs();
         o.take_bufs(MAX_IOV, &mut bufs);
         drop(o);
@@ -883,8 +1018,12 @@ impl EventLoop<'_> {
                     o.stalled_since = Some(self.now);
                 }
                 o.sent(n, &mut bufs);
+                let drained = o.drained();
                 drop(o);
                 self.ring.reuse_bufs(bufs);
+                if let Some(other) = drained {
+                    self.resume_other(other);
+                }
                 self.start_send(id);
             }
             e if -e == libc::EINTR || -e == libc::EAGAIN => {
@@ -918,13 +1057,15 @@ impl EventLoop<'_> {
         }
         lc.dead = true;
         lc.held.clear();
+        let failed_connect = lc.connecting.take().is_some();
         let conn = Arc::clone(&lc.conn);
-        {
+        let watcher = {
             let mut o = conn.out.lock();
             o.state = WriteState::Closed;
             o.clear();
             o.armed = false;
-        }
+            o.drain_watch.take()
+        };
         let ops = [
             (lc.recv && !lc.recv_cancel, Kind::Recv),
             (lc.sending, Kind::Send),
@@ -935,6 +1076,16 @@ impl EventLoop<'_> {
             if let Err(e) = self.ring.cancel(kind, id) {
                 tracing::debug!("cannot cancel an operation of a closing connection: {e}");
             }
+        }
+        if let Some((_, other)) = watcher {
+            // Nothing will drain any more: let the paused side see it.
+            self.resume_other(other);
+        }
+        if failed_connect {
+            self.shared
+                .counters(self.idx)
+                .connect_failures
+                .fetch_add(1, Relaxed);
         }
         // Writers may still hold the `Arc` for a moment; shut the socket now so the
         // peer sees the close at once (and operations still in flight end).
