@@ -5,9 +5,16 @@
 //! `write` per read. No parsing, no files, no timers, no stages: whatever Haboob and
 //! nginx spend beyond this is the cost of being a real server.
 //!
-//! Usage: `ceiling ADDR THREADS BODY_BYTES` (e.g. `ceiling 127.0.0.1:0 2 1024`); prints
-//! `listening on http://ADDR` and serves until killed.
-#![forbid(unsafe_code)]
+//! With `uring` as a fourth argument, the loops are io_uring ones instead (`uring.rs`:
+//! multishot accept and receive, a turn's sends submitted with its wait): the floor
+//! of a completion-based server, beside the readiness one.
+//!
+//! Usage: `ceiling ADDR THREADS BODY_BYTES [epoll|uring]` (e.g. `ceiling 127.0.0.1:0 2
+//! 1024`); prints `listening on http://ADDR` and serves until killed.
+// Denied, not forbidden: the io_uring ceiling (`uring.rs`) allows it, SAFETY per block.
+#![deny(unsafe_code)]
+
+mod uring;
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -151,10 +158,20 @@ fn serve(l: std::net::TcpListener, reply: &[u8]) -> io::Result<()> {
 
 fn main() -> io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = || io::Error::new(io::ErrorKind::InvalidInput, "usage: ceiling ADDR THREADS BODY_BYTES");
+    let usage = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "usage: ceiling ADDR THREADS BODY_BYTES [epoll|uring]",
+        )
+    };
     let addr: SocketAddr = args.get(1).and_then(|a| a.parse().ok()).ok_or_else(usage)?;
     let threads: usize = args.get(2).and_then(|a| a.parse().ok()).ok_or_else(usage)?;
     let len: usize = args.get(3).and_then(|a| a.parse().ok()).ok_or_else(usage)?;
+    let use_uring = match args.get(4).map(String::as_str) {
+        None | Some("epoll") => false,
+        Some("uring") => true,
+        Some(_) => return Err(usage()),
+    };
     let first = listener(addr)?;
     let addr = first.local_addr()?;
     let mut listeners = vec![first];
@@ -166,7 +183,15 @@ fn main() -> io::Result<()> {
     let reply: &'static [u8] = Box::leak(canned(len).into_boxed_slice());
     let handles: Vec<_> = listeners
         .into_iter()
-        .map(|l| std::thread::spawn(move || serve(l, reply)))
+        .map(|l| {
+            std::thread::spawn(move || {
+                if use_uring {
+                    uring::serve(l, reply)
+                } else {
+                    serve(l, reply)
+                }
+            })
+        })
         .collect();
     for h in handles {
         h.join().map_err(|_| io::Error::other("a loop panicked"))??;

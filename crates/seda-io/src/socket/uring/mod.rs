@@ -260,6 +260,9 @@ impl EventLoop<'_> {
             }
             self.now = Instant::now();
             self.reap();
+            // Commands arrive with a wake-up, but are looked for every turn: a lock
+            // of an empty list costs less than a command left waiting.
+            self.commands();
             if self.accept_retry.is_some_and(|t| t <= self.now) {
                 self.arm_accept();
             }
@@ -299,10 +302,8 @@ impl EventLoop<'_> {
     fn on_completion(&mut self, c: Completion) {
         match c.kind {
             Kind::Accept => self.on_accept(c),
-            Kind::Wake => {
-                self.commands();
-                self.arm_wake();
-            }
+            // The turn looks at the commands after reaping.
+            Kind::Wake => self.arm_wake(),
             Kind::Recv => self.on_recv(c),
             Kind::Send => self.on_sent(c),
             Kind::PollOut => {
@@ -481,7 +482,11 @@ impl EventLoop<'_> {
                 counters.packets_read.fetch_add(1, Relaxed);
                 Read::Data(c.data)
             }
-            0 => Read::Eof,
+            0 => match self.confirm_eof(id) {
+                Some(read) => read,
+                // Not the end: bytes or nothing to read yet; the receive is re-armed.
+                None => return,
+            },
             e => match -e {
                 // Out of provided buffers, cancelled, interrupted: re-armed this turn.
                 libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN => return,
@@ -495,6 +500,23 @@ impl EventLoop<'_> {
             return;
         }
         self.process_read(id, read, self.now);
+    }
+
+    /// A receive completed with 0 bytes: checks with a non-blocking peek that the
+    /// peer really shut down its side before it is taken for end of file (`None`:
+    /// not the end, read on).
+    fn confirm_eof(&self, id: u64) -> Option<Read> {
+        use rustix::net::{RecvFlags, recv};
+        let lc = self.conns.get(&id)?;
+        let mut probe = [0u8; 1];
+        match recv(&lc.conn.stream, &mut probe, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+            Ok((0, _)) => Some(Read::Eof),
+            Ok(_) | Err(rustix::io::Errno::AGAIN) => {
+                tracing::debug!(conn = id, "a receive ended with 0 bytes before end of file");
+                None
+            }
+            Err(e) => Some(Read::Error(io::Error::from(e).kind())),
+        }
     }
 
     /// Delivers one read of connection `id` (reading is not paused).
