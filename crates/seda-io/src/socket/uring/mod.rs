@@ -509,7 +509,11 @@ impl EventLoop<'_> {
         use rustix::net::{RecvFlags, recv};
         let lc = self.conns.get(&id)?;
         let mut probe = [0u8; 1];
-        match recv(&lc.conn.stream, &mut probe, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+        match recv(
+            &lc.conn.stream,
+            &mut probe,
+            RecvFlags::PEEK | RecvFlags::DONTWAIT,
+        ) {
             Ok((0, _)) => Some(Read::Eof),
             Ok(_) | Err(rustix::io::Errno::AGAIN) => {
                 tracing::debug!(conn = id, "a receive ended with 0 bytes before end of file");
