@@ -9,7 +9,8 @@
 //!
 //! - [`proto`]: the protocol, pure (parsing with limits, chunked bodies, paths,
 //!   validators, ranges).
-//! - [`Server`] / [`ServerConfig`]: start, register handlers, graceful shutdown.
+//! - [`Server`] / [`ServerConfig`]: start, register handlers, reload a configuration
+//!   while serving ([`Server::reload`]), graceful shutdown.
 //! - [`AdminServer`] / [`StatsDoc`]: the admin listener (`/_seda/stats`, `graph`,
 //!   `metrics`) on an address of its own, reused by the other services, and the stats
 //!   document's type, shared by the server and the experiments that read it; the
@@ -57,6 +58,7 @@ mod demo;
 mod handler;
 pub mod html;
 mod overload;
+mod policy_slot;
 pub mod proto;
 mod proxy;
 mod server;
