@@ -41,8 +41,8 @@ use crate::web::assets::write_www;
 /// update) would hold a stage far under its capacity for minutes and reject at light
 /// load. Here the initial rate is 1,000/s and the additive step 20/s; decrease
 /// (divide by 1.2 while over target) is the paper's.
-pub fn controller_config(target: Duration) -> seda::control::ResponseTimeConfig {
-    let mut c = seda::control::ResponseTimeConfig::with_target(target);
+pub fn controller_config(target: Duration) -> seda::admission::ResponseTimeConfig {
+    let mut c = seda::admission::ResponseTimeConfig::with_target(target);
     c.initial_rate = 1000.0;
     c.adj_i = 20.0;
     c

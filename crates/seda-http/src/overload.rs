@@ -42,10 +42,10 @@ use std::time::Duration;
 use seda::Class;
 use seda::admission::{
     AdmissionPolicy, AimdLimit, AimdLimitConfig, CoDel, CoDelConfig, DelayBudget,
-    DelayBudgetConfig, GradientLimit, GradientLimitConfig, MulticlassPolicy, QueueThreshold,
-    ResponseTimePolicy,
+    DelayBudgetConfig, GradientLimit, GradientLimitConfig, MulticlassConfig, MulticlassPolicy,
+    QueueThreshold, ResponseTimeConfig, ResponseTimePolicy,
 };
-use seda::control::{MulticlassConfig, QualityConfig, ResponseTimeConfig};
+use seda::control::QualityConfig;
 
 use crate::handler::{HandlerRegistration, OverloadAction, Request};
 use crate::proxy::ProxyRoute;

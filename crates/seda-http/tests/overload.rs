@@ -9,7 +9,8 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use seda::control::{QualityConfig, ResponseTimeConfig, ThreadPoolConfig};
+use seda::admission::ResponseTimeConfig;
+use seda::control::{QualityConfig, ThreadPoolConfig};
 use seda_http::proto::Status;
 use seda_http::{
     Admission, Bottleneck, ClassRules, HandlerContext, HandlerRegistration, OverloadAction,

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
-use seda::admission::{MulticlassPolicy, ResponseTimePolicy, Unbounded};
-use seda::control::{MulticlassConfig, ResponseTimeConfig};
+use seda::admission::{
+    MulticlassConfig, MulticlassPolicy, ResponseTimeConfig, ResponseTimePolicy, Unbounded,
+};
 use seda_tower::AdmissionLayer;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::{BoxError, Layer, Service};

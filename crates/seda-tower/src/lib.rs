@@ -13,7 +13,7 @@
 //! ```
 //! use std::time::Duration;
 //! use seda::admission::MulticlassPolicy;
-//! use seda::control::MulticlassConfig;
+//! use seda::admission::MulticlassConfig;
 //! use seda_tower::{AdmissionLayer, ClassHeader, ServiceUnavailable};
 //!
 //! // p90 under 500 ms for class 0, under 200 ms for class 1 (e.g. logged-in users).

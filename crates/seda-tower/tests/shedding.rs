@@ -7,8 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use seda::admission::{MulticlassPolicy, ResponseTimePolicy};
-use seda::control::{MulticlassConfig, ResponseTimeConfig};
+use seda::admission::{MulticlassConfig, MulticlassPolicy, ResponseTimeConfig, ResponseTimePolicy};
 use seda_tower::{AdmissionLayer, AdmissionStats, RequestClass};
 use support::{Server, counts, open_loop, tokio_clock};
 use tower::Layer;

@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use seda::admission::{ResponseTimePolicy, Unbounded};
-use seda::control::ResponseTimeConfig;
+use seda::admission::{ResponseTimeConfig, ResponseTimePolicy, Unbounded};
 use seda::{Batch, Context, EnqueueError, Runtime};
 
 const PHASES: [(u64, u64); 3] = [(2, 50), (3, 500), (3, 50)];

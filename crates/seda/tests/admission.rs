@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use seda::admission::*;
-use seda::control::{MulticlassConfig, ResponseTimeConfig};
 use seda::{Batch, Context, EnqueueError, Meta, Runtime};
 
 fn ms(n: u64) -> Duration {

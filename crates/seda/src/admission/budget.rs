@@ -87,8 +87,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::response_time::P90Window;
 use super::{AdmissionPolicy, AdmissionState, ClassState, Completion, Offer};
-use crate::control::{ConfigError, P90Window, check};
+use crate::control::{ConfigError, check};
 use crate::envelope::Class;
 
 /// Parameters of [`DelayBudget`]. See the module docs for units and ranges.

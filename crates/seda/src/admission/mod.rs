@@ -47,7 +47,9 @@ use crate::envelope::Class;
 pub use budget::{BudgetLoop, DelayBudget, DelayBudgetConfig};
 pub use codel::{CoDel, CoDelConfig};
 pub use limit::{AimdLimit, AimdLimitConfig, GradientLimit, GradientLimitConfig};
-pub use response_time::{MulticlassPolicy, ResponseTimePolicy};
+pub use response_time::{
+    MulticlassConfig, MulticlassPolicy, ResponseTimeConfig, ResponseTimePolicy,
+};
 pub use simple::{QueueThreshold, Red, TokenBucket, TokenBucketPolicy, Unbounded};
 
 /// What a policy sees of one enqueue attempt.

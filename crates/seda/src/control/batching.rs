@@ -128,11 +128,6 @@ impl BatchingController {
         self.batch
     }
 
-    /// Smoothed output rate, events per second.
-    pub fn smoothed_rate(&self) -> Option<f64> {
-        self.avg
-    }
-
     /// One controller step; returns the new batching factor.
     pub fn step(&mut self, o: BatchObservation) -> usize {
         let secs = o.elapsed.as_secs_f64();

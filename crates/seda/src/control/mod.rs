@@ -7,23 +7,30 @@
 //!
 //! | controller | paper | observation | adjustment |
 //! |---|---|---|---|
-//! | [`ThreadPoolController`] | SEDA 3.4, Fig. 8 | queue length, idle threads | grow / shrink the pool |
-//! | [`BatchingController`] | SEDA 3.4, Fig. 9 | output rate | batching factor |
-//! | [`ResponseTimeController`] | USITS'03 3.2 | 90th-percentile response time | token-bucket rate |
-//! | [`MulticlassController`] | USITS'03 3.3 | per-class p90 | per-class rates |
+//! | `ThreadPoolController` | SEDA 3.4, Fig. 8 | queue length, idle threads | grow / shrink the pool |
+//! | `BatchingController` | SEDA 3.4, Fig. 9 | output rate | batching factor |
 //! | [`QualityController`] | USITS'03 3.4 | p90 vs target | quality factor, admission on/off |
+//!
+//! The runtime drives the thread-pool and batching controllers itself; a user sets
+//! their configurations ([`ThreadPoolConfig`], [`BatchingConfig`]) on the stage
+//! builder, and the controllers and their observations are the crate's own (their
+//! trace tests are in `control/tests.rs`). An application drives the quality
+//! controller from its own hooks (Haboob's bottleneck does), so it is public. The
+//! response-time controllers of USITS'03 3.2-3.3 live with the policies they tune, in
+//! [`crate::admission`] ([`ResponseTimeConfig`](crate::admission::ResponseTimeConfig),
+//! [`MulticlassConfig`](crate::admission::MulticlassConfig)).
 
 mod batching;
-mod multiclass;
 mod quality;
-mod response_time;
+#[cfg(test)]
+mod tests;
 mod thread_pool;
 
-pub use batching::{BatchObservation, BatchingConfig, BatchingController};
-pub use multiclass::{MulticlassConfig, MulticlassController};
+pub use batching::BatchingConfig;
+pub(crate) use batching::{BatchObservation, BatchingController};
 pub use quality::{QualityConfig, QualityController, QualityDecision};
-pub use response_time::{P90Window, RateChange, ResponseTimeConfig, ResponseTimeController};
-pub use thread_pool::{PoolAdjustment, PoolObservation, ThreadPoolConfig, ThreadPoolController};
+pub use thread_pool::ThreadPoolConfig;
+pub(crate) use thread_pool::{PoolAdjustment, PoolObservation, ThreadPoolController};
 
 /// A controller configuration that fails validation.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -109,11 +109,6 @@ impl ThreadPoolController {
         Self { cfg }
     }
 
-    /// The parameters.
-    pub fn config(&self) -> &ThreadPoolConfig {
-        &self.cfg
-    }
-
     /// One controller step.
     pub fn step(&mut self, o: PoolObservation) -> PoolAdjustment {
         let c = &self.cfg;

@@ -1,5 +1,8 @@
-//! The USITS'03 response-time policies: the controllers of `crate::control` wired to
-//! token buckets on a stage's queue.
+//! The USITS'03 response-time policies, one feature in one module: the policies
+//! ([`ResponseTimePolicy`], [`MulticlassPolicy`]) wire the controllers of
+//! `controller.rs` (USITS'03 3.2) and `multiclass.rs` (3.3) to token buckets on a
+//! stage's queue; their configurations ([`ResponseTimeConfig`], [`MulticlassConfig`])
+//! are what a user sets.
 //!
 //! Samples are the response time of each finished event measured from `born` (USITS'03
 //! 3.2: the time the request entered the service, so the p90 covers every queue it has
@@ -12,12 +15,21 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+mod controller;
+mod multiclass;
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+use controller::RateChange;
+pub use controller::ResponseTimeConfig;
+pub(crate) use controller::{P90Window, ResponseTimeController};
+pub use multiclass::MulticlassConfig;
+pub(crate) use multiclass::MulticlassController;
+
 use super::simple::TokenBucket;
 use super::{AdmissionPolicy, AdmissionState, ClassState, Completion, Offer};
-use crate::control::{
-    ConfigError, MulticlassConfig, MulticlassController, P90Window, ResponseTimeConfig,
-    ResponseTimeController,
-};
+use crate::control::ConfigError;
 use crate::envelope::Class;
 
 fn ms(d: std::time::Duration) -> f64 {

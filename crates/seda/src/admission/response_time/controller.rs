@@ -32,7 +32,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{ConfigError, check};
+use crate::control::{ConfigError, check};
 
 /// Parameters of the response-time controller.
 #[derive(Clone, Debug, PartialEq)]
@@ -182,12 +182,8 @@ impl P90Window {
         self.tick(now)
     }
 
-    /// Samples collected since the last evaluation.
-    pub fn len(&self) -> usize {
-        self.samples.len()
-    }
-
     /// Whether no samples are waiting.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.samples.is_empty()
     }

@@ -23,8 +23,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::response_time::{RateChange, ResponseTimeConfig, ResponseTimeController};
-use super::{ConfigError, check};
+use super::controller::{RateChange, ResponseTimeConfig, ResponseTimeController};
+use crate::control::{ConfigError, check};
 use crate::envelope::Class;
 
 /// Parameters of the multiclass controller.
@@ -149,6 +149,7 @@ impl MulticlassController {
     }
 
     /// Whether a class is flagged (its rate will not rise at its next evaluation).
+    #[cfg(test)]
     pub fn is_flagged(&self, class: Class) -> bool {
         self.classes.get(&class).is_some_and(|c| c.flagged)
     }
