@@ -64,10 +64,7 @@ impl AdmissionPolicy for PolicySlot {
     fn state(&self) -> AdmissionState {
         match self.current() {
             Some(p) => p.state(),
-            None => AdmissionState {
-                policy: "none".to_owned(),
-                ..AdmissionState::default()
-            },
+            None => AdmissionState::named("none"),
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::timer::TimerId;
 
 /// Error an `init` hook returns to stop the runtime from starting.
 #[derive(Debug)]
-pub struct InitError(pub String);
+pub struct InitError(pub(crate) String);
 
 impl fmt::Display for InitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -29,8 +29,9 @@ use crate::timer::{TimerId, Timers};
 
 static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
 
-/// Errors of the runtime API.
+/// Errors of the runtime API. `#[non_exhaustive]`: a match needs a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RuntimeError {
     /// A stage with this name is already registered.
     DuplicateStage(String),
@@ -211,6 +212,7 @@ impl Default for Runtime {
 
 /// Per-stage part of a [`ShutdownReport`].
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StageShutdown {
     /// The stage.
     pub name: String,
@@ -226,6 +228,7 @@ pub struct StageShutdown {
 
 /// What a shutdown finished and what it could not.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ShutdownReport {
     /// Whether every admitted event was processed before the deadline.
     pub drained: bool,

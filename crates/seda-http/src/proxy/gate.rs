@@ -156,10 +156,7 @@ impl AdmissionPolicy for RouteGate {
     fn state(&self) -> AdmissionState {
         let mut st = match &self.inner {
             Some(p) => p.state(),
-            None => AdmissionState {
-                policy: "none".to_owned(),
-                ..AdmissionState::default()
-            },
+            None => AdmissionState::named("none"),
         };
         if st.p90_ms.is_none() {
             st.p90_ms = self.window.lock().1.map(|d| d.as_secs_f64() * 1000.0);

@@ -46,11 +46,7 @@ impl AdmissionHandle {
             if admitted + rejected > 0 {
                 s.admitted += admitted;
                 s.rejected += rejected;
-                s.classes.push(ClassCounts {
-                    class,
-                    admitted,
-                    rejected,
-                });
+                s.classes.push(ClassCounts::new(class, admitted, rejected));
             }
         }
         s

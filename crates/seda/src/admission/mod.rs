@@ -84,8 +84,11 @@ pub struct Completion {
     pub now: Instant,
 }
 
-/// Read-only view of a policy's state, for stats and dashboards.
+/// Read-only view of a policy's state, for stats and dashboards. A policy outside
+/// this crate starts from [`AdmissionState::named`] and sets the fields it has
+/// (`#[non_exhaustive]`: a new field is not a breaking change).
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[non_exhaustive]
 pub struct AdmissionState {
     /// Policy name, e.g. `"response-time"`.
     pub policy: String,
@@ -103,6 +106,7 @@ pub struct AdmissionState {
 
 /// Per-class state of a multiclass policy.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[non_exhaustive]
 pub struct ClassState {
     /// The class.
     pub class: Class,
@@ -112,6 +116,27 @@ pub struct ClassState {
     pub p90_ms: Option<f64>,
     /// Target for the class, milliseconds.
     pub target_ms: f64,
+}
+
+impl AdmissionState {
+    /// The state of policy `policy` with nothing else known yet.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seda::admission::AdmissionState;
+    ///
+    /// let mut st = AdmissionState::named("my-limit");
+    /// st.limit = Some(32.0);
+    /// assert_eq!(st.policy, "my-limit");
+    /// assert_eq!(st.rate, None);
+    /// ```
+    pub fn named(policy: impl Into<String>) -> AdmissionState {
+        AdmissionState {
+            policy: policy.into(),
+            ..AdmissionState::default()
+        }
+    }
 }
 
 /// The policy guarding a stage's input queue. See the module docs for the contract.

@@ -34,7 +34,7 @@ pub(crate) use thread_pool::{PoolAdjustment, PoolObservation, ThreadPoolControll
 
 /// A controller configuration that fails validation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+pub struct ConfigError(String);
 
 impl std::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

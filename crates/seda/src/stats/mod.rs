@@ -145,6 +145,7 @@ impl StageStats {
 
 /// Summary of a latency histogram, in milliseconds.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[non_exhaustive]
 pub struct LatencySummary {
     /// Number of samples.
     pub count: u64,
@@ -158,6 +159,17 @@ pub struct LatencySummary {
     pub p99_ms: f64,
     /// Maximum.
     pub max_ms: f64,
+}
+
+impl ClassCounts {
+    /// The counts of `class` (for a layer that keeps its own, as `seda-tower` does).
+    pub fn new(class: u8, admitted: u64, rejected: u64) -> ClassCounts {
+        ClassCounts {
+            class,
+            admitted,
+            rejected,
+        }
+    }
 }
 
 impl LatencySummary {
@@ -179,6 +191,7 @@ impl LatencySummary {
 
 /// Admitted and rejected counts of one class at one stage.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[non_exhaustive]
 pub struct ClassCounts {
     /// The class (the last tracked class also counts all higher ones).
     pub class: u8,
@@ -188,8 +201,11 @@ pub struct ClassCounts {
     pub rejected: u64,
 }
 
-/// One stage's statistics at one instant.
+/// One stage's statistics at one instant. Read-only for users: the fields are public
+/// to read, the struct is `#[non_exhaustive]` so that a new counter is not a breaking
+/// change (the same holds for every snapshot type here).
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[non_exhaustive]
 pub struct StageSnapshot {
     /// Stage name.
     pub name: String,
@@ -255,6 +271,7 @@ pub struct StageSnapshot {
 
 /// A whole runtime's statistics and its stage graph at one instant.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[non_exhaustive]
 pub struct RuntimeSnapshot {
     /// Milliseconds since the runtime was built.
     pub uptime_ms: u64,
