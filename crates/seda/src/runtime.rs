@@ -80,6 +80,21 @@ impl fmt::Display for RuntimeError {
 impl std::error::Error for RuntimeError {}
 
 /// Builder of a [`Runtime`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use seda::{Runtime, ThreadModel};
+///
+/// let rt = Runtime::builder()
+///     .name("mail")
+///     .thread_model(ThreadModel::PerStage) // a pool per stage (SEDA 3.4), the default
+///     .control_interval(Duration::from_millis(100)) // controllers' tick
+///     .build();
+/// assert!(rt.stage_names().is_empty());
+/// ```
 #[derive(Debug, Clone)]
 pub struct RuntimeBuilder {
     name: String,
@@ -190,6 +205,40 @@ impl Drop for RuntimeInner {
 }
 
 /// A SEDA runtime: a set of stages and the threads that run them. Cheap to clone.
+///
+/// Build stages ([`Runtime::stage`], [`Runtime::declare`]), [`start`](Runtime::start)
+/// them, read [`snapshot`](Runtime::snapshot)s while they run, and
+/// [`shutdown`](Runtime::shutdown) with a deadline: the report says what was drained
+/// and what was not.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use seda::{Batch, Context, Runtime, ThreadModel};
+///
+/// let rt = Runtime::builder()
+///     .name("example")
+///     .thread_model(ThreadModel::Shared)
+///     .shared_workers(2)
+///     .build();
+/// let sink = rt
+///     .stage("double", |batch: Batch<'_, u64>, _cx: &Context<'_>| {
+///         let _sum: u64 = batch.map(|n| n * 2).sum();
+///     })
+///     .build()
+///     .unwrap();
+/// rt.start().unwrap();
+/// for n in 0..10 {
+///     sink.try_enqueue(n).unwrap();
+/// }
+/// let report = rt.shutdown(Duration::from_secs(5));
+/// assert!(report.drained);
+/// assert_eq!(report.unfinished(), 0);
+/// assert_eq!(report.stages[0].processed, 10);
+/// assert_eq!(rt.snapshot().stages[0].name, "double");
+/// ```
 #[derive(Clone)]
 pub struct Runtime {
     pub(crate) inner: Arc<RuntimeInner>,

@@ -71,12 +71,45 @@ impl<E: Send + 'static> fmt::Debug for Sink<E> {
 
 impl<E: Send + 'static> Sink<E> {
     /// Name of the stage this sink feeds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seda::{Batch, Context, Runtime};
+    ///
+    /// let rt = Runtime::builder().build();
+    /// let sink = rt
+    ///     .stage("log", |_b: Batch<'_, String>, _cx: &Context<'_>| {})
+    ///     .capacity(2)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(sink.stage_name(), "log");
+    /// ```
     pub fn stage_name(&self) -> &str {
         &self.slot.name
     }
 
     /// Enqueue one event, or hand it back. Inside a handler the event inherits the
     /// metadata of the event being handled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seda::{Batch, Context, Runtime};
+    ///
+    /// let rt = Runtime::builder().build();
+    /// let sink = rt
+    ///     .stage("log", |_b: Batch<'_, String>, _cx: &Context<'_>| {})
+    ///     .capacity(2)
+    ///     .build()
+    ///     .unwrap();
+    /// // Not started: the events wait in the queue, and the third does not fit.
+    /// sink.try_enqueue("a".to_owned()).unwrap();
+    /// sink.try_enqueue("b".to_owned()).unwrap();
+    /// let err = sink.try_enqueue("c".to_owned()).unwrap_err();
+    /// assert!(err.is_full());
+    /// assert_eq!(err.into_inner(), "c"); // the event comes back
+    /// ```
     pub fn try_enqueue(&self, event: E) -> Result<(), EnqueueError<E>> {
         let Some(core) = self.core() else {
             return Err(EnqueueError::Closed(event));
@@ -86,6 +119,25 @@ impl<E: Send + 'static> Sink<E> {
     }
 
     /// Enqueue one event with explicit metadata, or hand it back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seda::{Batch, Context, Meta, Runtime};
+    ///
+    /// let rt = Runtime::builder().build();
+    /// let sink = rt
+    ///     .stage("work", |mut b: Batch<'_, u32>, _cx: &Context<'_>| {
+    ///         while let Some((n, meta)) = b.next_with_meta() {
+    ///             assert_eq!((n, meta.class()), (7, 2));
+    ///         }
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// // A request of class 2 (USITS'03 3.3: higher classes are cut last).
+    /// sink.try_enqueue_with(7, Meta::new().with_class(2)).unwrap();
+    /// assert_eq!(sink.queue_len(), 1);
+    /// ```
     pub fn try_enqueue_with(&self, event: E, meta: Meta) -> Result<(), EnqueueError<E>> {
         match self.core() {
             Some(core) => core.offer(event, &meta, &Origin::here()),
@@ -95,6 +147,23 @@ impl<E: Send + 'static> Sink<E> {
 
     /// Enqueue, or drop the event if it cannot be enqueued. Returns whether it was
     /// enqueued; a drop is counted in the stage's `dropped` statistic.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seda::{Batch, Context, Runtime};
+    ///
+    /// let rt = Runtime::builder().build();
+    /// let sink = rt
+    ///     .stage("log", |_b: Batch<'_, String>, _cx: &Context<'_>| {})
+    ///     .capacity(2)
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(sink.enqueue_lossy("a".to_owned()));
+    /// assert!(sink.enqueue_lossy("b".to_owned()));
+    /// assert!(!sink.enqueue_lossy("c".to_owned())); // full: dropped and counted
+    /// assert_eq!(rt.snapshot().stages[0].dropped, 1);
+    /// ```
     pub fn enqueue_lossy(&self, event: E) -> bool {
         match self.try_enqueue(event) {
             Ok(()) => true,
@@ -108,6 +177,24 @@ impl<E: Send + 'static> Sink<E> {
     }
 
     /// Enqueue all events or none: on failure every event is handed back, in order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seda::{Batch, Context, Runtime};
+    ///
+    /// let rt = Runtime::builder().build();
+    /// let sink = rt
+    ///     .stage("log", |_b: Batch<'_, String>, _cx: &Context<'_>| {})
+    ///     .capacity(2)
+    ///     .build()
+    ///     .unwrap();
+    /// let three = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+    /// let back = sink.try_enqueue_batch(three).unwrap_err().into_inner();
+    /// assert_eq!(back, ["a", "b", "c"]); // none was enqueued
+    /// sink.try_enqueue_batch(vec!["a".to_owned(), "b".to_owned()]).unwrap();
+    /// assert_eq!(sink.queue_len(), 2);
+    /// ```
     pub fn try_enqueue_batch(&self, events: Vec<E>) -> Result<(), EnqueueError<Vec<E>>> {
         let Some(core) = self.core() else {
             return Err(EnqueueError::Closed(events));
@@ -118,6 +205,26 @@ impl<E: Send + 'static> Sink<E> {
 
     /// Enqueue, waiting while the queue is full until there is space or `deadline`
     /// passes (backpressure). Rejection and a closed stage return at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seda::{Batch, Context, Runtime};
+    ///
+    /// let rt = Runtime::builder().build();
+    /// let sink = rt
+    ///     .stage("log", |_b: Batch<'_, String>, _cx: &Context<'_>| {})
+    ///     .capacity(2)
+    ///     .build()
+    ///     .unwrap();
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let soon = Instant::now() + Duration::from_millis(10);
+    /// sink.enqueue_until("a".to_owned(), soon).unwrap();
+    /// sink.enqueue_until("b".to_owned(), soon).unwrap();
+    /// // Nobody drains the queue (the runtime is not started): waits, then Full.
+    /// assert!(sink.enqueue_until("c".to_owned(), soon).unwrap_err().is_full());
+    /// ```
     pub fn enqueue_until(&self, event: E, deadline: Instant) -> Result<(), EnqueueError<E>> {
         let Some(core) = self.core() else {
             return Err(EnqueueError::Closed(event));
@@ -127,11 +234,43 @@ impl<E: Send + 'static> Sink<E> {
     }
 
     /// Events waiting in the queue now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seda::{Batch, Context, Runtime};
+    ///
+    /// let rt = Runtime::builder().build();
+    /// let sink = rt
+    ///     .stage("log", |_b: Batch<'_, String>, _cx: &Context<'_>| {})
+    ///     .capacity(2)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(sink.queue_len(), 0);
+    /// sink.try_enqueue("a".to_owned()).unwrap();
+    /// assert_eq!(sink.queue_len(), 1);
+    /// ```
     pub fn queue_len(&self) -> usize {
         self.core().map_or(0, |c| c.queue_len())
     }
 
     /// The queue's capacity (0 while the stage is declared and not built).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seda::{Batch, Context, Runtime};
+    ///
+    /// let rt = Runtime::builder().build();
+    /// let (sink, declared) = rt.declare::<u32>("later").unwrap();
+    /// assert_eq!(sink.capacity(), 0); // no handler yet
+    /// declared
+    ///     .handler(|_b: Batch<'_, u32>, _cx: &Context<'_>| {})
+    ///     .capacity(64)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(sink.capacity(), 64);
+    /// ```
     pub fn capacity(&self) -> usize {
         self.core().map_or(0, |c| c.capacity())
     }

@@ -101,6 +101,30 @@ impl<'r, E: Send + 'static> Declared<'r, E> {
 }
 
 /// Builder of a stage, returned by [`crate::Runtime::stage`]; `build` registers it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use seda::admission::QueueThreshold;
+/// use seda::{Batch, Context, Runtime};
+///
+/// let rt = Runtime::builder().build();
+/// let sink = rt
+///     .stage("resize", |batch: Batch<'_, Vec<u8>>, _cx: &Context<'_>| {
+///         for _image in batch {}
+///     })
+///     .capacity(1000) // hard bound of the queue
+///     .admission(QueueThreshold::new(800)) // refuse earlier (SEDA 3.2)
+///     .threads(1, 4) // the thread-pool controller's bounds (SEDA 3.4)
+///     .batch(16) // at most 16 events per handler call
+///     .build()
+///     .unwrap();
+/// assert_eq!(sink.capacity(), 1000);
+/// rt.start().unwrap();
+/// assert!(rt.shutdown(Duration::from_secs(5)).drained);
+/// ```
 pub struct StageBuilder<'r, E: Send + 'static> {
     pub(crate) runtime: &'r Runtime,
     pub(crate) config: StageConfig,

@@ -304,6 +304,27 @@ fn slot(class: Class) -> usize {
 }
 
 /// Delay-budget admission. See the module docs for the law.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Instant;
+///
+/// use seda::admission::{AdmissionPolicy, Offer, DelayBudget, DelayBudgetConfig};
+///
+/// // What a stage's queue shows the policy at one enqueue.
+/// let offer = |queue_len: usize, in_flight: usize| Offer {
+///     class: 0,
+///     queue_len,
+///     in_flight,
+///     capacity: 1000,
+///     now: Instant::now(),
+/// };
+/// let cfg = DelayBudgetConfig::with_target(std::time::Duration::from_millis(200));
+/// let p = DelayBudget::new(cfg).unwrap();
+/// assert!(p.admit(&offer(0, 0))); // an empty stage always admits
+/// assert_eq!(p.state().policy, "delay-budget");
+/// ```
 #[derive(Debug)]
 pub struct DelayBudget {
     cfg: DelayBudgetConfig,

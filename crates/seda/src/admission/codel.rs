@@ -52,6 +52,30 @@ struct State {
 }
 
 /// CoDel-style admission. See the module docs for the law.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Instant;
+///
+/// use seda::admission::{AdmissionPolicy, Offer, CoDel, CoDelConfig};
+///
+/// // What a stage's queue shows the policy at one enqueue.
+/// let offer = |queue_len: usize, in_flight: usize| Offer {
+///     class: 0,
+///     queue_len,
+///     in_flight,
+///     capacity: 1000,
+///     now: Instant::now(),
+/// };
+/// let p = CoDel::new(CoDelConfig {
+///     target: std::time::Duration::from_millis(5),
+///     interval: std::time::Duration::from_millis(100),
+/// })
+/// .unwrap();
+/// assert!(p.admit(&offer(0, 0))); // nothing measured yet: no standing queue
+/// assert_eq!(p.state().target_ms, Some(5.0));
+/// ```
 #[derive(Debug)]
 pub struct CoDel {
     cfg: CoDelConfig,

@@ -66,6 +66,27 @@ struct Gradient {
 }
 
 /// Gradient concurrency limit. See the module docs for the law.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Instant;
+///
+/// use seda::admission::{AdmissionPolicy, Offer, GradientLimit, GradientLimitConfig};
+///
+/// // What a stage's queue shows the policy at one enqueue.
+/// let offer = |queue_len: usize, in_flight: usize| Offer {
+///     class: 0,
+///     queue_len,
+///     in_flight,
+///     capacity: 1000,
+///     now: Instant::now(),
+/// };
+/// let p = GradientLimit::new(GradientLimitConfig::default()).unwrap(); // limit 20
+/// assert!(p.admit(&offer(0, 19)));
+/// assert!(!p.admit(&offer(0, 20))); // 20 events in the stage already
+/// assert_eq!(p.state().limit, Some(20.0));
+/// ```
 #[derive(Debug)]
 pub struct GradientLimit {
     cfg: GradientLimitConfig,
@@ -206,6 +227,27 @@ struct Aimd {
 }
 
 /// AIMD concurrency limit. See the module docs for the law.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Instant;
+///
+/// use seda::admission::{AdmissionPolicy, Offer, AimdLimit, AimdLimitConfig};
+///
+/// // What a stage's queue shows the policy at one enqueue.
+/// let offer = |queue_len: usize, in_flight: usize| Offer {
+///     class: 0,
+///     queue_len,
+///     in_flight,
+///     capacity: 1000,
+///     now: Instant::now(),
+/// };
+/// let cfg = AimdLimitConfig::with_timeout(std::time::Duration::from_millis(250));
+/// let p = AimdLimit::new(cfg).unwrap(); // starts at 20 in flight
+/// assert!(p.admit(&offer(0, 19)));
+/// assert!(!p.admit(&offer(0, 20)));
+/// ```
 #[derive(Debug)]
 pub struct AimdLimit {
     cfg: AimdLimitConfig,

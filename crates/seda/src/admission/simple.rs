@@ -7,6 +7,25 @@ use parking_lot::Mutex;
 use super::{AdmissionPolicy, AdmissionState, Offer};
 
 /// Admits everything; only the queue's capacity bounds the stage.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Instant;
+///
+/// use seda::admission::{AdmissionPolicy, Offer, Unbounded};
+///
+/// // What a stage's queue shows the policy at one enqueue.
+/// let offer = |queue_len: usize, in_flight: usize| Offer {
+///     class: 0,
+///     queue_len,
+///     in_flight,
+///     capacity: 1000,
+///     now: Instant::now(),
+/// };
+/// assert!(Unbounded.admit(&offer(999, 999))); // only the queue's capacity bounds it
+/// assert_eq!(Unbounded.state().policy, "unbounded");
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Unbounded;
 
@@ -22,6 +41,26 @@ impl AdmissionPolicy for Unbounded {
 
 /// Admits while the queue holds fewer than `threshold` events (SEDA's fixed queue
 /// threshold; a tail drop below the queue's hard capacity).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Instant;
+///
+/// use seda::admission::{AdmissionPolicy, Offer, QueueThreshold};
+///
+/// // What a stage's queue shows the policy at one enqueue.
+/// let offer = |queue_len: usize, in_flight: usize| Offer {
+///     class: 0,
+///     queue_len,
+///     in_flight,
+///     capacity: 1000,
+///     now: Instant::now(),
+/// };
+/// let p = QueueThreshold::new(100);
+/// assert!(p.admit(&offer(99, 103)));
+/// assert!(!p.admit(&offer(100, 104))); // the 101st waiting event is refused
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct QueueThreshold {
     threshold: usize,
@@ -57,6 +96,27 @@ impl AdmissionPolicy for QueueThreshold {
 /// `avg = (1 - w) * avg + w * queue_len` at each offer; admit surely below `min_th`,
 /// reject surely at or above `max_th`, and in between reject with probability
 /// `max_p * (avg - min_th) / (max_th - min_th)`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Instant;
+///
+/// use seda::admission::{AdmissionPolicy, Offer, Red};
+///
+/// // What a stage's queue shows the policy at one enqueue.
+/// let offer = |queue_len: usize, in_flight: usize| Offer {
+///     class: 0,
+///     queue_len,
+///     in_flight,
+///     capacity: 1000,
+///     now: Instant::now(),
+/// };
+/// // Weight 1: the average is the queue length now (a short queue reacts at once).
+/// let p = Red::new(10, 50, 0.1, 1.0);
+/// assert!(p.admit(&offer(5, 5))); // below min_th: always
+/// assert!(!p.admit(&offer(50, 50))); // at max_th: never
+/// ```
 #[derive(Debug)]
 pub struct Red {
     min_th: f64,
@@ -201,6 +261,28 @@ impl TokenBucket {
 }
 
 /// Admission by a fixed-rate token bucket.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Instant;
+///
+/// use seda::admission::{AdmissionPolicy, Offer, TokenBucketPolicy};
+///
+/// // What a stage's queue shows the policy at one enqueue.
+/// let offer = |queue_len: usize, in_flight: usize| Offer {
+///     class: 0,
+///     queue_len,
+///     in_flight,
+///     capacity: 1000,
+///     now: Instant::now(),
+/// };
+/// // One admission a minute, bursts of 2: a full bucket lets two through, then refuses.
+/// let p = TokenBucketPolicy::new(1.0 / 60.0, 2.0);
+/// assert!(p.admit(&offer(0, 0)));
+/// assert!(p.admit(&offer(1, 1)));
+/// assert!(!p.admit(&offer(2, 2)));
+/// ```
 #[derive(Debug)]
 pub struct TokenBucketPolicy {
     bucket: Mutex<TokenBucket>,
