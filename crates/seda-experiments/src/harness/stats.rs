@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use seda_http::StatsDoc;
+use seda_http::proto::{ChunkLimits, ChunkedDecoder};
 use serde::{Deserialize, Serialize};
 
 /// The stage the bottleneck handler runs in.
@@ -106,7 +107,10 @@ pub struct Fetched {
 }
 
 /// `GET path` on a new connection with `Connection: close`, bounded by `timeout` for
-/// the connect and for each read.
+/// the connect and for each read. The experiments' one response reader (the admin
+/// listener's stats, HAProxy's statistics page, probes): a body framed by
+/// Content-Length, by the connection's end, or chunked (decoded by seda-http's fuzzed
+/// [`ChunkedDecoder`]); at most 16 MiB.
 pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Fetched, String> {
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(timeout))
@@ -147,12 +151,20 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Fetch
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("not an HTTP response: {:?}", head.lines().next()))?;
-    let headers = lines
+    let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
     let mut body = buf.split_off(h);
-    if let Some(l) = content_length(&buf) {
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+    if chunked {
+        let raw = std::mem::take(&mut body);
+        ChunkedDecoder::new(ChunkLimits::new(16 << 20))
+            .feed(&raw, |d| body.extend_from_slice(d))
+            .map_err(|e| format!("GET {path}: {e}"))?;
+    } else if let Some(l) = content_length(&buf) {
         body.truncate(l);
     }
     Ok(Fetched {
@@ -317,6 +329,37 @@ pub fn class_totals(samples: &[StatsSample], class: u8, from: f64, to: f64) -> (
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loopback server that answers one request with `response` and closes.
+    fn answer_once(response: &'static [u8]) -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut req = [0u8; 1024];
+            let _ = s.read(&mut req);
+            s.write_all(response).unwrap();
+        });
+        addr
+    }
+
+    #[test]
+    fn http_get_reads_chunked_content_length_and_close_delimited_bodies() {
+        let t = Duration::from_secs(10);
+        let chunked = answer_once(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+              5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\n",
+        );
+        let r = http_get(chunked, "/;csv", t).unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello, world"[..]));
+        let fixed = answer_once(b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nno!junk");
+        let r = http_get(fixed, "/x", t).unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (404, &b"no!"[..]));
+        let close = answer_once(b"HTTP/1.0 200 OK\r\n\r\nuntil the end");
+        assert_eq!(http_get(close, "/", t).unwrap().body, b"until the end");
+        let bad = answer_once(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+        assert!(http_get(bad, "/", t).is_err());
+    }
 
     fn sample(t: f64, classes: &[(u8, u64, u64)]) -> StatsSample {
         StatsSample {

@@ -3,7 +3,6 @@
 //! as CSV, and stopped; and pinning a replica to one CPU.
 
 use std::fs;
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -13,10 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use seda_http::proto::{ChunkLimits, ChunkedDecoder};
 use serde::{Deserialize, Serialize};
 
 use crate::harness::server::{apt_install, process_tree_cpu};
+use crate::harness::stats::http_get;
 
 /// The haproxy binary, if installed (`/usr/sbin/haproxy`, or on the `PATH`).
 pub fn find_haproxy() -> Option<PathBuf> {
@@ -260,39 +259,14 @@ pub fn parse_stats_csv(text: &str, backend: &str) -> Vec<ServerRow> {
         .collect()
 }
 
-/// HAProxy's statistics page now, backend `backend`. HAProxy sends it chunked (even
-/// to HTTP/1.0) and closes.
+/// HAProxy's statistics page now, backend `backend` (HAProxy sends it chunked).
 pub fn read_stats(stats: SocketAddr, backend: &str) -> Result<Vec<ServerRow>, String> {
-    let timeout = Duration::from_secs(2);
-    let mut s = TcpStream::connect_timeout(&stats, timeout).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(timeout))
-        .and_then(|()| s.set_write_timeout(Some(timeout)))
-        .map_err(|e| e.to_string())?;
-    s.write_all(b"GET /;csv HTTP/1.0\r\n\r\n")
-        .map_err(|e| format!("write: {e}"))?;
-    let mut buf = Vec::new();
-    s.take(16 << 20)
-        .read_to_end(&mut buf)
-        .map_err(|e| format!("read: {e}"))?;
-    let end = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("haproxy stats: no complete response")?;
-    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-    if !head.starts_with("http/1.") || head.split_whitespace().nth(1) != Some("200") {
-        return Err(format!("haproxy stats answered {:?}", head.lines().next()));
+    let r = http_get(stats, "/;csv", Duration::from_secs(2))
+        .map_err(|e| format!("haproxy stats: {e}"))?;
+    if r.status != 200 {
+        return Err(format!("haproxy stats answered {}", r.status));
     }
-    let raw = &buf[end + 4..];
-    let body = if head.contains("transfer-encoding: chunked") {
-        let mut body = Vec::with_capacity(raw.len());
-        ChunkedDecoder::new(ChunkLimits::new(16 << 20))
-            .feed(raw, |d| body.extend_from_slice(d))
-            .map_err(|e| format!("haproxy stats: {e}"))?;
-        body
-    } else {
-        raw.to_vec()
-    };
-    Ok(parse_stats_csv(&String::from_utf8_lossy(&body), backend))
+    Ok(parse_stats_csv(&String::from_utf8_lossy(&r.body), backend))
 }
 
 /// HAProxy's statistics at one moment.
