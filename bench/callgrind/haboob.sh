@@ -173,6 +173,16 @@ CONF
 
 now() { date +%s.%N; }
 summary() { sed -n 's/^summary: //p' "$1"; }
+# controller FILE: inclusive instructions of the calls to seda's controller thread
+# (seda::runtime::drive) in a dump (0 for other servers). Names and positions are not
+# compressed (see `run`), so each call's cost is the line after its `calls=` line.
+controller() {
+    awk '/^cfn=seda::runtime::drive$/ {c = 1; next}
+         c == 1 && /^calls=/ {c = 2; next}
+         c == 2 {s += $2; c = 0; next}
+         {c = 0}
+         END {print s + 0}' "$1"
+}
 declare -A RAW NET
 
 # run NAME PORT CMD... : PORT is the port the server listens on, or "" when it prints
@@ -180,7 +190,7 @@ declare -A RAW NET
 run() {
     local name=$1 port=$2
     shift 2
-    bench_spawn "$VALGRIND" --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.$name" \
+    bench_spawn "$VALGRIND" --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$OUT/callgrind.out.$name" \
         "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
     SERVER_PID=$!
     local addr=
@@ -218,31 +228,35 @@ run() {
     t5=$(now)
     stop_server
     # A dump resets the counters: .1 holds the N1 phase, .2 the N2 phase, .3 the idle.
-    local a b i
+    local a b i ca cb ci
     a=$(summary "$OUT/callgrind.out.$name.1")
     b=$(summary "$OUT/callgrind.out.$name.2")
     i=$(summary "$OUT/callgrind.out.$name.3")
-    local raw idle net idle_s n1_s n2_s
-    read -r raw idle net idle_s n1_s n2_s < <(python3 -c '
+    ca=$(controller "$OUT/callgrind.out.$name.1")
+    cb=$(controller "$OUT/callgrind.out.$name.2")
+    ci=$(controller "$OUT/callgrind.out.$name.3")
+    local raw ctl idle net idle_s n1_s n2_s
+    read -r raw ctl idle net idle_s n1_s n2_s < <(python3 -c '
 import sys
-a, b, i, t0, t2, t4, t5 = map(float, sys.argv[1:8])
-n1, n2 = int(sys.argv[8]), int(sys.argv[9])
+a, b, i, ca, cb, ci, t0, t2, t4, t5 = map(float, sys.argv[1:11])
+n1, n2 = int(sys.argv[11]), int(sys.argv[12])
 raw = (b - a) / (n2 - n1)
-idle_per_s = i / (t5 - t4)
+ctl = (cb - ca) / (n2 - n1)
+idle_per_s = (i - ci) / (t5 - t4)
 # Each phase spans from the previous dump to its own dump.
 idle = idle_per_s * ((t4 - t2) - (t2 - t0)) / (n2 - n1)
-print("%.0f %.0f %.0f %.0f %.1f %.1f" % (raw, idle, raw - idle, idle_per_s, t2 - t0, t4 - t2))
-' "$a" "$b" "$i" "$t0" "$t2" "$t4" "$t5" "$N1" "$N2")
+print("%.0f %.0f %.0f %.0f %.0f %.1f %.1f" % (raw, ctl, idle, raw - ctl - idle, idle_per_s, t2 - t0, t4 - t2))
+' "$a" "$b" "$i" "$ca" "$cb" "$ci" "$t0" "$t2" "$t4" "$t5" "$N1" "$N2")
     RAW[$name]=$raw
     NET[$name]=$net
-    printf '%-8s %9s %9s %9s %10s %7s %7s\n' "$name" "$raw" "$idle" "$net" "$idle_s" "$n1_s" "$n2_s"
+    printf '%-8s %9s %9s %9s %9s %10s %7s %7s\n' "$name" "$raw" "$ctl" "$idle" "$net" "$idle_s" "$n1_s" "$n2_s"
     for k in 1 2 3; do
         mv "$OUT/callgrind.out.$name.$k" "$OUT/callgrind.out.$name.$(echo n1 n2 idle | cut -d' ' -f$k)"
     done
 }
 
 echo "# user-space instructions per request (callgrind), 1 KiB keep-alive, $CONNS connections, N = $N1 and $N2, idle $IDLE_S s; $("$VALGRIND" --version)"
-printf '%-8s %9s %9s %9s %10s %7s %7s\n' server "Ir/req" "idle/req" "net" "idle Ir/s" "N1 s" "N2 s"
+printf '%-8s %9s %9s %9s %9s %10s %7s %7s\n' server "Ir/req" "ctl/req" "idle/req" "net" "idle Ir/s" "N1 s" "N2 s"
 for w in "${WHICH[@]}"; do
     case $w in
     seda)
@@ -273,6 +287,9 @@ if [[ -n "${RAW[seda]:-}" ]]; then
             "$(ratio "${NET[seda]}" "${NET[$peer]}")"
     done
 fi
-echo "Ir/req: (Ir(N2) - Ir(N1)) / (N2 - N1); idle/req: the server's instructions per idle"
-echo "second times the N2 phase's extra seconds, per request (timers, stats ticks); net ="
-echo "Ir/req - idle/req; N1 s, N2 s: the phases' seconds under callgrind."
+echo "Ir/req: (Ir(N2) - Ir(N1)) / (N2 - N1); ctl/req: the part of it spent in seda's"
+echo "controller thread (seda::runtime::drive: stats windows, controllers, once per control"
+echo "interval; callgrind runs the server ~50x slower, so this per-second work shows ~50x"
+echo "its weight at full speed); idle/req: the server's other instructions per idle second"
+echo "times the N2 phase's extra seconds, per request (timers); net = Ir/req - ctl/req -"
+echo "idle/req; N1 s, N2 s: the phases' seconds under callgrind."

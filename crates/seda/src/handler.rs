@@ -82,7 +82,9 @@ pub struct Batch<'a, E> {
 /// over inline.
 pub(crate) enum Items<'a, E> {
     Drain(std::vec::Drain<'a, Envelope<E>>),
-    One(Option<Envelope<E>>),
+    /// The one event of an inline hop, left in its caller's frame (an event is
+    /// not moved through every layer of the hop).
+    One(&'a mut Option<Envelope<E>>),
 }
 
 impl<E> Items<'_, E> {

@@ -563,6 +563,8 @@ impl Runtime {
 /// The controller driver: samples every stage at the control interval and steps its
 /// controllers (admission ticks, stats windows, thread pool, batching). It parks
 /// between samples so that shutdown can wake it instead of waiting out the interval.
+/// Never inlined: `bench/callgrind/haboob.sh` finds its cost by this name.
+#[inline(never)]
 fn drive(runtime: Weak<RuntimeInner>, interval: Duration) {
     loop {
         std::thread::park_timeout(interval);

@@ -32,14 +32,16 @@ pub(crate) enum Answer {
     File {
         info: Arc<FileInfo>,
         page: Option<Bytes>,
-        cond: Conditions,
+        /// `None` when the request sent no validator and no range (boxed: an
+        /// answer is moved at every hop, and four absent fields weigh 128 bytes).
+        cond: Option<Box<Conditions>>,
     },
     /// `301` to a directory's slash form, with the request's query appended.
-    Redirect { location: Bytes, query: Bytes },
+    Redirect(Box<Redirect>),
     /// An error status with a short text body (`405` adds `Allow`).
     Error(Status),
     /// A dynamic handler's response (or its overload action's).
-    Dynamic(Response),
+    Dynamic(Box<Response>),
     /// A stage refused the request: `503` with the configured `Retry-After`.
     Overload,
 }
@@ -50,9 +52,16 @@ impl Answer {
         match self {
             Answer::File { info, .. } => info.head_200.len() as u64 + info.key.len,
             Answer::Dynamic(r) => 128 + r.body.len() as u64,
-            Answer::Redirect { .. } | Answer::Error(_) | Answer::Overload => 160,
+            Answer::Redirect(_) | Answer::Error(_) | Answer::Overload => 160,
         }
     }
+}
+
+/// A `301` to a directory's slash form: the location and the request's query.
+#[derive(Debug)]
+pub(crate) struct Redirect {
+    pub(crate) location: Bytes,
+    pub(crate) query: Bytes,
 }
 
 /// The request's validators and range, for a file answer.
@@ -114,8 +123,12 @@ impl Framer {
         let close = !slot.keep_alive || self.draining.load(Relaxed);
         let head_only = slot.head_only;
         match answer {
-            Answer::File { info, page, cond } => self.file(&info, page, &cond, head_only, close),
-            Answer::Redirect { location, query } => {
+            Answer::File { info, page, cond } => {
+                let none = Conditions::default();
+                self.file(&info, page, cond.as_deref().unwrap_or(&none), head_only, close)
+            }
+            Answer::Redirect(r) => {
+                let Redirect { location, query } = *r;
                 let mut loc = String::from_utf8_lossy(&location).into_owned();
                 if !query.is_empty() {
                     loc.push('?');
@@ -126,7 +139,7 @@ impl Framer {
                 self.response(resp, head_only, close)
             }
             Answer::Error(status) => self.error(status, &[], head_only, close),
-            Answer::Dynamic(resp) => self.response(resp, head_only, close),
+            Answer::Dynamic(resp) => self.response(*resp, head_only, close),
             Answer::Overload => Reply {
                 head: self.overload_head.clone(),
                 date: Some(self.date.line()),

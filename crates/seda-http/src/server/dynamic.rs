@@ -53,7 +53,7 @@ impl EventHandler<DynJob> for DynamicStage {
                     Response::text(Status::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n")
                 }
             };
-            self.out.answer(job.ex, Answer::Dynamic(resp), meta);
+            self.out.answer(job.ex, Answer::Dynamic(Box::new(resp)), meta);
         }
     }
 }
@@ -76,7 +76,7 @@ pub(crate) fn submit(out: &Responder, route: &Route, job: Job, meta: Meta) {
             }
             _ => {
                 out.hb.counters.overload.fetch_add(1, Relaxed);
-                Answer::Dynamic(route.reg.overload_response(&ev.req))
+                Answer::Dynamic(Box::new(route.reg.overload_response(&ev.req)))
             }
         };
         out.answer(ev.ex, answer, meta);

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::answer::Answer;
+use super::answer::{Answer, Redirect};
 use super::conn::Exchange;
 use super::events::{Found, Job, Miss};
 use super::state::Haboob;
@@ -47,10 +47,10 @@ fn answer_for(job: Job, target: Target, page: Option<Bytes>) -> (Exchange, Answe
             page,
             cond: job.req.conditions(),
         },
-        Target::Redirect(location) => Answer::Redirect {
+        Target::Redirect(location) => Answer::Redirect(Box::new(Redirect {
             location,
             query: job.req.query(),
-        },
+        })),
         Target::Error(status) => Answer::Error(status),
     };
     (job.ex, answer)

@@ -61,14 +61,23 @@ impl HttpRequest {
         (r.end <= self.raw.len()).then(|| self.raw.slice(r.clone()))
     }
 
-    /// The validators and range a static answer depends on.
-    pub(crate) fn conditions(&self) -> Conditions {
-        Conditions {
-            if_none_match: self.slice(self.head.if_none_match.as_ref()),
-            if_modified_since: self.slice(self.head.if_modified_since.as_ref()),
-            range: self.slice(self.head.range.as_ref()),
-            if_range: self.slice(self.head.if_range.as_ref()),
+    /// The validators and range a static answer depends on; `None` (no
+    /// allocation) for the common request that sends none of them.
+    pub(crate) fn conditions(&self) -> Option<Box<Conditions>> {
+        let h = &self.head;
+        if h.if_none_match.is_none()
+            && h.if_modified_since.is_none()
+            && h.range.is_none()
+            && h.if_range.is_none()
+        {
+            return None;
         }
+        Some(Box::new(Conditions {
+            if_none_match: self.slice(h.if_none_match.as_ref()),
+            if_modified_since: self.slice(h.if_modified_since.as_ref()),
+            range: self.slice(h.range.as_ref()),
+            if_range: self.slice(h.if_range.as_ref()),
+        }))
     }
 
     /// The decoded, owned request a dynamic handler gets.

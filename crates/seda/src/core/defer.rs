@@ -165,35 +165,38 @@ pub(super) enum Deferral<E> {
     Refused(E),
     /// Not deferrable now: queue it.
     No(E),
-    /// The batch's first handoff to this stage: run it inline at once.
-    Now(E),
 }
 
 impl<E: Send + 'static> StageCore<E> {
-    /// Defers `event` for a run at the end of the calling batch (see the module
-    /// docs). The caller checked `may_inline`; `clock` is the calling batch's.
-    pub(super) fn defer(&self, event: E, meta: Meta, origin: &Origin) -> Deferral<E> {
-        let clock = origin.clock_hint(&meta);
+    /// Whether the calling batch's handoff to this stage runs at once (see the
+    /// module docs) or joins a group: `Err(open)`, with whether this stage's group
+    /// is the open (last) one. Checks nothing of the event, so that the common
+    /// case moves the event once.
+    #[inline]
+    pub(super) fn handoff_now(&self) -> Result<(), bool> {
         let key: *const () = std::ptr::from_ref(self).cast();
         // Whether this stage's group is open (the last one), else whether a batch
         // of one hands this stage its first event: no group of this stage waits in
         // the frame (the event would overtake it) and the last event handed at once
         // went elsewhere. Then it runs at once.
-        let (open, first) = FRAMES.with(|f| {
+        FRAMES.with(|f| {
             let mut f = f.borrow_mut();
             let base = f.base;
             match f.groups[base..].iter().rposition(|g| g.key() == key) {
-                Some(i) => (base + i + 1 == f.groups.len(), false),
-                None if !f.single || f.seen == key => (false, false),
+                Some(i) => Err(base + i + 1 == f.groups.len()),
+                None if !f.single || f.seen == key => Err(false),
                 None => {
                     f.seen = key;
-                    (false, true)
+                    Ok(())
                 }
             }
-        });
-        if first {
-            return Deferral::Now(event);
-        }
+        })
+    }
+
+    /// Defers `event` for a run at the end of the calling batch (see the module
+    /// docs). The caller checked `may_inline` and `handoff_now` (which said `open`).
+    pub(super) fn defer(&self, event: E, meta: Meta, origin: &Origin, open: bool) -> Deferral<E> {
+        let clock = origin.clock_hint(&meta);
         let inside = origin.inside(self.runtime_id);
         let mut serial = false;
         if !open {

@@ -126,20 +126,20 @@ impl<E: Send + 'static> StageCore<E> {
         let event = if self.may_inline(origin) {
             // From a handler's batch, uncolored: at the end of that batch, as one
             // group (the first handoff of a batch of one runs at once; see `defer`).
-            let event = if origin.cur.in_batch && meta.color().is_none() {
-                match self.defer(event, meta, origin) {
-                    Deferral::Deferred => return Ok(()),
-                    Deferral::Refused(e) => return Err(EnqueueError::Rejected(e)),
-                    Deferral::No(e) => return self.offer_queued(e, &meta, origin),
-                    Deferral::Now(e) => e,
-                }
-            } else {
-                event
-            };
-            match self.try_inline(vec_or_one::One(event), meta, origin) {
+            if origin.cur.in_batch
+                && meta.color().is_none()
+                && let Err(open) = self.handoff_now()
+            {
+                return match self.defer(event, meta, origin, open) {
+                    Deferral::Deferred => Ok(()),
+                    Deferral::Refused(e) => Err(EnqueueError::Rejected(e)),
+                    Deferral::No(e) => self.offer_queued(e, &meta, origin),
+                };
+            }
+            match self.try_inline_one(event, meta, origin) {
                 Inline::Done => return Ok(()),
-                Inline::Refused(e) => return Err(EnqueueError::Rejected(e.one())),
-                Inline::Queue(e) => e.one(),
+                Inline::Refused(e) => return Err(EnqueueError::Rejected(e)),
+                Inline::Queue(e) => e,
             }
         } else {
             event
@@ -251,10 +251,10 @@ impl<E: Send + 'static> StageCore<E> {
             && meta.color().is_none()
             && n <= self.batch.load(std::sync::atomic::Ordering::Relaxed)
         {
-            match self.try_inline(vec_or_one::Many(events), meta, &origin) {
+            match self.try_inline(events, meta, &origin) {
                 Inline::Done => return Ok(()),
-                Inline::Refused(e) => return Err(EnqueueError::Rejected(e.many())),
-                Inline::Queue(e) => e.many(),
+                Inline::Refused(e) => return Err(EnqueueError::Rejected(e)),
+                Inline::Queue(e) => e,
             }
         } else {
             events
@@ -353,18 +353,70 @@ impl<E: Send + 'static> StageCore<E> {
         }
     }
 
-    /// Runs `events` inline if the domain rules allow (see [`crate::domain`]); takes
-    /// them out of the option only when they run.
-    fn try_inline(
-        &self,
-        events: vec_or_one::Events<E>,
-        meta: Meta,
-        origin: &Origin,
-    ) -> Inline<vec_or_one::Events<E>> {
+    /// Runs `events` inline, as one batch, if the domain rules allow (see
+    /// [`crate::domain`]), else hands them back.
+    fn try_inline(&self, events: Vec<E>, meta: Meta, origin: &Origin) -> Inline<Vec<E>> {
         let n = events.len();
+        let entered = match self.enter_inline(n, &meta, origin) {
+            Ok(entered) => entered,
+            Err(Inline::Refused(())) => return Inline::Refused(events),
+            Err(_) => return Inline::Queue(events),
+        };
+        let ticket = entered.ticket();
+        let mut envs: Vec<Envelope<E>> = events
+            .into_iter()
+            .map(|event| Envelope {
+                event,
+                meta,
+                enqueued: meta.born_nanos(),
+                ticket,
+            })
+            .collect();
+        self.run_inline(
+            Items::Drain(envs.drain(..)),
+            n,
+            meta,
+            entered.depth,
+            entered.clock,
+        );
+        self.leave_inline(entered);
+        Inline::Done
+    }
+
+    /// One event inline, the common hop: the event is moved once, into the slot
+    /// the handler's batch takes it from.
+    #[inline]
+    fn try_inline_one(&self, event: E, meta: Meta, origin: &Origin) -> Inline<E> {
+        let entered = match self.enter_inline(1, &meta, origin) {
+            Ok(entered) => entered,
+            Err(Inline::Refused(())) => return Inline::Refused(event),
+            Err(_) => return Inline::Queue(event),
+        };
+        let mut slot = Some(Envelope {
+            event,
+            meta,
+            enqueued: meta.born_nanos(),
+            ticket: entered.ticket(),
+        });
+        self.run_inline(Items::One(&mut slot), 1, meta, entered.depth, entered.clock);
+        self.leave_inline(entered);
+        Inline::Done
+    }
+
+    /// The checks and reservations of an inline run of `n` events (no event is
+    /// touched): the one-thread token, the count (or the covering batch's), the
+    /// color, the callee's admission. `Err(Refused)` when admission said no,
+    /// `Err(Queue)` when the event must be queued instead.
+    #[inline]
+    fn enter_inline(
+        &self,
+        n: usize,
+        meta: &Meta,
+        origin: &Origin,
+    ) -> Result<Entered<'_>, Inline<()>> {
         let inside = origin.inside(self.runtime_id);
-        let Some(_serial) = self.serial_try() else {
-            return Inline::Queue(events);
+        let Some(serial) = self.serial_try() else {
+            return Err(Inline::Queue(()));
         };
         // A thread that a running batch of this runtime covers needs no count of its
         // own (the batch's held count covers what it runs inline); any other thread
@@ -376,7 +428,7 @@ impl<E: Send + 'static> StageCore<E> {
             self.queue.inline_ok(inside)
         };
         if !entered {
-            return Inline::Queue(events);
+            return Err(Inline::Queue(()));
         }
         let done = |this: &Self| {
             if counted {
@@ -391,75 +443,55 @@ impl<E: Send + 'static> StageCore<E> {
                 Some(t) => Some((c, t)),
                 None => {
                     done(self);
-                    return Inline::Queue(events);
+                    return Err(Inline::Queue(()));
                 }
             },
         };
-        let clock = origin.clock_hint(&meta);
+        let clock = origin.clock_hint(meta);
         if !self.admit_all(n, meta.class(), clock) {
             if let Some((c, t)) = held {
                 self.colors.release(c, t);
             }
             done(self);
-            return Inline::Refused(events);
+            return Err(Inline::Refused(()));
         }
         self.stats.tally().admitted(meta.class(), n as u64);
         self.record_edge(origin);
-        let ticket = held.map_or(0, |(_, t)| t);
-        let wrap = |event| Envelope {
-            event,
-            meta,
-            enqueued: meta.born_nanos(),
-            ticket,
-        };
-        let depth = origin.cur.depth + 1;
-        let clock = if clock == 0 { clock::now() } else { clock };
-        match events {
-            vec_or_one::Events::One(e) => {
-                self.run_inline(Items::One(Some(wrap(e))), 1, meta, depth, clock);
-            }
-            vec_or_one::Events::Many(v) => {
-                let mut envs: Vec<Envelope<E>> = v.into_iter().map(wrap).collect();
-                self.run_inline(Items::Drain(envs.drain(..)), n, meta, depth, clock);
-            }
-        }
-        if let Some((c, t)) = held {
+        Ok(Entered {
+            _serial: serial,
+            counted,
+            n,
+            held,
+            depth: origin.cur.depth + 1,
+            clock: if clock == 0 { clock::now() } else { clock },
+        })
+    }
+
+    /// Gives back what [`StageCore::enter_inline`] reserved, after the run.
+    #[inline]
+    fn leave_inline(&self, entered: Entered<'_>) {
+        if let Some((c, t)) = entered.held {
             self.colors.release(c, t);
         }
-        done(self);
-        Inline::Done
+        if entered.counted {
+            self.queue.finish(entered.n);
+        }
     }
 }
 
-/// One event or a batch, handed through the inline attempt and back.
-mod vec_or_one {
-    pub(super) use Events::{Many, One};
+/// What an inline run holds while it runs (see [`StageCore::enter_inline`]).
+struct Entered<'a> {
+    /// The one-thread stage's token, released when dropped.
+    _serial: super::batch::SerialGuard<'a>,
+    counted: bool,
+    n: usize,
+    held: Option<(crate::Color, crate::color::Ticket)>,
+    depth: u8,
+    clock: u64,
+}
 
-    pub(super) enum Events<E> {
-        One(E),
-        Many(Vec<E>),
-    }
-
-    impl<E> Events<E> {
-        pub(super) fn len(&self) -> usize {
-            match self {
-                Events::One(_) => 1,
-                Events::Many(v) => v.len(),
-            }
-        }
-
-        pub(super) fn one(self) -> E {
-            match self {
-                Events::One(e) => e,
-                Events::Many(_) => unreachable!("a single event went in"),
-            }
-        }
-
-        pub(super) fn many(self) -> Vec<E> {
-            match self {
-                Events::Many(v) => v,
-                Events::One(e) => vec![e],
-            }
-        }
+impl Entered<'_> {
+    fn ticket(&self) -> crate::color::Ticket {
+        self.held.map_or(0, |(_, t)| t)
     }
 }
