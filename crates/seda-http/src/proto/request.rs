@@ -466,7 +466,9 @@ fn has_bare_lf(head: &[u8]) -> bool {
     // Branch-free over byte pairs, so the compiler vectorises it: ~5x fewer
     // instructions than stopping at the first bare LF (a valid head has none).
     let pairs = head.iter().skip(1).zip(head.iter());
-    let bad = pairs.fold(0u8, |bad, (&c, &prev)| bad | u8::from((c == b'\n') & (prev != b'\r')));
+    let bad = pairs.fold(0u8, |bad, (&c, &prev)| {
+        bad | u8::from((c == b'\n') & (prev != b'\r'))
+    });
     bad != 0 || head.first() == Some(&b'\n')
 }
 

@@ -66,11 +66,9 @@ pub(crate) fn submit(shared: &Shared, mount: &Mount, job: ProxyJob, meta: Meta) 
             OverloadAction::Redirect(url) => {
                 Answer::Dynamic(Box::new(crate::handler::Response::redirect(url)))
             }
-            OverloadAction::Reject503 { retry_after_secs } => {
-                Answer::Dynamic(Box::new(crate::handler::Response::unavailable(
-                    *retry_after_secs,
-                )))
-            }
+            OverloadAction::Reject503 { retry_after_secs } => Answer::Dynamic(Box::new(
+                crate::handler::Response::unavailable(*retry_after_secs),
+            )),
             // A route has no cheaper answer of its own than the refusal.
             OverloadAction::Degrade => Answer::Overload,
         };

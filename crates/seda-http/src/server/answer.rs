@@ -125,7 +125,13 @@ impl Framer {
         match answer {
             Answer::File { info, page, cond } => {
                 let none = Conditions::default();
-                self.file(&info, page, cond.as_deref().unwrap_or(&none), head_only, close)
+                self.file(
+                    &info,
+                    page,
+                    cond.as_deref().unwrap_or(&none),
+                    head_only,
+                    close,
+                )
             }
             Answer::Redirect(r) => {
                 let Redirect { location, query } = *r;

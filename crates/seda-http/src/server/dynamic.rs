@@ -53,7 +53,8 @@ impl EventHandler<DynJob> for DynamicStage {
                     Response::text(Status::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n")
                 }
             };
-            self.out.answer(job.ex, Answer::Dynamic(Box::new(resp)), meta);
+            self.out
+                .answer(job.ex, Answer::Dynamic(Box::new(resp)), meta);
         }
     }
 }
