@@ -293,6 +293,24 @@ pub struct HandlerTargets {
 
 /// Overload control of the dynamic stages. `Default` is no control at all, 503 with
 /// `Retry-After: 1` when a queue is full.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use seda::admission::AdmissionPolicy as _;
+/// use seda_http::{Admission, OverloadControl};
+///
+/// // USITS'03 3.2 on every dynamic stage: hold each one's p90 near 500 ms.
+/// let oc = OverloadControl {
+///     admission: Some(Admission::ResponseTime),
+///     rt_target: Some(Duration::from_millis(500)),
+///     ..OverloadControl::default()
+/// };
+/// let policy = oc.policy_for("/hello").unwrap().expect("a target: a policy");
+/// assert_eq!(policy.name(), "response-time");
+/// ```
 #[derive(Clone, Debug)]
 pub struct OverloadControl {
     /// Policy of every dynamic stage; `None`: `delay-budget` (or `multiclass` with

@@ -271,6 +271,31 @@ struct FileTask {
 }
 
 /// The file helper stage. Cheap to clone.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::mpsc;
+/// use std::time::Duration;
+///
+/// use seda::Runtime;
+/// use seda_io::{FileConfig, FileHelper, FileOp, FileReply};
+///
+/// let rt = Runtime::builder().build();
+/// let files = FileHelper::start(&rt, FileConfig::default()).unwrap();
+/// rt.start().unwrap();
+/// let (tx, rx) = mpsc::channel();
+/// let path = std::env::temp_dir();
+/// files
+///     .submit(FileOp::Stat { path }, move |r| tx.send(r).unwrap())
+///     .unwrap();
+/// // The reply comes on a helper thread, never on the caller's.
+/// match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+///     Ok(FileReply::Stat(meta)) => assert!(meta.is_dir()),
+///     other => panic!("{other:?}"),
+/// }
+/// assert!(rt.shutdown(Duration::from_secs(5)).drained);
+/// ```
 #[derive(Clone)]
 pub struct FileHelper {
     sink: Sink<FileTask>,

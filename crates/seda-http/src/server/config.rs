@@ -55,6 +55,34 @@ impl std::str::FromStr for FileIo {
 
 /// Configuration of a [`Server`](super::Server). `Default` gives the documented
 /// defaults.
+///
+/// # Examples
+///
+/// ```
+/// use std::io::{Read, Write};
+/// use std::net::TcpStream;
+/// use std::time::Duration;
+///
+/// use seda_http::{DemoSite, Server, ServerConfig};
+///
+/// let site = DemoSite::create().unwrap();
+/// let cfg = ServerConfig {
+///     listen: "127.0.0.1:0".parse().unwrap(), // a free port
+///     root: site.path().to_owned(),
+///     cache_bytes: 8 << 20,
+///     admin_listen: None,
+///     ..ServerConfig::default()
+/// };
+/// let server = Server::start(cfg).unwrap();
+/// let mut c = TcpStream::connect(server.local_addr()).unwrap();
+/// c.write_all(b"GET /index.html HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+///     .unwrap();
+/// let mut answer = String::new();
+/// c.read_to_string(&mut answer).unwrap();
+/// assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+/// let report = server.shutdown(Duration::from_secs(5));
+/// assert_eq!(report.connections_cut, 0);
+/// ```
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     /// Address to listen on; port 0 picks a free port. Default `127.0.0.1:8080`.
