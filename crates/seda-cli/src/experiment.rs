@@ -46,6 +46,59 @@ pub enum ExperimentCommand {
     /// Haboob's caches switched off one by one. Needs root (cgroup v1). About 13
     /// minutes; run it alone (`bench/flash/run.sh` takes the benchmark lock).
     Flash(FlashArgs),
+    /// `seda serve --proxy` with only a p90 target in front of gunicorn (sync
+    /// workers, bench/proxy/app.py), against nginx proxy_pass, nginx limit_req +
+    /// limit_conn and HAProxy maxconn + timeout queue: the knee, a closed-loop spike,
+    /// open loops at 1.5x/3x/10x the capacity, half the workers lost mid-run. Run it
+    /// alone (`bench/proxy/run.sh` takes the benchmark lock). About an hour; --quick
+    /// about five minutes.
+    Proxy(ProxyArgs),
+}
+
+/// Arguments of `seda experiment proxy`.
+#[derive(Debug, clap::Args)]
+pub struct ProxyArgs {
+    /// Output directory (runs.json, table.md, SHAPE-p90.svg, SHAPE-served.svg).
+    #[arg(long, default_value = "results/proxy")]
+    pub out: PathBuf,
+    /// The gunicorn binary (bench/proxy/install.sh installs it and prints its path).
+    #[arg(long)]
+    pub gunicorn: PathBuf,
+    /// The directory of the WSGI app (app.py).
+    #[arg(long, default_value = "bench/proxy")]
+    pub app_dir: PathBuf,
+    /// Five minutes instead of an hour: 2 workers, 10 ms requests, 100 ms target,
+    /// 2/6/3 s phases, one repeat, 200 spike users.
+    #[arg(long)]
+    pub quick: bool,
+    /// Fronts, comma-separated: nginx-proxy, nginx-limit, haproxy, seda [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub fronts: Option<Vec<String>>,
+    /// Load shapes, comma-separated: spike, open-Fx (F times the capacity), drop
+    /// [default: spike, open-1.5x, open-3x, open-10x, drop].
+    #[arg(long, value_delimiter = ',')]
+    pub shapes: Option<Vec<String>>,
+    /// Runs of each (shape, front) [default: 3; quick: 1].
+    #[arg(long)]
+    pub repeats: Option<usize>,
+    /// gunicorn sync workers, even [default: 4; quick: 2].
+    #[arg(long)]
+    pub workers: Option<u32>,
+    /// CPU cost of a request, ms [default: 20; quick: 10].
+    #[arg(long)]
+    pub work_ms: Option<f64>,
+    /// Its distribution: fixed, exp, bimodal (95 % cost N, 5 % 40 N).
+    #[arg(long, default_value = "fixed")]
+    pub dist: String,
+    /// p90 target, ms [default: 200; quick: 100].
+    #[arg(long)]
+    pub target_ms: Option<f64>,
+    /// Seed of the load.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The `seda` binary whose `serve --proxy` is measured [default: this one].
+    #[arg(long)]
+    pub seda: Option<PathBuf>,
 }
 
 /// Arguments of `seda experiment flash`.
@@ -267,7 +320,48 @@ pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
         ExperimentCommand::Soak(a) => soak_cmd(a),
         ExperimentCommand::ScaleOut(a) => crate::haproxy::scale_out_cmd(a),
         ExperimentCommand::Flash(a) => flash_cmd(a),
+        ExperimentCommand::Proxy(a) => proxy_cmd(a),
     }
+}
+
+fn proxy_cmd(a: ProxyArgs) -> Result<(), String> {
+    use seda_experiments::proxy::{self, Front, ProxyConfig, Shape};
+    let seda = match a.seda {
+        Some(p) => p,
+        None => std::env::current_exe().map_err(|e| format!("cannot find the seda binary: {e}"))?,
+    };
+    let mut cfg = if a.quick {
+        ProxyConfig::quick(a.out, seda, a.gunicorn, a.app_dir)
+    } else {
+        ProxyConfig::full(a.out, seda, a.gunicorn, a.app_dir)
+    };
+    if let Some(f) = a.fronts {
+        cfg.fronts = f
+            .iter()
+            .map(|n| Front::by_name(n.trim()))
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(s) = a.shapes {
+        cfg.shapes = s
+            .iter()
+            .map(|n| Shape::by_name(n.trim()))
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(v) = a.repeats {
+        cfg.repeats = v;
+    }
+    if let Some(v) = a.workers {
+        cfg.workers = v;
+    }
+    if let Some(v) = a.work_ms {
+        cfg.work_ms = v;
+    }
+    if let Some(v) = a.target_ms {
+        cfg.target_ms = v;
+    }
+    cfg.dist = a.dist;
+    cfg.seed = a.seed;
+    proxy::run(&cfg, &mut |l| eprintln!("{l}")).map(|_| ())
 }
 
 fn flash_cmd(a: FlashArgs) -> Result<(), String> {

@@ -15,6 +15,7 @@
 //! | [`colors`] | `colors` | libasync-mp thesis 5.2: an SFS-like sealing server, colors vs one color |
 //! | [`scale_out`] | `scale-out` | replicas of `seda serve` behind HAProxy (agent checks, retried 503s) |
 //! | [`soak`] | `soak` | Haboob under cycles of overload and hostile clients, memory watched |
+//! | [`proxy`] | `proxy` | `seda serve --proxy` in front of gunicorn against nginx and HAProxy (issue 26) |
 //!
 //! [`harness`] holds what they share: server processes, stats polling, HAProxy,
 //! cgroups, charts, the machine's description and the output files.
@@ -27,5 +28,6 @@ pub mod flash;
 pub mod gnutella;
 pub mod harness;
 pub mod overload;
+pub mod proxy;
 pub mod scale_out;
 pub mod soak;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Rerun `seda experiment proxy` (issue 26, item 3): `seda serve --proxy` with only a p90
+# target in front of gunicorn (sync workers, bench/proxy/app.py) against nginx
+# proxy_pass, nginx limit_req + limit_conn and HAProxy maxconn + timeout queue, under a
+# closed-loop spike, open loops at 1.5x/3x/10x the capacity and half the workers lost
+# mid-run. Writes docs/proxy/full (about an hour) or, with --quick, docs/proxy/quick
+# (about five minutes). Extra arguments go to `seda experiment proxy` (e.g.
+# --shapes drop --fronts seda,haproxy, --repeats 1).
+#
+# It needs the whole machine: it takes the benchmark lock and waits for a quiet
+# machine (bench/lib.sh), and prints the load average, which the results record too.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. bench/lib.sh
+bench_lock
+OUT=docs/proxy/full
+for a in "$@"; do [[ $a == --quick ]] && OUT=docs/proxy/quick; done
+GUNICORN=$(bench/proxy/install.sh)
+bench_need nginx nginx >/dev/null
+bench_need haproxy haproxy >/dev/null
+if [[ -z "${SEDA_BIN:-}" ]]; then
+    cargo build --release -q -p seda-cli
+    SEDA_BIN="${CARGO_TARGET_DIR:-target}/release/seda"
+fi
+bench_begin proxy
+"$SEDA_BIN" experiment proxy --gunicorn "$GUNICORN" --app-dir bench/proxy --out "$OUT" "$@"

@@ -1,0 +1,51 @@
+//! `seda experiment proxy` (issue 26, item 3): the front door in front of a backend
+//! that no one here wrote, against the fronts people put there today.
+//!
+//! The backend is gunicorn with sync workers serving `bench/proxy/app.py` (one
+//! CPU-bound endpoint, `GET /work?ms=N&dist=D`; `bench/proxy/install.sh` installs
+//! gunicorn from PyPI): a worker serves one request at a time, so the backend's
+//! capacity is about workers / cost, and a request beyond it waits in gunicorn's
+//! listen queue. Every run starts a fresh backend and a fresh front.
+//!
+//! 1. **Knee**: closed-loop users without think time straight at the backend, a
+//!    staircase of user counts; the capacity is the best step's requests/s. Every
+//!    limit below that needs a number (nginx's rate, HAProxy's connections) is sized
+//!    from it; `seda serve` is told only its p90 target.
+//! 2. **Load shapes** ([`Shape`]), each in three phases (before, overload, after):
+//!    - `spike`: closed-loop users (20 ms think, a refused or failed user waits
+//!      `retry_wait`), base -> spike -> base, as `seda experiment overload`;
+//!    - `open-1.5x`, `open-3x`, `open-10x`: Poisson arrivals (no back-off, no think)
+//!      at half the capacity, then the factor times the capacity, then half again;
+//!    - `drop`: Poisson arrivals at 0.8x the capacity throughout; the backend loses
+//!      half its workers (gunicorn's `TTOU`, once per worker) when the middle phase
+//!      starts, so the same load is 1.6x what it can serve, and gets them back
+//!      (`TTIN`) when the last phase starts.
+//! 3. **Fronts** ([`Front`]), same backend: nginx `proxy_pass` (keep-alive upstream,
+//!    no limit); nginx `limit_req` at the measured capacity with a burst of one
+//!    target's worth plus `limit_conn` at the requests in flight the target allows
+//!    (capacity x target, at least the workers); HAProxy with `maxconn` = the
+//!    workers on the server and `timeout queue` = the target (its documented
+//!    overload protection: a request that waits longer in its queue gets `503`);
+//!    `seda serve --proxy` with only `--rt-target-ms`.
+//!
+//! Each run's figures ([`ShapeMetrics`]) are by completion time, from the client's
+//! per-second series and per-phase totals: the overload phase's served requests/s
+//! against the capacity at the time (half of it during `drop`'s middle phase), its
+//! p90, the run's p99, 503s and errors per second, and the time to recover (the
+//! overload phase's first second from which every second's p90 stays within 1.2x the
+//! target, as in `seda experiment overload`). Each (shape, front) is repeated
+//! `repeats` times; the table gives the median and [min-max].
+//!
+//! Not in this version: the second class of requests, the runtime's other admission
+//! policies as fronts, and series at 100 ms resolution (the load generator's series
+//! are per second).
+
+mod config;
+mod output;
+mod results;
+mod runner;
+
+pub use config::{Front, ProxyConfig, Shape};
+pub use output::write_outputs;
+pub use results::{ProxyResults, ProxyRun, ShapeMetrics};
+pub use runner::{haproxy_config, nginx_limits, run, shape_metrics};

@@ -1,0 +1,210 @@
+//! `runs.json`, `table.md` (per shape, per front: median [min-max] over the repeats)
+//! and two charts per shape, one question each: `SHAPE-p90.svg` (does the served p90
+//! hold the target, second by second?) and `SHAPE-served.svg` (how much does each
+//! front serve, against the backend's capacity?). Charts show each front's first
+//! repeat.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::results::{ProxyResults, ProxyRun, ShapeMetrics};
+use crate::harness::plot::{Chart, Series, line_chart, tick};
+use crate::harness::write_runs_and_table;
+
+/// Writes every output file of `r` to `out`.
+pub fn write_outputs(out: &Path, r: &ProxyResults) -> Result<(), String> {
+    write_runs_and_table(out, r, table(r))?;
+    for shape in shapes(r) {
+        let runs: Vec<&ProxyRun> = r
+            .runs
+            .iter()
+            .filter(|x| x.shape == shape && x.repeat == 0)
+            .collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let series = |f: fn(&seda_load::report::TimePoint) -> f64| -> Vec<Series> {
+            runs.iter()
+                .map(|x| Series {
+                    name: x.front.clone(),
+                    points: x.series.iter().map(|p| (p.t as f64, f(p))).collect(),
+                })
+                .collect()
+        };
+        let mut p90 = series(|p| p.rt_p90_ms);
+        let target = target_ms(r);
+        let end = runs
+            .iter()
+            .flat_map(|x| x.series.last().map(|p| p.t as f64))
+            .fold(0.0, f64::max);
+        p90.push(Series {
+            name: format!("target {} ms", tick(target)),
+            points: vec![(0.0, target), (end, target)],
+        });
+        let title = format!("{shape}: p90 of served requests per second (log)");
+        line_chart(
+            &out.join(format!("{shape}-p90.svg")),
+            &Chart {
+                title: &title,
+                x_label: "time, s",
+                y_label: "p90, ms",
+                x_log: false,
+                y_log: true,
+                y_range: None,
+            },
+            &p90,
+        )?;
+        let mut served = series(|p| p.completed as f64);
+        let cap: Vec<(f64, f64)> = capacity_line(r, &runs[0].shape, end);
+        served.push(Series {
+            name: "backend capacity".into(),
+            points: cap,
+        });
+        let title = format!("{shape}: requests served (2xx) per second");
+        line_chart(
+            &out.join(format!("{shape}-served.svg")),
+            &Chart {
+                title: &title,
+                x_label: "time, s",
+                y_label: "served/s",
+                x_log: false,
+                y_log: false,
+                y_range: None,
+            },
+            &served,
+        )?;
+    }
+    Ok(())
+}
+
+fn target_ms(r: &ProxyResults) -> f64 {
+    r.setup["target_ms"].as_f64().unwrap_or(0.0)
+}
+
+/// The backend's capacity over time (halved in `drop`'s middle phase).
+fn capacity_line(r: &ProxyResults, shape: &str, end: f64) -> Vec<(f64, f64)> {
+    let c = r.capacity_rps;
+    if shape != "drop" {
+        return vec![(0.0, c), (end, c)];
+    }
+    let p = |i: usize| r.setup["phases_s"][i].as_f64().unwrap_or(0.0);
+    let (a, b) = (p(0), p(0) + p(1));
+    vec![
+        (0.0, c),
+        (a, c),
+        (a, c / 2.0),
+        (b, c / 2.0),
+        (b, c),
+        (end, c),
+    ]
+}
+
+/// Shapes in the order first run.
+fn shapes(r: &ProxyResults) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for x in &r.runs {
+        if !v.contains(&x.shape) {
+            v.push(x.shape.clone());
+        }
+    }
+    v
+}
+
+/// `median [min-max]` of `xs` with `d` decimals (just the value for one repeat).
+fn spread(mut xs: Vec<f64>, d: usize) -> String {
+    xs.sort_by(f64::total_cmp);
+    match xs.len() {
+        0 => "-".into(),
+        1 => format!("{:.d$}", xs[0]),
+        n => format!("{:.d$} [{:.d$}-{:.d$}]", xs[n / 2], xs[0], xs[n - 1]),
+    }
+}
+
+fn recover(xs: Vec<Option<u64>>) -> String {
+    let never = xs.iter().filter(|x| x.is_none()).count();
+    let mut s: Vec<f64> = xs.into_iter().flatten().map(|v| v as f64).collect();
+    if s.is_empty() {
+        return "never".into();
+    }
+    s.sort_by(f64::total_cmp);
+    let mut out = spread(s, 0);
+    if never > 0 {
+        let _ = write!(out, " ({never} never)");
+    }
+    out
+}
+
+fn table(r: &ProxyResults) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "# seda experiment proxy, {}\n", r.date);
+    let _ = writeln!(t, "Setup: `{}`\n", r.setup);
+    let knee: Vec<String> = r
+        .knee
+        .iter()
+        .map(|(u, x)| format!("{u} users {x:.1}/s"))
+        .collect();
+    let _ = writeln!(
+        t,
+        "Capacity at the knee: **{:.1} req/s** ({}).\n",
+        r.capacity_rps,
+        knee.join(", ")
+    );
+    let target = target_ms(r);
+    for shape in shapes(r) {
+        let _ = writeln!(t, "## {shape}\n");
+        let _ = writeln!(
+            t,
+            "| front | served/s | of capacity | p90 ms (target {}) | p99 ms | 503/s | errors | recover s | after s |",
+            tick(target)
+        );
+        let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let mut fronts: Vec<&str> = Vec::new();
+        for x in r.runs.iter().filter(|x| x.shape == shape) {
+            if !fronts.contains(&x.front.as_str()) {
+                fronts.push(&x.front);
+            }
+        }
+        for f in fronts {
+            let ms: Vec<&ShapeMetrics> = r
+                .runs
+                .iter()
+                .filter(|x| x.shape == shape && x.front == f)
+                .map(|x| &x.metrics)
+                .collect();
+            let col = |g: fn(&ShapeMetrics) -> f64, d| spread(ms.iter().map(|m| g(m)).collect(), d);
+            let _ = writeln!(
+                t,
+                "| {f} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                col(|m| m.served_rps, 1),
+                col(|m| m.served_of_capacity, 2),
+                col(|m| m.p90_ms, 0),
+                col(|m| m.p99_ms, 0),
+                col(|m| m.refused_rps, 1),
+                col(|m| m.errors as f64, 0),
+                recover(ms.iter().map(|m| m.recover_s).collect()),
+                recover(ms.iter().map(|m| m.after_recover_s).collect()),
+            );
+        }
+        let _ = writeln!(t);
+    }
+    if !r.failed.is_empty() {
+        let _ = writeln!(t, "## Failed runs\n");
+        for (id, why) in &r.failed {
+            let _ = writeln!(t, "- {id}: {why}");
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spreads_show_the_median_and_the_range() {
+        assert_eq!(spread(vec![3.0, 1.0, 2.0], 1), "2.0 [1.0-3.0]");
+        assert_eq!(spread(vec![5.0], 0), "5");
+        assert_eq!(recover(vec![Some(1), None, Some(3)]), "3 [1-3] (1 never)");
+        assert_eq!(recover(vec![None]), "never");
+    }
+}

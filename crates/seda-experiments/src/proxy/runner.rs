@@ -1,0 +1,597 @@
+//! Runs the plan: the backend (a fresh gunicorn per run), the knee, then every
+//! (shape, front, repeat) with its load, and the outputs after every run.
+
+use std::fs;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+
+use super::config::{Front, ProxyConfig, Shape};
+use super::output::write_outputs;
+use super::results::{ProxyResults, ProxyRun, ShapeMetrics};
+use crate::harness::haproxy::process::signal_group;
+use crate::harness::haproxy::{HaproxyProcess, ensure_haproxy};
+use crate::harness::server::{ServerKind, ServerProcess, ServerSpec, free_port};
+use crate::harness::stats::http_get;
+use crate::harness::{date_utc, load_average, machine_summary};
+use crate::overload::metrics::{phase_metrics, time_to_recover};
+use seda_load::client::{LoadConfig, Mode, RequestMix};
+use seda_load::report::LoadReport;
+use seda_load::schedule::{Phase, Schedule};
+
+/// Closed-loop think time of the spike (as `seda experiment overload`).
+const THINK: Duration = Duration::from_millis(20);
+/// Requests per client connection.
+const REQS_PER_CONN: u32 = 100;
+
+/// Runs the experiment, logging progress through `log`.
+pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults, String> {
+    cfg.check()?;
+    fs::create_dir_all(&cfg.out)
+        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+    let haproxy = if cfg.fronts.contains(&Front::Haproxy) {
+        Some(ensure_haproxy(log)?)
+    } else {
+        None
+    };
+    let loadavg = load_average();
+    let eta = cfg.eta();
+    log(&format!(
+        "plan: knee + {} runs; ETA {} min {} s; load average at start {}",
+        cfg.fronts.len() * cfg.shapes.len() * cfg.repeats,
+        eta.as_secs() / 60,
+        eta.as_secs() % 60,
+        loadavg.map_or("?".into(), |l| format!("{:.2}", l.0))
+    ));
+    let root = tempfile::Builder::new()
+        .prefix("seda-proxy-root-")
+        .tempdir()
+        .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+    let iter_per_ms = calibrate(cfg)?;
+    log(&format!(
+        "app.py: {iter_per_ms:.1} hash iterations per ms (best of 5, for every worker)"
+    ));
+    let cfg = &ProxyConfig {
+        iter_per_ms: Some(iter_per_ms),
+        ..cfg.clone()
+    };
+    let knee = knee(cfg, log)?;
+    let capacity = knee.iter().map(|k| k.1).fold(0.0, f64::max);
+    if capacity < 1.0 {
+        return Err(format!("the backend served nothing at the knee: {knee:?}"));
+    }
+    log(&format!("capacity at the knee: {capacity:.1} req/s"));
+    let mut results = ProxyResults {
+        experiment: "proxy".into(),
+        date: date_utc(),
+        setup: serde_json::json!({
+            "machine": machine_summary(),
+            "load_average_at_start": loadavg.map(|(a, b, c)| [a, b, c]),
+            "workers": cfg.workers,
+            "work_ms": cfg.work_ms,
+            "dist": cfg.dist,
+            "target_ms": cfg.target_ms,
+            "phases_s": cfg.phases.map(|d| d.as_secs_f64()),
+            "repeats": cfg.repeats,
+            "knee_users": cfg.knee_users,
+            "knee_step_s": cfg.knee_step.as_secs_f64(),
+            "spike_users": cfg.spike_users,
+            "base_users": cfg.base_users,
+            "retry_wait_ms": cfg.retry_wait.as_secs_f64() * 1e3,
+            "max_conns": cfg.max_conns,
+            "timeout_s": cfg.timeout.as_secs_f64(),
+            "seed": cfg.seed,
+            "gunicorn": gunicorn_version(&cfg.gunicorn),
+            "app_iter_per_ms": iter_per_ms,
+        }),
+        capacity_rps: capacity,
+        knee,
+        runs: Vec::new(),
+        failed: Vec::new(),
+    };
+    let total = cfg.fronts.len() * cfg.shapes.len() * cfg.repeats;
+    let mut i = 0;
+    for repeat in 0..cfg.repeats {
+        for &shape in &cfg.shapes {
+            for &front in &cfg.fronts {
+                i += 1;
+                let id = format!("{}/{}/{}", shape.name(), front.name(), repeat + 1);
+                log(&format!("== [{i}/{total}] {id}"));
+                let index = (i - 1) as u64;
+                match run_one(
+                    cfg,
+                    shape,
+                    front,
+                    capacity,
+                    haproxy.as_deref(),
+                    root.path(),
+                    index,
+                ) {
+                    Ok(mut r) => {
+                        r.repeat = repeat;
+                        log(&format!("   {}", line(&r.metrics, cfg.target_ms)));
+                        results.runs.push(r);
+                    }
+                    Err(e) => {
+                        let e = e.split_whitespace().collect::<Vec<_>>().join(" ");
+                        log(&format!("   failed: {e}"));
+                        results.failed.push((id, e));
+                    }
+                }
+                write_outputs(&cfg.out, &results)?;
+            }
+        }
+    }
+    log(&format!(
+        "wrote {}/{{runs.json,table.md,*.svg}}",
+        cfg.out.display()
+    ));
+    Ok(results)
+}
+
+fn line(m: &ShapeMetrics, target_ms: f64) -> String {
+    let rec = |r: Option<u64>| r.map_or_else(|| "never".into(), |s| format!("{s} s"));
+    format!(
+        "served {:.1} req/s ({:.2}x capacity {:.1}), p90 {:.0} ms (target {target_ms:.0}), p99 {:.0} ms, 503 {:.1}/s, errors {}, recover {}, after {}",
+        m.served_rps,
+        m.served_of_capacity,
+        m.capacity_rps,
+        m.p90_ms,
+        m.p99_ms,
+        m.refused_rps,
+        m.errors,
+        rec(m.recover_s),
+        rec(m.after_recover_s),
+    )
+}
+
+/// A gunicorn master with sync workers serving `app.py`, in its own process group.
+struct Backend {
+    child: Child,
+    addr: SocketAddr,
+    log: tempfile::NamedTempFile,
+}
+
+impl Backend {
+    fn start(cfg: &ProxyConfig) -> Result<Backend, String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let log = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+        let out = log.reopen().map_err(|e| e.to_string())?;
+        let err = log.reopen().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&cfg.gunicorn);
+        if let Some(v) = cfg.iter_per_ms {
+            cmd.env("PROXY_APP_ITER_PER_MS", v.to_string());
+        }
+        let child = cmd
+            .args(["-w", &cfg.workers.to_string(), "-k", "sync"])
+            .args(["-b", &addr.to_string(), "--backlog", "4096"])
+            .args(["--timeout", "120", "app:app"])
+            .current_dir(&cfg.app_dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", cfg.gunicorn.display()))?;
+        let mut b = Backend { child, addr, log };
+        let t0 = Instant::now();
+        let path = format!("/work?ms={}&dist=fixed", cfg.work_ms);
+        loop {
+            if let Ok(Some(st)) = b.child.try_wait() {
+                return Err(format!("gunicorn exited at start ({st}): {}", b.tail()));
+            }
+            // Every worker must be up (each calibrates at import): one probe per
+            // worker, on new connections.
+            if (0..cfg.workers).all(|_| {
+                http_get(addr, &path, Duration::from_secs(5)).is_ok_and(|f| f.status == 200)
+            }) {
+                return Ok(b);
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                return Err(format!("gunicorn did not answer within 30 s: {}", b.tail()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends `sig` to the master `n` times, 100 ms apart (gunicorn adds or removes
+    /// one worker per TTIN/TTOU; signals sent at once would merge).
+    fn signal(&self, sig: Signal, n: u32) {
+        for _ in 0..n {
+            if let Some(p) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+                let _ = rustix::process::kill_process(p, sig);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn tail(&self) -> String {
+        let text = fs::read_to_string(self.log.path()).unwrap_or_default();
+        let start = text.len().saturating_sub(1500);
+        text.get(start..).unwrap_or("").trim().to_owned()
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        signal_group(self.child.id(), Signal::TERM);
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal_group(self.child.id(), Signal::KILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// app.py's hashing speed, measured once here (best of five 0.1 s rounds, by the
+/// gunicorn environment's Python) and given to every worker: each worker would
+/// otherwise calibrate at import, while the others do, and a busy machine at that
+/// moment makes every request of the run cheaper than its nominal cost.
+fn calibrate(cfg: &ProxyConfig) -> Result<f64, String> {
+    let python = cfg.gunicorn.with_file_name("python3");
+    let code = "import time, app\n\
+                best = 0.0\n\
+                for _ in range(5):\n\
+                \x20   n = 64\n\
+                \x20   while True:\n\
+                \x20       t0 = time.perf_counter(); app._spin(n); dt = time.perf_counter() - t0\n\
+                \x20       if dt > 0.1: break\n\
+                \x20       n *= 2\n\
+                \x20   best = max(best, n / (dt * 1000.0))\n\
+                print(best)\n";
+    let out = Command::new(&python)
+        .args(["-c", code])
+        .current_dir(&cfg.app_dir)
+        .env("PROXY_APP_ITER_PER_MS", "1")
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .ok_or_else(|| {
+            format!(
+                "calibrating app.py failed: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+fn gunicorn_version(bin: &Path) -> String {
+    Command::new(bin)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn load(
+    cfg: &ProxyConfig,
+    addr: SocketAddr,
+    mode: Mode,
+    phases: Vec<Phase>,
+    seed: u64,
+) -> LoadConfig {
+    LoadConfig {
+        addr,
+        host: addr.to_string(),
+        mode,
+        requests: RequestMix::Path(format!("/work?ms={}&dist={}", cfg.work_ms, cfg.dist)),
+        headers: Vec::new(),
+        schedule: Schedule { phases },
+        timeout: cfg.timeout,
+        drain: cfg.drain,
+        threads: 1,
+        seed,
+        rt_target: Some(Duration::from_secs_f64(cfg.target_ms / 1e3)),
+        retry_wait: Some(cfg.retry_wait),
+    }
+}
+
+/// The knee: closed-loop users without think time straight at the backend.
+fn knee(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<Vec<(u64, f64)>, String> {
+    let backend = Backend::start(cfg)?;
+    let phases = cfg
+        .knee_users
+        .iter()
+        .map(|&u| Phase {
+            duration: cfg.knee_step,
+            level: u as f64,
+        })
+        .collect();
+    let mode = Mode::Closed {
+        think: Duration::ZERO,
+        reqs_per_conn: REQS_PER_CONN,
+    };
+    let mut l = load(cfg, backend.addr, mode, phases, cfg.seed);
+    l.drain = Duration::from_secs(1);
+    let report = seda_load::client::run(&l, |_, _| {})?;
+    let steps: Vec<(u64, f64)> = report
+        .phases
+        .iter()
+        .zip(&cfg.knee_users)
+        .map(|(p, &u)| {
+            let secs = p.end_s.saturating_sub(p.start_s).max(1) as f64;
+            (u, p.completed as f64 / secs)
+        })
+        .collect();
+    for (u, r) in &steps {
+        log(&format!("knee: {u} users -> {r:.1} req/s"));
+    }
+    Ok(steps)
+}
+
+/// A running front.
+enum Running {
+    Server(ServerProcess),
+    Haproxy(HaproxyProcess),
+}
+
+impl Running {
+    fn addr(&self) -> SocketAddr {
+        match self {
+            Running::Server(s) => s.addr(),
+            Running::Haproxy(h) => h.addr(),
+        }
+    }
+
+    fn stop(self) {
+        match self {
+            Running::Server(s) => {
+                if let Err(e) = s.stop() {
+                    eprintln!("   {e}");
+                }
+            }
+            Running::Haproxy(h) => h.stop(),
+        }
+    }
+}
+
+/// nginx's `limit_req` + `limit_conn` at `capacity`: the rate, a burst of one target's
+/// worth, and the requests in flight the target allows (at least the workers).
+pub fn nginx_limits(capacity: f64, target_ms: f64, workers: u32) -> (String, String) {
+    let rate = capacity.round().max(1.0);
+    let burst = (capacity * target_ms / 1e3).round().max(1.0);
+    let conns = burst.max(f64::from(workers));
+    (
+        format!(
+            "\x20 limit_req_zone $binary_remote_addr zone=work:1m rate={rate}r/s;\n\
+             \x20 limit_conn_zone $binary_remote_addr zone=inflight:1m;"
+        ),
+        format!(
+            "limit_req zone=work burst={burst}; limit_req_status 503; \
+             limit_conn inflight {conns}; limit_conn_status 503;"
+        ),
+    )
+}
+
+/// HAProxy in front of `upstream`: `maxconn` = the workers on the server, a request
+/// that waits longer than the target in HAProxy's queue gets 503.
+pub fn haproxy_config(
+    bind: SocketAddr,
+    upstream: SocketAddr,
+    workers: u32,
+    target_ms: f64,
+) -> String {
+    format!(
+        "global\n  maxconn 8000\n\
+         defaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n  \
+         timeout queue {}ms\n  option http-keep-alive\n\
+         frontend front\n  bind {bind}\n  default_backend gunicorn\n\
+         backend gunicorn\n  server g1 {upstream} maxconn {workers}\n",
+        target_ms.round() as u64
+    )
+}
+
+fn start_front(
+    cfg: &ProxyConfig,
+    front: Front,
+    upstream: SocketAddr,
+    capacity: f64,
+    haproxy: Option<&Path>,
+    root: &Path,
+) -> Result<(Running, String), String> {
+    let nginx = |http: String, location: String| -> Result<(Running, String), String> {
+        let spec = ServerSpec {
+            name: front.name().into(),
+            kind: ServerKind::NginxProxy {
+                workers: 1,
+                upstream,
+                http,
+                location,
+            },
+        };
+        let d = spec.describe();
+        Ok((Running::Server(ServerProcess::start(&spec, root)?), d))
+    };
+    match front {
+        Front::NginxProxy => nginx(String::new(), String::new()),
+        Front::NginxLimit => {
+            let (http, location) = nginx_limits(capacity, cfg.target_ms, cfg.workers);
+            nginx(http, location)
+        }
+        Front::Haproxy => {
+            let bin = haproxy.ok_or("no haproxy")?;
+            let bind = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+            let text = haproxy_config(bind, upstream, cfg.workers, cfg.target_ms);
+            let d = format!(
+                "haproxy: server maxconn {}, timeout queue {} ms",
+                cfg.workers, cfg.target_ms
+            );
+            Ok((
+                Running::Haproxy(HaproxyProcess::start(bin, &text, bind)?),
+                d,
+            ))
+        }
+        Front::Seda => {
+            let extra: Vec<String> = vec![
+                "--proxy".into(),
+                format!("/work=http://{upstream}"),
+                "--rt-target-ms".into(),
+                cfg.target_ms.to_string(),
+                "--shutdown-grace".into(),
+                "1".into(),
+            ];
+            let d = format!("seda serve {}", extra.join(" "));
+            let spec = ServerSpec {
+                name: "seda".into(),
+                kind: ServerKind::Haboob {
+                    seda: cfg.seda.clone(),
+                    cache_mb: 16,
+                    extra,
+                },
+            };
+            Ok((Running::Server(ServerProcess::start(&spec, root)?), d))
+        }
+    }
+}
+
+fn run_one(
+    cfg: &ProxyConfig,
+    shape: Shape,
+    front: Front,
+    capacity: f64,
+    haproxy: Option<&Path>,
+    root: &Path,
+    index: u64,
+) -> Result<ProxyRun, String> {
+    let backend = Backend::start(cfg)?;
+    let (running, front_config) = start_front(cfg, front, backend.addr, capacity, haproxy, root)?;
+    let [p0, p1, p2] = cfg.phases;
+    let phase = |duration, level| Phase { duration, level };
+    let open = Mode::Open {
+        reqs_per_conn: REQS_PER_CONN,
+        max_conns: cfg.max_conns,
+    };
+    let (mode, phases, capacity_then) = match shape {
+        Shape::Spike => (
+            Mode::Closed {
+                think: THINK,
+                reqs_per_conn: REQS_PER_CONN,
+            },
+            vec![
+                phase(p0, cfg.base_users as f64),
+                phase(p1, cfg.spike_users as f64),
+                phase(p2, cfg.base_users as f64),
+            ],
+            capacity,
+        ),
+        Shape::Open(f) => (
+            open,
+            vec![
+                phase(p0, capacity * 0.5),
+                phase(p1, capacity * f),
+                phase(p2, capacity * 0.5),
+            ],
+            capacity,
+        ),
+        Shape::Drop => (
+            open,
+            vec![
+                phase(p0, capacity * 0.8),
+                phase(p1, capacity * 0.8),
+                phase(p2, capacity * 0.8),
+            ],
+            capacity / 2.0,
+        ),
+    };
+    let l = load(
+        cfg,
+        running.addr(),
+        mode,
+        phases,
+        cfg.seed.wrapping_add(index),
+    );
+    let report: Result<LoadReport, String> = std::thread::scope(|s| {
+        if shape == Shape::Drop {
+            let b = &backend;
+            let half = cfg.workers / 2;
+            s.spawn(move || {
+                std::thread::sleep(p0);
+                b.signal(Signal::TTOU, half);
+                std::thread::sleep(p1.saturating_sub(Duration::from_millis(100) * half));
+                b.signal(Signal::TTIN, half);
+            });
+        }
+        seda_load::client::run(&l, |_, _| {})
+    });
+    let tail = backend.tail();
+    running.stop();
+    drop(backend);
+    let report = report.map_err(|e| format!("{e}; gunicorn: {tail}"))?;
+    let metrics = shape_metrics(&report, cfg.target_ms, capacity_then)
+        .ok_or("the load report has fewer than three phases")?;
+    Ok(ProxyRun {
+        shape: shape.name(),
+        front: front.name().into(),
+        repeat: 0,
+        front_config,
+        metrics,
+        phases: report.phases.clone(),
+        series: report.timeseries.clone(),
+    })
+}
+
+/// The run's figures (see [`ShapeMetrics`]); `None` without three phases.
+pub fn shape_metrics(r: &LoadReport, target_ms: f64, capacity: f64) -> Option<ShapeMetrics> {
+    let mid = phase_metrics(r, 1, target_ms)?;
+    let last = r.phases.get(2)?;
+    let p99_ms = r
+        .cdf
+        .iter()
+        .find(|p| p.p >= 0.99)
+        .or(r.cdf.last())
+        .map_or(0.0, |p| p.rt_ms);
+    let secs = mid.end_s.saturating_sub(mid.start_s).max(1) as f64;
+    Some(ShapeMetrics {
+        capacity_rps: capacity,
+        served_rps: mid.throughput_rps,
+        served_of_capacity: if capacity > 0.0 {
+            mid.throughput_rps / capacity
+        } else {
+            0.0
+        },
+        p90_ms: mid.p90_ms,
+        p99_ms,
+        refused_rps: mid.rejected as f64 / secs,
+        errors: r.errors,
+        error_kinds: r.errors_by_kind.clone(),
+        recover_s: mid.recover_s,
+        after_recover_s: time_to_recover(&r.timeseries, last.start_s, last.end_s, target_ms),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limits_are_sized_from_the_capacity_and_the_target() {
+        let (http, location) = nginx_limits(187.4, 100.0, 2);
+        assert!(http.contains("rate=187r/s"), "{http}");
+        assert!(location.contains("burst=19;"), "{location}");
+        assert!(location.contains("limit_conn inflight 19;"), "{location}");
+        assert!(
+            nginx_limits(10.0, 100.0, 4)
+                .1
+                .contains("limit_conn inflight 4;")
+        );
+        let h = haproxy_config(
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+            4,
+            200.0,
+        );
+        assert!(h.contains("server g1 127.0.0.1:2 maxconn 4"), "{h}");
+        assert!(h.contains("timeout queue 200ms"), "{h}");
+    }
+}
