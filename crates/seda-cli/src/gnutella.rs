@@ -303,6 +303,19 @@ pub struct LoadArgs {
     /// Seed of the mix.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Of the peers, leaves (X-Ultrapeer: False): each sends a query routing table
+    /// of --leaf-words words and gets only the queries it matches.
+    #[arg(long, default_value_t = 0)]
+    pub leaves: usize,
+    /// Words queries are drawn from when there are leaves.
+    #[arg(long, default_value_t = 1000)]
+    pub vocabulary: usize,
+    /// Words each leaf shares.
+    #[arg(long, default_value_t = 100)]
+    pub leaf_words: usize,
+    /// Words per query when there are leaves.
+    #[arg(long, default_value_t = 1)]
+    pub query_words: usize,
     /// Write the report as JSON here (else a summary on stdout).
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -321,6 +334,10 @@ pub fn load(a: LoadArgs) -> Result<(), String> {
         query_bytes: a.query_bytes,
         hit_fraction: a.hit_fraction,
         seed: a.seed,
+        leaves: a.leaves,
+        vocabulary: a.vocabulary,
+        leaf_words: a.leaf_words,
+        query_words: a.query_words,
         ..seda_load::gnutella::LoadConfig::default()
     };
     let report = seda_load::gnutella::run(&cfg)?;
@@ -357,6 +374,10 @@ pub struct Fig14Args {
     /// Router queue length above which the controller adds a thread.
     #[arg(long, default_value_t = 100)]
     pub queue_threshold: usize,
+    /// Of the peers, leaves with query routing tables: the router runs as a full
+    /// ultrapeer (pong cache, QRP) and the table reports what they saved.
+    #[arg(long, default_value_t = 0)]
+    pub leaves: usize,
 }
 
 /// Runs `seda experiment gnutella`.
@@ -369,8 +390,12 @@ pub fn fig14(a: Fig14Args) -> Result<(), String> {
         query_delay: secs("--query-delay-ms", a.query_delay_ms / 1000.0)?,
         peers: a.peers,
         queue_threshold: a.queue_threshold,
+        leaves: a.leaves,
         ..experiment::Fig14Config::default()
     };
+    if cfg.leaves >= cfg.peers {
+        return Err("--leaves must leave at least one ultrapeer among --peers".into());
+    }
     if cfg.rates.iter().any(|r| !(r.is_finite() && *r > 0.0)) {
         return Err("--rates: every rate must be positive".into());
     }
@@ -402,6 +427,14 @@ pub struct ThroughputArgs {
     /// Message mix.
     #[arg(long, default_value = "ping=85,query=15")]
     pub mix: String,
+    /// Of the peers, leaves with query routing tables: the router runs as an
+    /// ultrapeer (pong cache, QRP) and alone, reporting what QRP filtered and what
+    /// the pong cache saved (the plain loop speaks neither).
+    #[arg(long, default_value_t = 0)]
+    pub leaves: usize,
+    /// Words per query when there are leaves.
+    #[arg(long, default_value_t = 1)]
+    pub query_words: usize,
 }
 
 /// Runs `seda experiment gnutella-throughput`.
@@ -413,7 +446,12 @@ pub fn throughput(a: ThroughputArgs) -> Result<(), String> {
         rounds: a.rounds.max(1),
         threads: a.threads,
         mix: seda_load::gnutella::Mix::parse(&a.mix)?,
+        leaves: a.leaves,
+        query_words: a.query_words,
     };
+    if cfg.leaves >= cfg.peers {
+        return Err("--leaves must leave at least one ultrapeer among --peers".into());
+    }
     let load = seda_experiments::harness::load_average_text();
     let r = bench::throughput(&cfg, &mut |l| eprintln!("{l}"))?;
     std::fs::create_dir_all(&a.out)

@@ -190,3 +190,50 @@ fn the_peers_codec_agrees_with_the_routers() {
     let (accept, _) = Block::parse(wire::ACCEPT_BLOCK).unwrap().unwrap();
     assert_eq!(accept.status(), Some(200));
 }
+
+#[test]
+fn simulated_leaves_get_only_the_queries_their_tables_match() {
+    // The router as an ultrapeer (pong cache, QRP); two of four peers are leaves
+    // sharing 5 words of 20; one-word queries: a leaf's table matches a quarter.
+    let r = TestRouter::start(RouterConfig {
+        advertise: Some("192.0.2.1:6346".parse().unwrap()),
+        ..RouterConfig::default()
+    });
+    let report = run(&LoadConfig {
+        router: r.addr(),
+        peers: 4,
+        leaves: 2,
+        vocabulary: 20,
+        leaf_words: 5,
+        rate: Some(400.0),
+        duration: Duration::from_millis(1500),
+        mix: seda_load::gnutella::Mix::parse("ping=10,query=90").unwrap(),
+        hit_fraction: 0.0,
+        ..LoadConfig::default()
+    })
+    .unwrap();
+    let s = r.router.stats();
+    // Counted over the run: the peers' links close as the run ends, so the router
+    // may already hold fewer leaves and tables when it is asked.
+    assert_eq!(
+        (s.event("handshake_ok"), s.qrp.tables_received),
+        (4, 2),
+        "{s:?}"
+    );
+    let (sent, filtered) = (s.qrp.leaf_copies, s.qrp.leaf_filtered);
+    assert!(sent > 0 && filtered > 0, "{:?}", s.qrp);
+    // Each leaf matches 5 of 20 words: about a quarter of the copies pass.
+    let share = sent as f64 / (sent + filtered) as f64;
+    assert!((0.1..0.45).contains(&share), "share {share}: {:?}", s.qrp);
+    // What the router sent the leaves, they received (but what was in flight).
+    assert!(report.leaf_query_copies <= sent);
+    assert!(
+        report.leaf_query_copies + 20 + sent / 5 >= sent,
+        "{}",
+        report.text()
+    );
+    // Pings are answered from the pong cache, never broadcast.
+    assert!(s.pong_cache.pings_answered + s.pong_cache.throttled > 0);
+    assert_eq!(s.routed.get("ping"), None);
+    assert_eq!(report.closed_by_router, 0);
+}

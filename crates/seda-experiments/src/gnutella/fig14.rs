@@ -41,6 +41,10 @@ pub struct Fig14Config {
     pub queue_threshold: usize,
     /// Most router threads with the controller. Default 20.
     pub max_threads: usize,
+    /// Of the peers, leaves with query routing tables (SEDA's rerun: 0). With
+    /// leaves the router runs as a full ultrapeer: pong cache on (pings are no
+    /// longer broadcast), queries to leaves filtered by their tables.
+    pub leaves: usize,
 }
 
 impl Default for Fig14Config {
@@ -53,6 +57,7 @@ impl Default for Fig14Config {
             peers: 4,
             queue_threshold: 100,
             max_threads: 20,
+            leaves: 0,
         }
     }
 }
@@ -75,6 +80,9 @@ pub struct Fig14Run {
     pub controller: bool,
     /// Offered packets/s.
     pub rate: f64,
+    /// Leaves among the peers.
+    #[serde(default)]
+    pub leaves: usize,
     /// Ping one-way latency (after the warm-up).
     pub ping: KindStats,
     /// Query one-way latency (after the warm-up).
@@ -115,14 +123,20 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
         &rt,
         RouterConfig {
             max_peers: cfg.peers + 4,
+            max_leaves: cfg.leaves + 4,
             min_outgoing: 0,
             query_delay: Some(cfg.query_delay),
             router_threads: (1, if controller { cfg.max_threads } else { 1 }),
             router_pool_controller: controller,
             router_queue_threshold: cfg.queue_threshold,
             advertise: Some(std::net::SocketAddr::from(BENCH_ADVERTISE)),
-            // SEDA's traffic model: every ping is broadcast, as the paper's router did.
-            pong_cache: None,
+            // SEDA's traffic model: every ping is broadcast, as the paper's router did;
+            // with leaves, today's ultrapeer: pings answered from the pong cache.
+            pong_cache: if cfg.leaves > 0 {
+                RouterConfig::default().pong_cache
+            } else {
+                None
+            },
             ..RouterConfig::default()
         },
     )
@@ -154,6 +168,7 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
         duration: cfg.duration,
         warmup: cfg.warmup,
         hit_fraction: 0.0,
+        leaves: cfg.leaves,
         ..LoadConfig::default()
     });
     stop.store(true, Relaxed);
@@ -166,6 +181,7 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
     Ok(Fig14Run {
         controller,
         rate,
+        leaves: cfg.leaves,
         ping: kind("ping"),
         query: kind("query"),
         max_threads: samples.iter().map(|s| s.threads).max().unwrap_or(0),
@@ -206,8 +222,17 @@ pub fn run(cfg: &Fig14Config, log: &mut dyn FnMut(&str)) -> Result<Fig14Results,
         machine: machine_summary(),
         loadavg_start,
         settings: format!(
-            "{} peers, {:.0} s per run ({:.0} s warm-up left out of the means), {:.0} ms per query, 15 % queries, queue threshold {}, max {} threads",
+            "{} peers{}, {:.0} s per run ({:.0} s warm-up left out of the means), {:.0} ms per query, 15 % queries, queue threshold {}, max {} threads",
             cfg.peers,
+            if cfg.leaves > 0 {
+                format!(
+                    " of which {} leaves (the router as an ultrapeer: pong cache, QRP; \
+                     one-word queries from 1,000 words, 100 shared per leaf)",
+                    cfg.leaves
+                )
+            } else {
+                String::new()
+            },
             cfg.duration.as_secs_f64(),
             cfg.warmup.as_secs_f64(),
             cfg.query_delay.as_secs_f64() * 1000.0,
@@ -237,6 +262,9 @@ pub fn table(r: &Fig14Results) -> String {
         "SEDA Fig. 14 rerun, {} ({}; load average at start {}).\n{}\n\n",
         r.date, r.machine, r.loadavg_start, r.settings
     );
+    if r.runs.iter().any(|x| x.leaves > 0) {
+        return table_with_leaves(r, s);
+    }
     s.push_str("| mode | pkt/s | ping ms | query ms | paper ping | paper query | threads | max queue | overload drops |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for run in &r.runs {
@@ -262,6 +290,37 @@ pub fn table(r: &Fig14Results) -> String {
             run.max_threads,
             run.max_queue,
             run.overload_drops
+        ));
+    }
+    s
+}
+
+/// The table of a run with leaves: query latency (pings are answered from the
+/// pong cache, so the pong round trip stands beside it), and what query routing
+/// and the pong cache did.
+fn table_with_leaves(r: &Fig14Results, mut s: String) -> String {
+    s.push_str("| mode | pkt/s | query ms | query p90 ms | pong round trip ms | threads | max queue | query copies to leaves | filtered by QRP | pings answered from cache | ping copies saved | pings throttled |\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for run in &r.runs {
+        let pong = run.load.kinds.get("pong").cloned().unwrap_or_default();
+        s.push_str(&format!(
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
+            if run.controller {
+                "controller"
+            } else {
+                "single thread"
+            },
+            run.rate,
+            run.query.mean_ms,
+            run.query.p90_ms,
+            pong.mean_ms,
+            run.max_threads,
+            run.max_queue,
+            run.router.qrp.leaf_copies,
+            run.router.qrp.leaf_filtered,
+            run.router.pong_cache.pings_answered,
+            run.router.pong_cache.copies_saved,
+            run.router.pong_cache.throttled
         ));
     }
     s

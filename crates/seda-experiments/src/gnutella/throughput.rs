@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use seda_gnutella::{Gnutella, GnutellaStats, RouterConfig};
 
 use super::plain::{BENCH_ADVERTISE, PlainLoop};
+use crate::colors::cpu::{CpuCores, CpuSample};
 use seda_load::gnutella::{LoadConfig, LoadReport, Mix};
 
 /// Settings of the throughput comparison.
@@ -27,6 +28,12 @@ pub struct ThroughputConfig {
     pub threads: usize,
     /// Message mix.
     pub mix: Mix,
+    /// Of the peers, leaves (with query routing tables). With leaves the staged
+    /// router runs as an ultrapeer (pong cache on, QRP) and alone: the plain loop
+    /// speaks neither. Default 0.
+    pub leaves: usize,
+    /// Words each query carries when there are leaves. Default 1.
+    pub query_words: usize,
 }
 
 impl Default for ThroughputConfig {
@@ -37,8 +44,27 @@ impl Default for ThroughputConfig {
             rounds: 3,
             threads: 1,
             mix: Mix::default(),
+            leaves: 0,
+            query_words: 1,
         }
     }
+}
+
+/// What the ultrapeer's query routing and pong cache did in a round (leaves only).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Savings {
+    /// Query copies sent to leaves (their tables matched), per second.
+    pub leaf_copies_per_s: f64,
+    /// Query copies a leaf's table kept from it, per second.
+    pub leaf_filtered_per_s: f64,
+    /// Query copies the leaves received, per second (generator's count).
+    pub leaf_received_per_s: f64,
+    /// Pings answered from the pong cache, per second.
+    pub pings_answered_per_s: f64,
+    /// Ping copies a broadcast would have sent, per second.
+    pub ping_copies_saved_per_s: f64,
+    /// Pings dropped by the per-peer throttle, per second.
+    pub pings_throttled_per_s: f64,
 }
 
 /// One round.
@@ -54,6 +80,19 @@ pub struct Round {
     pub sent_per_s: f64,
     /// Mean one-way query latency, ms.
     pub query_mean_ms: f64,
+    /// Median one-way query latency, ms.
+    pub query_p50_ms: f64,
+    /// 90th percentile one-way query latency, ms.
+    pub query_p90_ms: f64,
+    /// CPU the router's threads used, in cores (1.0: one core all the round).
+    pub router_cores: f64,
+    /// CPU the generator's threads used, in cores.
+    pub generator_cores: f64,
+    /// CPU other processes (and unattributed kernel work) took, in cores.
+    pub other_cores: f64,
+    /// What QRP and the pong cache did (rounds with leaves).
+    #[serde(default)]
+    pub savings: Option<Savings>,
     /// Router stats after the round (staged only).
     pub stats: Option<GnutellaStats>,
 }
@@ -85,25 +124,49 @@ fn load(cfg: &ThroughputConfig, router: SocketAddr) -> Result<LoadReport, String
         duration: cfg.duration,
         mix: cfg.mix.clone(),
         hit_fraction: 0.0,
+        // Time every query but one ping in 16: millions of copies a second.
+        ping_sample: 16,
+        leaves: cfg.leaves,
+        query_words: cfg.query_words,
         ..LoadConfig::default()
     })
 }
+
+/// Threads of the generator (seda-load names them so).
+const GENERATOR: &str = "gnutella-load";
 
 fn round(
     router: &str,
     routed: u64,
     secs: f64,
     r: &LoadReport,
+    cpu: CpuCores,
     stats: Option<GnutellaStats>,
 ) -> Round {
+    let q = r.kinds.get("query");
     Round {
         router: router.to_owned(),
         routed_per_s: routed as f64 / secs,
         delivered_per_s: r.delivered_per_s,
         sent_per_s: r.sent_per_s,
-        query_mean_ms: r.kinds.get("query").map_or(0.0, |k| k.mean_ms),
+        query_mean_ms: q.map_or(0.0, |k| k.mean_ms),
+        query_p50_ms: q.map_or(0.0, |k| k.p50_ms),
+        query_p90_ms: q.map_or(0.0, |k| k.p90_ms),
+        router_cores: cpu.server,
+        generator_cores: cpu.client,
+        other_cores: cpu.others,
+        savings: None,
         stats,
     }
+}
+
+/// Runs the load against `router` and measures the CPU of both sides meanwhile.
+fn measured(cfg: &ThroughputConfig, router: SocketAddr) -> Result<(LoadReport, CpuCores), String> {
+    let before = CpuSample::now(GENERATOR);
+    let t0 = std::time::Instant::now();
+    let r = load(cfg, router)?;
+    let cpu = CpuSample::now(GENERATOR).cores_since(&before, t0.elapsed().as_secs_f64());
+    Ok((r, cpu))
 }
 
 /// Runs the comparison; `log` gets a line per round.
@@ -111,17 +174,24 @@ pub fn throughput(cfg: &ThroughputConfig, log: &mut dyn FnMut(&str)) -> Result<T
     let mut rounds = Vec::new();
     let secs = cfg.duration.as_secs_f64();
     for i in 0..cfg.rounds {
+        if cfg.leaves > 0 {
+            rounds.push(ultrapeer_round(cfg, i, log)?);
+            continue;
+        }
         let plain = PlainLoop::start().map_err(|e| format!("plain loop: {e}"))?;
         let before = plain.routed();
-        let r = load(cfg, plain.addr())?;
+        let (r, cpu) = measured(cfg, plain.addr())?;
         let routed = plain.routed() - before;
         drop(plain);
-        let p = round("plain", routed, secs, &r, None);
+        let p = round("plain", routed, secs, &r, cpu, None);
         log(&format!(
-            "round {}: plain loop {:.0} routed/s ({:.0} copies/s)",
+            "round {}: plain loop {:.0} routed/s ({:.0} copies/s), query p50 {:.1} ms, cores {:.2} router + {:.2} generator",
             i + 1,
             p.routed_per_s,
-            p.delivered_per_s
+            p.delivered_per_s,
+            p.query_p50_ms,
+            p.router_cores,
+            p.generator_cores
         ));
         rounds.push(p);
 
@@ -140,17 +210,20 @@ pub fn throughput(cfg: &ThroughputConfig, log: &mut dyn FnMut(&str)) -> Result<T
         .map_err(|e| e.to_string())?;
         rt.start().map_err(|e| e.to_string())?;
         let before = GnutellaStats::total(&g.stats().routed);
-        let r = load(cfg, g.local_addr())?;
+        let (r, cpu) = measured(cfg, g.local_addr())?;
         let stats = g.stats();
         let routed = GnutellaStats::total(&stats.routed) - before;
         g.stop();
         rt.shutdown(Duration::from_secs(2));
-        let s = round("staged", routed, secs, &r, Some(stats));
+        let s = round("staged", routed, secs, &r, cpu, Some(stats));
         log(&format!(
-            "round {}: staged router {:.0} routed/s ({:.0} copies/s)",
+            "round {}: staged router {:.0} routed/s ({:.0} copies/s), query p50 {:.1} ms, cores {:.2} router + {:.2} generator",
             i + 1,
             s.routed_per_s,
-            s.delivered_per_s
+            s.delivered_per_s,
+            s.query_p50_ms,
+            s.router_cores,
+            s.generator_cores
         ));
         rounds.push(s);
     }
@@ -163,7 +236,7 @@ pub fn throughput(cfg: &ThroughputConfig, log: &mut dyn FnMut(&str)) -> Result<T
                 .collect(),
         )
     };
-    let (staged, plain) = (pick("staged"), pick("plain"));
+    let (staged, plain) = (pick("staged").max(pick("ultrapeer")), pick("plain"));
     Ok(Throughput {
         rounds,
         staged_median: staged,
@@ -172,33 +245,125 @@ pub fn throughput(cfg: &ThroughputConfig, log: &mut dyn FnMut(&str)) -> Result<T
     })
 }
 
+/// One round of the staged router as an ultrapeer with leaves: pong cache on, QRP.
+fn ultrapeer_round(
+    cfg: &ThroughputConfig,
+    i: usize,
+    log: &mut dyn FnMut(&str),
+) -> Result<Round, String> {
+    let secs = cfg.duration.as_secs_f64();
+    let rt = seda::Runtime::builder().name("gnutella-bench").build();
+    let g = Gnutella::start(
+        &rt,
+        RouterConfig {
+            max_peers: cfg.peers + 4,
+            max_leaves: cfg.leaves + 4,
+            min_outgoing: 0,
+            advertise: Some(SocketAddr::from(BENCH_ADVERTISE)),
+            ..RouterConfig::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    rt.start().map_err(|e| e.to_string())?;
+    let b = g.stats();
+    let (r, cpu) = measured(cfg, g.local_addr())?;
+    let a = g.stats();
+    g.stop();
+    rt.shutdown(Duration::from_secs(2));
+    let routed = GnutellaStats::total(&a.routed) - GnutellaStats::total(&b.routed);
+    let per = |x: u64, y: u64| x.saturating_sub(y) as f64 / secs;
+    let savings = Savings {
+        leaf_copies_per_s: per(a.qrp.leaf_copies, b.qrp.leaf_copies),
+        leaf_filtered_per_s: per(a.qrp.leaf_filtered, b.qrp.leaf_filtered),
+        leaf_received_per_s: r.leaf_query_copies as f64 / secs,
+        pings_answered_per_s: per(a.pong_cache.pings_answered, b.pong_cache.pings_answered),
+        ping_copies_saved_per_s: per(a.pong_cache.copies_saved, b.pong_cache.copies_saved),
+        pings_throttled_per_s: per(a.pong_cache.throttled, b.pong_cache.throttled),
+    };
+    let mut s = round("ultrapeer", routed, secs, &r, cpu, Some(a));
+    log(&format!(
+        "round {}: ultrapeer with {} leaves {:.0} routed/s ({:.0} copies/s), query p50 {:.1} ms, {:.0} leaf copies/s, {:.0} filtered/s, {:.0} ping copies saved/s",
+        i + 1,
+        cfg.leaves,
+        s.routed_per_s,
+        s.delivered_per_s,
+        s.query_p50_ms,
+        savings.leaf_copies_per_s,
+        savings.leaf_filtered_per_s,
+        savings.ping_copies_saved_per_s
+    ));
+    s.savings = Some(savings);
+    Ok(s)
+}
+
 /// The comparison as Markdown.
 pub fn table(r: &Throughput, cfg: &ThroughputConfig, loadavg: &str) -> String {
+    let fanout = if cfg.leaves > 0 {
+        format!(
+            "TTL 2; {} of the peers are leaves: queries reach the other ultrapeers and the \
+             leaves whose tables match, pings are answered from the pong cache",
+            cfg.leaves
+        )
+    } else {
+        format!(
+            "TTL 2: every message is broadcast to the {} other peers",
+            cfg.peers.saturating_sub(1)
+        )
+    };
     let mut s = format!(
         "Gnutella router throughput, {} ({}; load average at start {loadavg}).\n\
          {} simulated peers sending as fast as the router takes them (mix {:.0} % pings, \
-         {:.0} % queries, TTL 2: every message is broadcast to the {} other peers), \
-         generator and router in one process on the same cores, {} rounds of {:.0} s each, alternating.\n\n",
+         {:.0} % queries, {fanout}), generator and router in one process on the same cores, \
+         {} rounds of {:.0} s each{}. Latency is one way, sender to receiver; cores are CPU \
+         time per second of the round's threads (router: every thread but the generator's).\n\n",
         crate::harness::date_utc(),
         crate::harness::machine_summary(),
         cfg.peers,
         cfg.mix.ping * 100.0,
         cfg.mix.query * 100.0,
-        cfg.peers.saturating_sub(1),
         cfg.rounds,
         cfg.duration.as_secs_f64(),
+        if cfg.leaves > 0 { "" } else { ", alternating" },
     );
-    s.push_str("| round | router | routed msgs/s | delivered copies/s | sent msgs/s | query mean ms |\n|---:|---|---:|---:|---:|---:|\n");
+    let per_round = if cfg.leaves > 0 { 1 } else { 2 };
+    s.push_str("| round | router | routed msgs/s | delivered copies/s | sent msgs/s | query p50 ms | query p90 ms | query mean ms | router cores | generator cores | other cores |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (i, x) in r.rounds.iter().enumerate() {
         s.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.1} |\n",
-            i / 2 + 1,
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |\n",
+            i / per_round + 1,
             x.router,
             x.routed_per_s,
             x.delivered_per_s,
             x.sent_per_s,
-            x.query_mean_ms
+            x.query_p50_ms,
+            x.query_p90_ms,
+            x.query_mean_ms,
+            x.router_cores,
+            x.generator_cores,
+            x.other_cores
         ));
+    }
+    if cfg.leaves > 0 {
+        s.push_str(&format!(
+            "\nWith {} leaves of {} peers (the router as an ultrapeer: pong cache, QRP; {} word(s) per query):\n\n",
+            cfg.leaves, cfg.peers, cfg.query_words
+        ));
+        s.push_str("| round | leaf copies/s | filtered by QRP/s | received by leaves/s | pings answered from cache/s | ping copies saved/s | pings throttled/s |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (i, x) in r.rounds.iter().enumerate() {
+            if let Some(v) = &x.savings {
+                s.push_str(&format!(
+                    "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                    i + 1,
+                    v.leaf_copies_per_s,
+                    v.leaf_filtered_per_s,
+                    v.leaf_received_per_s,
+                    v.pings_answered_per_s,
+                    v.ping_copies_saved_per_s,
+                    v.pings_throttled_per_s
+                ));
+            }
+        }
+        return s;
     }
     s.push_str(&format!(
         "\nMedian routed msgs/s: staged {:.0}, plain loop {:.0}; ratio staged / plain = {:.2}.\n",

@@ -101,6 +101,17 @@ pub struct LoadConfig {
     pub router: SocketAddr,
     /// Simulated peers. Default 8.
     pub peers: usize,
+    /// Of which leaves (the last `leaves`): they handshake with `X-Ultrapeer:
+    /// False`, send a query routing table of `leaf_words` words of the vocabulary,
+    /// and get only the queries it matches. Default 0.
+    pub leaves: usize,
+    /// Words queries are made of when there are leaves (`k0000`, `k0001`, ...).
+    /// Default 1,000.
+    pub vocabulary: usize,
+    /// Words each leaf shares (drawn from the vocabulary by the seed). Default 100.
+    pub leaf_words: usize,
+    /// Words per query when there are leaves. Default 1.
+    pub query_words: usize,
     /// Generator threads. Default 1.
     pub threads: usize,
     /// Total messages per second over all peers; `None`: as fast as possible.
@@ -123,6 +134,10 @@ pub struct LoadConfig {
     pub seed: u64,
     /// Bytes a peer may have unsent before it stops generating. Default 1 MiB.
     pub max_pending_bytes: usize,
+    /// One ping copy in this many is timed (by its sequence number, so the sample
+    /// is unbiased); every query, query hit and pong is. Default 1 (every copy); the
+    /// throughput experiment samples to keep the generator's cost per copy low.
+    pub ping_sample: u16,
 }
 
 impl Default for LoadConfig {
@@ -130,6 +145,10 @@ impl Default for LoadConfig {
         LoadConfig {
             router: SocketAddr::from(([127, 0, 0, 1], 6346)),
             peers: 8,
+            leaves: 0,
+            vocabulary: 1000,
+            leaf_words: 100,
+            query_words: 1,
             threads: 1,
             rate: Some(1000.0),
             duration: Duration::from_secs(10),
@@ -140,11 +159,32 @@ impl Default for LoadConfig {
             hit_fraction: 0.1,
             seed: 1,
             max_pending_bytes: 1 << 20,
+            ping_sample: 1,
         }
     }
 }
 
 impl LoadConfig {
+    /// Whether peer `i` is a leaf.
+    pub(crate) fn is_leaf(&self, i: usize) -> bool {
+        i >= self.peers - self.leaves
+    }
+
+    /// Word `i` of the vocabulary.
+    pub(crate) fn word(i: usize) -> String {
+        format!("k{i:04}")
+    }
+
+    /// The words leaf `i` shares: `leaf_words` distinct words, drawn by the seed.
+    pub(crate) fn leaf_share(&self, i: usize) -> Vec<String> {
+        let mut rng = fastrand::Rng::with_seed(self.seed ^ 0x5eda_0000 ^ i as u64);
+        let mut picked = std::collections::BTreeSet::new();
+        while picked.len() < self.leaf_words.min(self.vocabulary) {
+            picked.insert(rng.usize(..self.vocabulary));
+        }
+        picked.into_iter().map(LoadConfig::word).collect()
+    }
+
     /// Checks each field's range.
     pub fn validate(&self) -> Result<(), String> {
         if !self.router.ip().is_loopback() {
@@ -152,6 +192,17 @@ impl LoadConfig {
         }
         if self.peers < 2 {
             return Err("at least 2 peers are needed (one to send, one to receive)".into());
+        }
+        if self.leaves >= self.peers {
+            return Err("at least one peer must be an ultrapeer".into());
+        }
+        if self.leaves > 0
+            && (self.vocabulary == 0
+                || self.leaf_words == 0
+                || self.leaf_words > self.vocabulary
+                || !(1..=8).contains(&self.query_words))
+        {
+            return Err("leaves need 1 <= leaf words <= vocabulary and 1..=8 query words".into());
         }
         if self.threads == 0 || self.threads > self.peers {
             return Err("threads must be 1..=peers".into());

@@ -59,6 +59,13 @@ pub struct LoadPoint {
 pub struct LoadReport {
     /// Simulated peers.
     pub peers: usize,
+    /// Of which leaves.
+    #[serde(default)]
+    pub leaves: usize,
+    /// Query copies the leaves received (the router forwards a leaf only the
+    /// queries its table matches).
+    #[serde(default)]
+    pub leaf_query_copies: u64,
     /// Offered rate, messages/s (`None`: as fast as possible).
     pub rate: Option<f64>,
     /// Measured seconds.
@@ -72,7 +79,8 @@ pub struct LoadReport {
     /// Distinct messages the router routed per second, as the peers saw them:
     /// broadcast copies / (peers - 1) + query hits + pongs.
     pub routed_per_s: f64,
-    /// Expected broadcast copies that never arrived.
+    /// Expected broadcast copies that never arrived (0 with leaves, whose copies
+    /// depend on their tables, or with the router's pong cache).
     pub lost_copies: u64,
     /// Jain's fairness index over the copies each peer's messages got delivered.
     pub fairness: Option<f64>,
@@ -102,18 +110,44 @@ fn summary(h: &Histogram<u64>, sent: u64, received: u64, expected: Option<u64>) 
     }
 }
 
+/// Slots of a simulated leaf's query routing table (2^16, as LimeWire's).
+const QRP_BITS: u32 = 16;
+
+/// A GUID for a leaf's QRP messages (never timed: byte 15 is not the timed mark).
+fn qrp_guid(i: usize) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[..8].copy_from_slice(&(i as u64).to_le_bytes());
+    g[8] = 0xff;
+    g
+}
+
 /// Connects the peers and runs the load. `progress` gets a line per connected peer
 /// group and at the end.
 pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
     cfg.validate()?;
     let mut streams = Vec::with_capacity(cfg.peers);
     for i in 0..cfg.peers {
-        let s = sim::handshake(cfg.router, &format!("seda-load-gnutella/{i}"))
+        let leaf = cfg.is_leaf(i);
+        let mut s = sim::handshake(cfg.router, &format!("seda-load-gnutella/{i}"), leaf)
             .map_err(|e| format!("peer {i}: {e}"))?;
+        if leaf {
+            // The leaf's table first: the router forwards it no query before.
+            let words = cfg.leaf_share(i);
+            for p in wire::qrp_payloads(&words, QRP_BITS) {
+                let mut m = Vec::with_capacity(wire::HEADER_LEN + p.len());
+                wire::write_message(&mut m, qrp_guid(i), wire::QRP, 1, 0, &p);
+                std::io::Write::write_all(&mut s, &m).map_err(|e| format!("leaf {i}: {e}"))?;
+            }
+        }
         streams.push((i, s));
     }
-    // Let the router finish establishing and send its opening messages.
-    std::thread::sleep(Duration::from_millis(200));
+    // Let the router finish establishing, take the leaves' tables and send its
+    // opening messages.
+    std::thread::sleep(Duration::from_millis(if cfg.leaves > 0 {
+        500
+    } else {
+        200
+    }));
     let epoch = Instant::now();
     let start = epoch;
     let end = start + cfg.duration;
@@ -126,17 +160,22 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
         let handles: Vec<_> = groups
             .into_iter()
             .map(|g| {
-                scope.spawn(move || {
-                    sim::run_thread(cfg, g, cfg.peers, epoch, start, end)
-                        .map_err(|e| format!("generator thread: {e}"))
-                })
+                // Named, so that CPU accounting tells the generator from the router.
+                std::thread::Builder::new()
+                    .name(format!("gnutella-load-{}", g.first().map_or(0, |p| p.0)))
+                    .spawn_scoped(scope, move || {
+                        sim::run_thread(cfg, g, cfg.peers, epoch, start, end)
+                            .map_err(|e| format!("generator thread: {e}"))
+                    })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("generator thread panicked".into()))
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err("generator thread panicked".into())),
+                Err(e) => Err(format!("cannot start a generator thread: {e}")),
             })
             .collect()
     });
@@ -146,9 +185,9 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
         .map(|_| crate::metrics::rt_histogram(3))
         .collect();
     let secs = cfg.duration.as_secs() as usize + 2;
-    let mut series = vec![([0u64; N_KINDS], [0u64; N_KINDS]); secs];
+    let mut series = vec![sim::Second::default(); secs];
     let mut delivered_from = vec![0u64; cfg.peers];
-    let (mut stalls, mut closed) = (0, 0);
+    let (mut stalls, mut closed, mut leaf_queries) = (0, 0, 0);
     for r in results {
         let r = r?;
         for k in 0..N_KINDS {
@@ -158,8 +197,9 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
         }
         for (a, b) in series.iter_mut().zip(&r.series) {
             for k in 0..N_KINDS {
-                a.0[k] += b.0[k];
-                a.1[k] += b.1[k];
+                a.received[k] += b.received[k];
+                a.timed[k] += b.timed[k];
+                a.sum_us[k] += b.sum_us[k];
             }
         }
         for (a, b) in delivered_from.iter_mut().zip(&r.delivered_from) {
@@ -167,10 +207,13 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
         }
         stalls += r.write_stalls;
         closed += r.closed_by_router;
+        leaf_queries += r.leaf_query_copies;
     }
     let d = cfg.duration.as_secs_f64();
     let fanout = (cfg.peers - 1) as u64;
-    let broadcast = |k: usize| (cfg.ttl >= 2).then_some(sent[k] * fanout);
+    // With leaves every ultrapeer gets every broadcast but leaves only what their
+    // tables match (and pings may be answered from a pong cache): no expectation.
+    let broadcast = |k: usize| (cfg.ttl >= 2 && cfg.leaves == 0).then_some(sent[k] * fanout);
     let mut kinds = std::collections::BTreeMap::new();
     for (k, name) in KIND_NAMES.iter().enumerate() {
         let expected = if k <= Kind::Query as usize {
@@ -190,6 +233,8 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
         (received[0] + received[1]) as f64 / fanout as f64 + (received[2] + received[3]) as f64;
     Ok(LoadReport {
         peers: cfg.peers,
+        leaves: cfg.leaves,
+        leaf_query_copies: leaf_queries,
         rate: cfg.rate,
         duration_s: d,
         kinds,
@@ -204,14 +249,14 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
             .iter()
             .enumerate()
             .take(cfg.duration.as_secs() as usize)
-            .map(|(t, (n, sum))| LoadPoint {
+            .map(|(t, sec)| LoadPoint {
                 t: t as u64,
-                received: *n,
+                received: sec.received,
                 mean_ms: std::array::from_fn(|k| {
-                    if n[k] == 0 {
+                    if sec.timed[k] == 0 {
                         0.0
                     } else {
-                        sum[k] as f64 / n[k] as f64 / 1000.0
+                        sec.sum_us[k] as f64 / sec.timed[k] as f64 / 1000.0
                     }
                 }),
             })
@@ -236,6 +281,12 @@ impl LoadReport {
             self.lost_copies,
             self.fairness.map_or("-".into(), |f| format!("{f:.3}")),
         );
+        if self.leaves > 0 {
+            s.push_str(&format!(
+                "{} of the peers are leaves; they received {} query copies\n",
+                self.leaves, self.leaf_query_copies
+            ));
+        }
         s.push_str("type       sent   received   mean ms    p50 ms    p90 ms    p99 ms\n");
         for (k, v) in &self.kinds {
             s.push_str(&format!(

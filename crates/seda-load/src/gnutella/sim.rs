@@ -25,20 +25,39 @@ pub(crate) struct ThreadResult {
     pub(crate) sent: [u64; N_KINDS],
     pub(crate) received: [u64; N_KINDS],
     pub(crate) latency: Vec<Histogram<u64>>,
-    /// Per second: received copies per kind, latency sum (us) per kind.
-    pub(crate) series: Vec<([u64; N_KINDS], [u64; N_KINDS])>,
+    /// Per second.
+    pub(crate) series: Vec<Second>,
     /// Per peer (global index): messages it sent, copies of its messages received.
     pub(crate) per_peer_sent: Vec<(usize, u64)>,
     pub(crate) delivered_from: Vec<u64>,
     pub(crate) write_stalls: u64,
     pub(crate) closed_by_router: u64,
+    /// Query copies received by this thread's leaves.
+    pub(crate) leaf_query_copies: u64,
 }
+
+/// One second of a generator thread's receipts.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Second {
+    /// Copies received, per kind.
+    pub(crate) received: [u64; N_KINDS],
+    /// Copies timed (all but unsampled pings), per kind.
+    pub(crate) timed: [u64; N_KINDS],
+    /// Latency sum of the timed copies, microseconds, per kind.
+    pub(crate) sum_us: [u64; N_KINDS],
+}
+
+/// Bytes of a peer's receive buffer (reads go straight into it).
+const RBUF: usize = 256 * 1024;
 
 struct Sim {
     idx: usize,
+    leaf: bool,
     stream: MioStream,
+    /// Received bytes `rpos..rend` not framed yet; the buffer is `RBUF` long.
     rbuf: Vec<u8>,
     rpos: usize,
+    rend: usize,
     wbuf: Vec<u8>,
     wpos: usize,
     sent: u64,
@@ -48,13 +67,13 @@ struct Sim {
 
 /// Handshakes with the router as an ultrapeer (no compression: the generator
 /// measures the router, not zlib), blocking, and returns the nonblocking stream.
-pub(crate) fn handshake(router: SocketAddr, agent: &str) -> io::Result<TcpStream> {
+pub(crate) fn handshake(router: SocketAddr, agent: &str, leaf: bool) -> io::Result<TcpStream> {
     let mut s = TcpStream::connect_timeout(&router, Duration::from_secs(5))?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let hello = wire::connect_block(&[
         ("User-Agent", agent),
-        ("X-Ultrapeer", "True"),
+        ("X-Ultrapeer", if leaf { "False" } else { "True" }),
         ("X-Query-Routing", "0.2"),
         ("Vendor-Message", "0.2"),
     ]);
@@ -83,9 +102,8 @@ pub(crate) fn handshake(router: SocketAddr, agent: &str) -> io::Result<TcpStream
 /// Last GUID byte of a generated (timed) message.
 const TIMED: u8 = 0x5e;
 
-fn timed_guid(epoch: Instant, now: Instant, peer: usize, seq: u32) -> [u8; 16] {
+fn timed_guid(ns: u64, peer: usize, seq: u32) -> [u8; 16] {
     let mut g = [0u8; 16];
-    let ns = now.duration_since(epoch).as_nanos() as u64;
     g[..8].copy_from_slice(&ns.to_le_bytes());
     g[8] = 0xff;
     g[9..11].copy_from_slice(&(peer as u16).to_le_bytes());
@@ -94,13 +112,86 @@ fn timed_guid(epoch: Instant, now: Instant, peer: usize, seq: u32) -> [u8; 16] {
     g
 }
 
-fn guid_time(g: &[u8; 16]) -> Option<(u64, usize)> {
-    (g[8] == 0xff && g[15] == TIMED).then(|| {
-        (
-            u64::from_le_bytes(g[..8].try_into().unwrap_or_default()),
-            usize::from(u16::from_le_bytes([g[9], g[10]])),
-        )
-    })
+/// Frames and times the complete messages in `sim.rbuf[rpos..rend]`: every copy is
+/// counted; its latency is recorded for every query, query hit and pong and for
+/// one ping in `ping_sample` (by the sender's sequence number, so the sample is
+/// unbiased), which keeps the generator's cost per copy low at millions a second.
+#[allow(clippy::too_many_arguments)]
+fn frame(
+    sim: &mut Sim,
+    r: &mut ThreadResult,
+    cfg: &LoadConfig,
+    rng: &mut fastrand::Rng,
+    now_ns: u64,
+    measured: bool,
+    second: usize,
+    ping_sample: u32,
+) {
+    while sim.rend - sim.rpos >= HEADER_LEN {
+        let b = &sim.rbuf[sim.rpos..sim.rend];
+        let len = u32::from_le_bytes([b[19], b[20], b[21], b[22]]) as usize;
+        let end_at = sim.rpos + HEADER_LEN + len;
+        if end_at > sim.rend {
+            break;
+        }
+        let kind = Kind::of(b[16]);
+        if let Some(kind) = kind
+            && b[8] == 0xff
+            && b[15] == TIMED
+        {
+            let k = kind as usize;
+            r.received[k] += 1;
+            if kind == Kind::Query && sim.leaf {
+                r.leaf_query_copies += 1;
+            }
+            if let Some(slot) = r.series.get_mut(second) {
+                slot.received[k] += 1;
+            }
+            let from = usize::from(u16::from_le_bytes([b[9], b[10]]));
+            if from < r.delivered_from.len() {
+                r.delivered_from[from] += 1;
+            }
+            let seq = u32::from_le_bytes([b[11], b[12], b[13], b[14]]);
+            if kind != Kind::Ping || seq % ping_sample == 0 {
+                let sent = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+                let us = now_ns.saturating_sub(sent) / 1000;
+                if measured {
+                    crate::metrics::record_us(&mut r.latency[k], us);
+                }
+                if let Some(slot) = r.series.get_mut(second) {
+                    slot.timed[k] += 1;
+                    slot.sum_us[k] += us;
+                }
+            }
+            if kind == Kind::Query && cfg.hit_fraction > 0.0 && rng.f64() < cfg.hit_fraction {
+                let h = Header::parse(b).unwrap_or(Header {
+                    guid: [0; 16],
+                    kind: 0,
+                    ttl: 0,
+                    hops: 0,
+                    len: 0,
+                });
+                let servent = [sim.idx as u8; 16];
+                let mut hit = Vec::with_capacity(27 + 16);
+                hit.push(1);
+                hit.extend_from_slice(&6346u16.to_le_bytes());
+                hit.extend_from_slice(&[10, 0, (sim.idx >> 8) as u8, sim.idx as u8]);
+                hit.extend_from_slice(&1000u32.to_le_bytes());
+                hit.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, b'a', 0, 0]);
+                hit.extend_from_slice(&servent);
+                write_message(
+                    &mut sim.wbuf,
+                    h.guid,
+                    wire::QUERY_HIT,
+                    h.hops.saturating_add(1),
+                    0,
+                    &hit,
+                );
+                r.sent[Kind::QueryHit as usize] += 1;
+            }
+        }
+        sim.rpos = end_at;
+    }
 }
 
 /// Runs `streams` (peers `first..first + n`) until `end`.
@@ -123,9 +214,11 @@ pub(crate) fn run_thread(
         )?;
         sims.push(Sim {
             idx,
+            leaf: cfg.is_leaf(idx),
             stream,
-            rbuf: Vec::with_capacity(64 * 1024),
+            rbuf: vec![0; RBUF],
             rpos: 0,
+            rend: 0,
             wbuf: Vec::with_capacity(64 * 1024),
             wpos: 0,
             sent: 0,
@@ -140,23 +233,27 @@ pub(crate) fn run_thread(
         latency: (0..N_KINDS)
             .map(|_| crate::metrics::rt_histogram(3))
             .collect(),
-        series: vec![([0; N_KINDS], [0; N_KINDS]); seconds],
+        series: vec![Second::default(); seconds],
         per_peer_sent: Vec::new(),
         delivered_from: vec![0; total_peers],
         write_stalls: 0,
         closed_by_router: 0,
+        leaf_query_copies: 0,
     };
     let per_peer_rate = cfg.rate.map(|r| r / total_peers as f64);
     let mut rng = fastrand::Rng::with_seed(cfg.seed ^ (sims.first().map_or(0, |s| s.idx) as u64));
+    // Without leaves, one query text of `query_bytes`; with leaves, words of the
+    // vocabulary (what the leaves' tables are made of).
     let query_text: Vec<u8> = {
         let mut p = vec![0x80u8, 0x00];
         p.extend(std::iter::repeat_n(b'q', cfg.query_bytes.saturating_sub(3)));
         p.push(0);
         p
     };
+    let mut worded = Vec::with_capacity(64);
     let measured_from = start + cfg.warmup;
+    let ping_sample = u32::from(cfg.ping_sample.max(1));
     let mut events = Events::with_capacity(256);
-    let mut buf = vec![0u8; 64 * 1024];
     loop {
         let now = Instant::now();
         if now >= end {
@@ -169,23 +266,39 @@ pub(crate) fn run_thread(
         };
         poll.poll(&mut events, Some(timeout))?;
         let now = Instant::now();
+        let now_ns = now.saturating_duration_since(epoch).as_nanos() as u64;
+        let measured = now >= measured_from;
         let second = now.saturating_duration_since(start).as_secs() as usize;
-        // Reads: every peer, since edge-triggered readiness may have been consumed.
+        // Reads: every peer, since edge-triggered readiness may have been consumed;
+        // straight into its buffer, framed in place.
         for sim in sims.iter_mut().filter(|s| !s.dead) {
             loop {
-                match sim.stream.read(&mut buf) {
+                if RBUF - sim.rend < 16 * 1024 {
+                    // Only an incomplete message is left before rpos is reused.
+                    sim.rbuf.copy_within(sim.rpos..sim.rend, 0);
+                    sim.rend -= sim.rpos;
+                    sim.rpos = 0;
+                }
+                let room = RBUF - sim.rend;
+                match sim.stream.read(&mut sim.rbuf[sim.rend..]) {
                     Ok(0) => {
                         sim.dead = true;
                         r.closed_by_router += 1;
                         break;
                     }
                     Ok(n) => {
-                        if sim.rpos > 0 && sim.rpos == sim.rbuf.len() {
-                            sim.rbuf.clear();
-                            sim.rpos = 0;
-                        }
-                        sim.rbuf.extend_from_slice(&buf[..n]);
-                        if n < buf.len() {
+                        sim.rend += n;
+                        frame(
+                            sim,
+                            &mut r,
+                            cfg,
+                            &mut rng,
+                            now_ns,
+                            measured,
+                            second,
+                            ping_sample,
+                        );
+                        if n < room {
                             break;
                         }
                     }
@@ -198,54 +311,9 @@ pub(crate) fn run_thread(
                     }
                 }
             }
-            // Frame and time what arrived.
-            while let Some(h) = Header::parse(&sim.rbuf[sim.rpos..]) {
-                let end_at = sim.rpos + HEADER_LEN + h.len as usize;
-                if end_at > sim.rbuf.len() {
-                    break;
-                }
-                if let Some(kind) = Kind::of(h.kind)
-                    && let Some((ns, from)) = guid_time(&h.guid)
-                {
-                    let k = kind as usize;
-                    r.received[k] += 1;
-                    let sent_at = epoch + Duration::from_nanos(ns);
-                    let us = now.saturating_duration_since(sent_at).as_micros() as u64;
-                    if now >= measured_from {
-                        crate::metrics::record_us(&mut r.latency[k], us);
-                    }
-                    if let Some(slot) = r.series.get_mut(second) {
-                        slot.0[k] += 1;
-                        slot.1[k] += us;
-                    }
-                    if from < r.delivered_from.len() {
-                        r.delivered_from[from] += 1;
-                    }
-                    if kind == Kind::Query && rng.f64() < cfg.hit_fraction {
-                        let servent = [sim.idx as u8; 16];
-                        let mut hit = Vec::with_capacity(27 + 16);
-                        hit.push(1);
-                        hit.extend_from_slice(&6346u16.to_le_bytes());
-                        hit.extend_from_slice(&[10, 0, (sim.idx >> 8) as u8, sim.idx as u8]);
-                        hit.extend_from_slice(&1000u32.to_le_bytes());
-                        hit.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, b'a', 0, 0]);
-                        hit.extend_from_slice(&servent);
-                        write_message(
-                            &mut sim.wbuf,
-                            h.guid,
-                            wire::QUERY_HIT,
-                            h.hops.saturating_add(1),
-                            0,
-                            &hit,
-                        );
-                        r.sent[Kind::QueryHit as usize] += 1;
-                    }
-                }
-                sim.rpos = end_at;
-            }
-            if sim.rpos == sim.rbuf.len() {
-                sim.rbuf.clear();
+            if sim.rpos == sim.rend {
                 sim.rpos = 0;
+                sim.rend = 0;
             }
         }
         // Writes: generate what each peer owes, then flush.
@@ -261,10 +329,23 @@ pub(crate) fn run_thread(
                 r.write_stalls += 1;
             } else {
                 for _ in 0..owed {
-                    let g = timed_guid(epoch, now, sim.idx, sim.seq);
+                    let g = timed_guid(now_ns, sim.idx, sim.seq);
                     sim.seq = sim.seq.wrapping_add(1);
                     let kind = cfg.mix.pick(rng.f64());
                     match kind {
+                        Kind::Query if cfg.leaves > 0 => {
+                            worded.clear();
+                            worded.extend_from_slice(&[0x80, 0x00]);
+                            for w in 0..cfg.query_words {
+                                if w > 0 {
+                                    worded.push(b' ');
+                                }
+                                let i = rng.usize(..cfg.vocabulary);
+                                worded.extend_from_slice(LoadConfig::word(i).as_bytes());
+                            }
+                            worded.push(0);
+                            write_message(&mut sim.wbuf, g, wire::QUERY, cfg.ttl, 0, &worded)
+                        }
                         Kind::Query => {
                             write_message(&mut sim.wbuf, g, wire::QUERY, cfg.ttl, 0, &query_text)
                         }

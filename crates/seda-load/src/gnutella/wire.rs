@@ -23,6 +23,38 @@ pub const PONG: u8 = 0x01;
 pub const QUERY: u8 = 0x80;
 /// Payload-type byte of a query hit.
 pub const QUERY_HIT: u8 = 0x81;
+/// Payload-type byte of a query routing table message (QRP).
+pub const QRP: u8 = 0x30;
+
+/// The QRP hash of a keyword (ASCII, lowercased by the caller) into a table of
+/// 2^`bits` slots, as the Query Routing Protocol specifies it: the bytes XORed
+/// into a little-endian 32-bit word at rotating positions, times 0x4F1BBCDC, the
+/// top `bits` bits of the low 32.
+pub fn qrp_hash(word: &str, bits: u32) -> usize {
+    let mut x: u32 = 0;
+    for (i, b) in word.bytes().enumerate() {
+        x ^= u32::from(b) << ((i % 4) * 8);
+    }
+    (x.wrapping_mul(0x4F1B_BCDC) >> (32 - bits)) as usize
+}
+
+/// A leaf's query routing table holding `words` (2^`bits` slots), as the payloads
+/// of a RESET (infinity 2) and one uncompressed PATCH of 1-bit entries (a set bit
+/// flips an empty slot to present; bit 7 of the first byte is slot 0).
+pub fn qrp_payloads(words: &[String], bits: u32) -> Vec<Vec<u8>> {
+    let slots = 1usize << bits;
+    let mut reset = vec![0u8];
+    reset.extend_from_slice(&(slots as u32).to_le_bytes());
+    reset.push(2);
+    let mut patch = vec![1u8, 1, 1, 0, 1];
+    let mut bitmap = vec![0u8; slots / 8];
+    for w in words {
+        let i = qrp_hash(&w.to_ascii_lowercase(), bits);
+        bitmap[i / 8] |= 0x80 >> (i % 8);
+    }
+    patch.extend_from_slice(&bitmap);
+    vec![reset, patch]
+}
 
 /// Longest handshake answer a peer reads before giving up, bytes.
 pub const MAX_ANSWER: usize = 16 * 1024;
@@ -129,6 +161,23 @@ mod tests {
             }
         );
         assert_eq!(Header::parse(&out[..HEADER_LEN - 1]), None);
+    }
+
+    #[test]
+    fn the_qrp_hash_matches_the_spec_vectors() {
+        for (w, bits, want) in [
+            ("ebckl", 13, 3179),
+            ("ndflalem", 16, 37658),
+            ("3nja9", 10, 581),
+            ("zzzzzzzzzzz", 10, 944),
+        ] {
+            assert_eq!(qrp_hash(w, bits), want, "{w}");
+        }
+        let p = qrp_payloads(&["k0001".to_owned()], 10);
+        assert_eq!(p[0], vec![0, 0, 4, 0, 0, 2]);
+        assert_eq!(p[1].len(), 5 + 128);
+        let i = qrp_hash("k0001", 10);
+        assert_eq!(p[1][5 + i / 8], 0x80 >> (i % 8));
     }
 
     #[test]
