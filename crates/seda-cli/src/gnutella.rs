@@ -75,8 +75,13 @@ pub struct GnutellaArgs {
     #[arg(long)]
     pub query_delay_ms: Option<f64>,
     /// Router stage threads: N (fixed), or MIN-MAX with --pool-controller.
-    #[arg(long, default_value = "1")]
+    #[arg(long, default_value = "2")]
     pub router_threads: String,
+    /// Frame and route each read on the socket-loop thread that read it whenever
+    /// the next stage's queue is empty (a thread-pool domain with inline handoff),
+    /// instead of a queue between the loops, the server and the router.
+    #[arg(long)]
+    pub inline: bool,
     /// Let the thread-pool controller size the router stage (SEDA 3.4).
     #[arg(long)]
     pub pool_controller: bool,
@@ -144,6 +149,7 @@ pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
             .map(|ms| secs("--query-delay-ms", ms / 1000.0))
             .transpose()?,
         router_threads: parse_threads(&a.router_threads)?,
+        inline: a.inline,
         router_pool_controller: a.pool_controller,
         router_queue_threshold: a.queue_threshold,
         event_loops: a.event_loops,
@@ -435,6 +441,10 @@ pub struct ThroughputArgs {
     /// Words per query when there are leaves.
     #[arg(long, default_value_t = 1)]
     pub query_words: usize,
+    /// Also run, each round, the staged router with inline handoff between the
+    /// socket loops, the server and the router (`seda gnutella --inline`).
+    #[arg(long)]
+    pub inline_too: bool,
 }
 
 /// Runs `seda experiment gnutella-throughput`.
@@ -448,6 +458,7 @@ pub fn throughput(a: ThroughputArgs) -> Result<(), String> {
         mix: seda_load::gnutella::Mix::parse(&a.mix)?,
         leaves: a.leaves,
         query_words: a.query_words,
+        inline_too: a.inline_too,
     };
     if cfg.leaves >= cfg.peers {
         return Err("--leaves must leave at least one ultrapeer among --peers".into());

@@ -189,8 +189,21 @@ pub struct RouterConfig {
     /// per query). Default none.
     pub query_delay: Option<Duration>,
     /// Router stage threads: `(min, max)`; the thread-pool controller moves between
-    /// them. Default (1, 1).
+    /// them. Default (2, 2): two cores route while the socket loops read (and, with
+    /// [`RouterConfig::inline`], each loop may run a batch of the router at once).
     pub router_threads: (usize, usize),
+    /// Whether the socket loops, the server and the router form one thread-pool
+    /// domain, so that a read is framed and routed on the loop thread that read it
+    /// whenever the next stage's queue is empty (a queue only where load builds up:
+    /// Welsh's retrospective). Every hop is still counted by the stage it enters.
+    /// Ignored (the router keeps its own queue) when `query_delay` is set: an
+    /// artificial cost blocks, and Fig. 14 conditions load at the router's queue.
+    /// Default false: on 2 cores, with the load generator beside the router, the
+    /// loops that route inline read no faster than they route, so a sender's bytes
+    /// wait in the kernel's socket buffers (4 MB per peer, query latency 195-276 ms
+    /// at the same throughput as queued: docs/gnutella/README.md, Throughput);
+    /// with a queue the loops keep reading and queries wait 2-7 ms.
+    pub inline: bool,
     /// Whether the thread-pool controller sizes the router stage. Default false.
     pub router_pool_controller: bool,
     /// Router stage queue length above which the controller adds a thread.
@@ -232,7 +245,8 @@ impl Default for RouterConfig {
             socket_budget: 256 << 10,
             slow_grace: Duration::from_secs(5),
             query_delay: None,
-            router_threads: (1, 1),
+            router_threads: (2, 2),
+            inline: false,
             router_pool_controller: false,
             router_queue_threshold: 1000,
             router_capacity: 65_536,

@@ -139,6 +139,11 @@ impl Gnutella {
         // A safety net under our own bound (socket_budget + one chunk per peer).
         sc.write_threshold = cfg.socket_budget * 2 + (256 << 10);
         sc.on_backlog = BacklogAction::Close;
+        // The loops, the server and (unless it must block) the router: one domain.
+        let domain = rt.domain("gnutella");
+        let inline_router = cfg.inline && cfg.query_delay.is_none();
+        domain.set_inline(cfg.inline);
+        sc.domain = Some(domain.clone());
         let bound = Sockets::bind(sc)
             .map_err(|e| Error(format!("cannot listen on {}: {e}", cfg.listen)))?;
         let writer = bound.writer();
@@ -172,6 +177,9 @@ impl Gnutella {
             .batch(64);
         if !cfg.router_pool_controller {
             router_stage = router_stage.fixed_threads(cfg.router_threads.0);
+        }
+        if inline_router {
+            router_stage = router_stage.domain(&domain);
         }
         router_stage = match cfg.router_admission {
             RouterAdmission::None => router_stage,
@@ -210,6 +218,7 @@ impl Gnutella {
             .stage(SERVER_STAGE, server)
             .capacity(16_384)
             .batch(64)
+            .domain(&domain)
             .build()
             .map_err(stage_err)?;
         let sockets = bound

@@ -34,6 +34,10 @@ pub struct ThroughputConfig {
     pub leaves: usize,
     /// Words each query carries when there are leaves. Default 1.
     pub query_words: usize,
+    /// Also run, in each round, the staged router with inline handoff between the
+    /// socket loops, the server and the router (`seda gnutella --inline`).
+    /// Default false.
+    pub inline_too: bool,
 }
 
 impl Default for ThroughputConfig {
@@ -46,6 +50,7 @@ impl Default for ThroughputConfig {
             mix: Mix::default(),
             leaves: 0,
             query_words: 1,
+            inline_too: false,
         }
     }
 }
@@ -161,12 +166,21 @@ fn round(
 }
 
 /// Runs the load against `router` and measures the CPU of both sides meanwhile.
+/// The generator's threads live only while the load runs, so a sampler thread
+/// samples inside the run: from 1 s after its start (the peers have connected) to
+/// 0.5 s before its end.
 fn measured(cfg: &ThroughputConfig, router: SocketAddr) -> Result<(LoadReport, CpuCores), String> {
-    let before = CpuSample::now(GENERATOR);
-    let t0 = std::time::Instant::now();
-    let r = load(cfg, router)?;
-    let cpu = CpuSample::now(GENERATOR).cores_since(&before, t0.elapsed().as_secs_f64());
-    Ok((r, cpu))
+    let window = cfg.duration.saturating_sub(Duration::from_millis(1500));
+    let sampler = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        let before = CpuSample::now(GENERATOR);
+        let t0 = std::time::Instant::now();
+        std::thread::sleep(window);
+        CpuSample::now(GENERATOR).cores_since(&before, t0.elapsed().as_secs_f64())
+    });
+    let r = load(cfg, router);
+    let cpu = sampler.join().unwrap_or_default();
+    Ok((r?, cpu))
 }
 
 /// Runs the comparison; `log` gets a line per round.
@@ -195,37 +209,10 @@ pub fn throughput(cfg: &ThroughputConfig, log: &mut dyn FnMut(&str)) -> Result<T
         ));
         rounds.push(p);
 
-        let rt = seda::Runtime::builder().name("gnutella-bench").build();
-        let g = Gnutella::start(
-            &rt,
-            RouterConfig {
-                max_peers: cfg.peers + 4,
-                min_outgoing: 0,
-                advertise: Some(SocketAddr::from(BENCH_ADVERTISE)),
-                // The plain loop broadcasts every ping, as SEDA's router did.
-                pong_cache: None,
-                ..RouterConfig::default()
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        rt.start().map_err(|e| e.to_string())?;
-        let before = GnutellaStats::total(&g.stats().routed);
-        let (r, cpu) = measured(cfg, g.local_addr())?;
-        let stats = g.stats();
-        let routed = GnutellaStats::total(&stats.routed) - before;
-        g.stop();
-        rt.shutdown(Duration::from_secs(2));
-        let s = round("staged", routed, secs, &r, cpu, Some(stats));
-        log(&format!(
-            "round {}: staged router {:.0} routed/s ({:.0} copies/s), query p50 {:.1} ms, cores {:.2} router + {:.2} generator",
-            i + 1,
-            s.routed_per_s,
-            s.delivered_per_s,
-            s.query_p50_ms,
-            s.router_cores,
-            s.generator_cores
-        ));
-        rounds.push(s);
+        rounds.push(staged_round(cfg, i, false, log)?);
+        if cfg.inline_too {
+            rounds.push(staged_round(cfg, i, true, log)?);
+        }
     }
     let pick = |name: &str| {
         median(
@@ -243,6 +230,52 @@ pub fn throughput(cfg: &ThroughputConfig, log: &mut dyn FnMut(&str)) -> Result<T
         plain_median: plain,
         ratio: if plain > 0.0 { staged / plain } else { 0.0 },
     })
+}
+
+/// One round of the staged router (pong cache off: every ping broadcast, as the
+/// plain loop and SEDA's router do), a queue between every two stages; `inline`:
+/// a read framed and routed on the loop thread that read it while the next queue
+/// is empty ("staged-inline").
+fn staged_round(
+    cfg: &ThroughputConfig,
+    i: usize,
+    inline: bool,
+    log: &mut dyn FnMut(&str),
+) -> Result<Round, String> {
+    let secs = cfg.duration.as_secs_f64();
+    let rt = seda::Runtime::builder().name("gnutella-bench").build();
+    let g = Gnutella::start(
+        &rt,
+        RouterConfig {
+            max_peers: cfg.peers + 4,
+            min_outgoing: 0,
+            advertise: Some(SocketAddr::from(BENCH_ADVERTISE)),
+            pong_cache: None,
+            inline,
+            ..RouterConfig::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    rt.start().map_err(|e| e.to_string())?;
+    let before = GnutellaStats::total(&g.stats().routed);
+    let (r, cpu) = measured(cfg, g.local_addr())?;
+    let stats = g.stats();
+    let routed = GnutellaStats::total(&stats.routed) - before;
+    g.stop();
+    rt.shutdown(Duration::from_secs(2));
+    let name = if inline { "staged-inline" } else { "staged" };
+    let s = round(name, routed, secs, &r, cpu, Some(stats));
+    log(&format!(
+        "round {}: {name} router {:.0} routed/s ({:.0} copies/s), query p50 {:.1} ms p90 {:.1} ms, cores {:.2} router + {:.2} generator",
+        i + 1,
+        s.routed_per_s,
+        s.delivered_per_s,
+        s.query_p50_ms,
+        s.query_p90_ms,
+        s.router_cores,
+        s.generator_cores
+    ));
+    Ok(s)
 }
 
 /// One round of the staged router as an ultrapeer with leaves: pong cache on, QRP.
@@ -325,11 +358,17 @@ pub fn table(r: &Throughput, cfg: &ThroughputConfig, loadavg: &str) -> String {
         cfg.duration.as_secs_f64(),
         if cfg.leaves > 0 { "" } else { ", alternating" },
     );
-    let per_round = if cfg.leaves > 0 { 1 } else { 2 };
-    s.push_str("| round | router | routed msgs/s | delivered copies/s | sent msgs/s | query p50 ms | query p90 ms | query mean ms | router cores | generator cores | other cores |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let per_round = if cfg.leaves > 0 {
+        1
+    } else if cfg.inline_too {
+        3
+    } else {
+        2
+    };
+    s.push_str("| round | router | routed msgs/s | delivered copies/s | sent msgs/s | query p50 ms | query p90 ms | query mean ms | router cores | router CPU us per routed msg | generator cores | other cores |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (i, x) in r.rounds.iter().enumerate() {
         s.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |\n",
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.3} | {:.2} | {:.2} |\n",
             i / per_round + 1,
             x.router,
             x.routed_per_s,
@@ -339,6 +378,11 @@ pub fn table(r: &Throughput, cfg: &ThroughputConfig, loadavg: &str) -> String {
             x.query_p90_ms,
             x.query_mean_ms,
             x.router_cores,
+            if x.routed_per_s > 0.0 {
+                x.router_cores * 1e6 / x.routed_per_s
+            } else {
+                0.0
+            },
             x.generator_cores,
             x.other_cores
         ));
@@ -369,5 +413,18 @@ pub fn table(r: &Throughput, cfg: &ThroughputConfig, loadavg: &str) -> String {
         "\nMedian routed msgs/s: staged {:.0}, plain loop {:.0}; ratio staged / plain = {:.2}.\n",
         r.staged_median, r.plain_median, r.ratio
     ));
+    if cfg.inline_too {
+        let q = median(
+            r.rounds
+                .iter()
+                .filter(|x| x.router == "staged-inline")
+                .map(|x| x.routed_per_s)
+                .collect(),
+        );
+        s.push_str(&format!(
+            "Median routed msgs/s of the staged router with inline handoff: {q:.0} ({:.2}x the plain loop).\n",
+            if r.plain_median > 0.0 { q / r.plain_median } else { 0.0 }
+        ));
+    }
     s
 }
