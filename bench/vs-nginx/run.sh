@@ -10,9 +10,14 @@
 #           without a request cap;
 #   h2o     Debian's h2o, num-threads 2, no access log (none configured), file.dir
 #           (h2o keeps its own open-file cache), max-connections 20000;
-#   seda    --event-loops 2, page cache on, inline handoff (and, with QUEUED=1, a
+#   seda    --event-loops 2, --max-connections 10000 (under the usual 20,000 open-files
+#           limit), page cache on, inline handoff (and, with QUEUED=1, a
 #           second Haboob with --handoff queued), plus EXTRA;
 #   ceiling 2 threads, SO_REUSEPORT, one canned response of the file's size.
+# With URING=1 two more servers run in the same rounds: Haboob with `--io uring`
+# (inline handoff, EXTRA too) and the io_uring ceiling (`ceiling ... uring`); a second
+# table then sets them beside the first Haboob (give it EXTRA="--io epoll" to compare
+# the backends) and the epoll ceiling.
 # For each file and 100 / 1,000 keep-alive connections (wrk -t$THREADS), every round
 # runs each server once (a 1 s warm-up, then DURATION s), the order rotating from
 # round to round; the table shows the median over ROUNDS of requests per second and
@@ -29,6 +34,7 @@
 # (wrk threads, 2), QUEUED (1: also Haboob with queued handoff; default 1),
 # FILES (default "1k.bin 16k.bin 256k.bin"; 64k.bin also exists), CONNS (default "100 1000"),
 # EXTRA (more `seda serve` arguments for every Haboob, e.g. "--io uring"),
+# URING (1: also Haboob --io uring and the io_uring ceiling; default 0),
 # H2O_THREADS (default 2), CARGO_TARGET_DIR (where to build seda), SEDA_BIN (use this
 # binary instead).
 set -euo pipefail
@@ -46,6 +52,7 @@ for f in $FILES; do
     size_of "$f" >/dev/null || { echo "run.sh: unknown file '$f' in FILES (known: 1k.bin 16k.bin 64k.bin 256k.bin)" >&2; exit 2; }
 done
 EXTRA=${EXTRA:-}
+URING=${URING:-0}
 H2O_THREADS=${H2O_THREADS:-2}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -77,7 +84,7 @@ cleanup() {
 }
 bench_at_exit cleanup
 bench_begin vs-nginx
-echo "# ${ROUNDS} rounds x ${DURATION} s, wrk -t$THREADS, files: $FILES, connections: $CONNS, QUEUED=$QUEUED, EXTRA='$EXTRA', $($NGINX -v 2>&1 | sed 's/.*: //'), $($H2O --version 2>&1 | head -1), h2o threads $H2O_THREADS"
+echo "# ${ROUNDS} rounds x ${DURATION} s, wrk -t$THREADS, files: $FILES, connections: $CONNS, QUEUED=$QUEUED, URING=$URING, EXTRA='$EXTRA', $($NGINX -v 2>&1 | sed 's/.*: //'), $($H2O --version 2>&1 | head -1), h2o threads $H2O_THREADS"
 
 mkdir -p "$WORK/www" "$WORK/nginx/logs"
 chmod 755 "$WORK" # nginx workers run as an unprivileged user
@@ -164,7 +171,7 @@ start_listening() {
 }
 
 SEDA_ARGS=(serve --listen 127.0.0.1:0 --root "$WORK/www" --event-loops 2 --idle-timeout 65
-    --max-connections 20000 --admin-listen none)
+    --max-connections 10000 --admin-listen none)
 # shellcheck disable=SC2206 # EXTRA is a list of words
 SEDA_ARGS+=($EXTRA)
 start_listening seda "$SEDA_BIN" "${SEDA_ARGS[@]}" --handoff inline
@@ -178,12 +185,41 @@ if [[ "$QUEUED" == 1 ]]; then
     ADDR[seda-queued]=$LAST_ADDR
     SERVERS+=(seda-queued)
 fi
+if [[ "$URING" == 1 ]]; then
+    # EXTRA's own `--io X`, if any, is for the first Haboob only.
+    URING_ARGS=()
+    skip=0
+    for a in "${SEDA_ARGS[@]}"; do
+        if [[ $skip == 1 ]]; then
+            skip=0
+        elif [[ $a == --io ]]; then
+            skip=1
+        elif [[ $a != --io=* ]]; then
+            URING_ARGS+=("$a")
+        fi
+    done
+    start_listening seda-uring "$SEDA_BIN" "${URING_ARGS[@]}" --io uring --handoff inline
+    grep -q 'socket I/O: uring' "$WORK/seda-uring.err" || {
+        echo "seda --io uring does not run io_uring:"
+        cat "$WORK/seda-uring.err"
+        exit 1
+    }
+    PID[seda-uring]=$LAST_PID
+    ADDR[seda-uring]=$LAST_ADDR
+    SERVERS+=(seda-uring)
+fi
 for f in $FILES; do
     start_listening "ceiling-$f" "$CEILING_BIN" 127.0.0.1:0 2 "$(size_of "$f")"
     PID[ceiling-$f]=$LAST_PID
     ADDR[ceiling-$f]=$LAST_ADDR
+    if [[ "$URING" == 1 ]]; then
+        start_listening "ceiling-uring-$f" "$CEILING_BIN" 127.0.0.1:0 2 "$(size_of "$f")" uring
+        PID[ceiling-uring-$f]=$LAST_PID
+        ADDR[ceiling-uring-$f]=$LAST_ADDR
+    fi
 done
 SERVERS+=(ceiling)
+[[ "$URING" == 1 ]] && SERVERS+=(ceiling-uring)
 PID[nginx]=$NGINX_PID
 ADDR[nginx]=127.0.0.1:$NGINX_PORT
 PID[h2o]=$H2O_PID
@@ -238,7 +274,7 @@ for round in $(seq "$ROUNDS"); do
         for c in $CONNS; do
             for s in "${order[@]}"; do
                 key=$s
-                [[ $s == ceiling ]] && key=ceiling-$f
+                [[ $s == ceiling || $s == ceiling-uring ]] && key=$s-$f
                 read -r rps us errs <<<"$(measure "${PID[$key]}" "http://${ADDR[$key]}/$f" "$c")"
                 RPS[$s,$f,$c]+="$rps "
                 US[$s,$f,$c]+="$us "
@@ -285,6 +321,34 @@ echo "(user+system, all threads/workers) per request; /best: seda r/s over the b
 echo "nginx and h2o (named under best); cpu/h2o: seda us/req over h2o's; /ceil: seda r/s"
 echo "over the ceiling's. wrk shares the same cores."
 echo
+if [[ "$URING" == 1 ]]; then
+    printf '%-8s %5s | %9s %6s | %5s %7s %7s | %9s %6s | %6s %8s' file conns "uring r/s" "us/req" "/best" \
+        "/seda" "cpu/seda" "ceil-u r/s" "us/req" "/ceil-u" "cpu u/e"
+    echo
+    printf -- '-%.0s' {1..100}
+    echo
+    for f in $FILES; do
+        for c in $CONNS; do
+            for s in nginx h2o seda seda-uring ceiling ceiling-uring; do
+                declare "r_${s//-/_}=$(median <<<"${RPS[$s,$f,$c]}")"
+                declare "u_${s//-/_}=$(median <<<"${US[$s,$f,$c]}")"
+            done
+            r_best=$r_nginx
+            [[ $(best_of "$r_nginx" "$r_h2o") == h2o ]] && r_best=$r_h2o
+            printf '%-8s %5s | %9.0f %6s | %4sx %6sx %6sx | %9.0f %6s | %5sx %7sx\n' "$f" "$c" \
+                "$r_seda_uring" "$u_seda_uring" "$(ratio "$r_seda_uring" "$r_best")" \
+                "$(ratio "$r_seda_uring" "$r_seda")" "$(ratio "$u_seda_uring" "$u_seda")" \
+                "$r_ceiling_uring" "$u_ceiling_uring" "$(ratio "$r_seda_uring" "$r_ceiling_uring")" \
+                "$(ratio "$u_ceiling_uring" "$u_ceiling")"
+        done
+    done
+    echo
+    echo "uring: Haboob --io uring (inline handoff); /best: its r/s over the better of nginx"
+    echo "and h2o; /seda and cpu/seda: its r/s and us/req over the first Haboob's (EXTRA);"
+    echo "ceil-u: the io_uring ceiling; /ceil-u: Haboob uring r/s over it; cpu u/e: the"
+    echo "io_uring ceiling's us/req over the epoll ceiling's."
+    echo
+fi
 echo "Every round (requests/s, then us/req; the servers' order rotates from round to round):"
 for f in $FILES; do
     for c in $CONNS; do
