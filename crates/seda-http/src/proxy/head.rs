@@ -243,8 +243,10 @@ pub(crate) enum ResponseBody {
 pub(crate) struct ResponseHead {
     pub(crate) status: u16,
     pub(crate) reason: Vec<u8>,
-    /// Fields to forward, in order (hop-by-hop and framing removed).
-    pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Fields to forward, in order (hop-by-hop and framing removed), as the client
+    /// gets them: `Name: value\r\n` lines in one buffer (one allocation per
+    /// response, not two per field).
+    pub(crate) fields: Vec<u8>,
     pub(crate) body: ResponseBody,
     /// The upstream keeps the connection open after this response.
     pub(crate) keep_alive: bool,
@@ -299,7 +301,7 @@ pub(crate) fn parse_response(
     let mut keep_alive = minor >= 1;
     let mut length: Option<u64> = None;
     let mut chunked: Option<bool> = None;
-    let mut fields = Vec::with_capacity(resp.headers.len());
+    let mut fields = Vec::with_capacity(len);
     let named = connection_tokens(resp.headers.iter().map(|h| (h.name.as_bytes(), h.value)));
     for h in resp.headers.iter() {
         let (n, v) = (h.name.as_bytes(), h.value.trim_ascii());
@@ -329,7 +331,10 @@ pub(crate) fn parse_response(
         if is_hop_by_hop(n, &named) {
             continue;
         }
-        fields.push((n.to_vec(), v.to_vec()));
+        fields.extend_from_slice(n);
+        fields.extend_from_slice(b": ");
+        fields.extend_from_slice(v);
+        fields.extend_from_slice(b"\r\n");
     }
     let bodiless = head_request || status < 200 || status == 204 || status == 304;
     let body = match (chunked, length) {
@@ -399,13 +404,7 @@ impl ClientBody {
 /// connection closes after it (the client asked, the server drains, or the body is
 /// close-delimited).
 pub(crate) fn client_head(r: &ResponseHead, body: ClientBody, close: bool) -> Bytes {
-    let mut out = Vec::with_capacity(
-        256 + r
-            .fields
-            .iter()
-            .map(|(n, v)| n.len() + v.len() + 4)
-            .sum::<usize>(),
-    );
+    let mut out = Vec::with_capacity(256 + r.reason.len() + r.fields.len());
     let reason: &[u8] = if r.reason.is_empty() {
         Status::from_code(r.status).map_or(b"", |s| s.reason().as_bytes())
     } else {
@@ -414,12 +413,7 @@ pub(crate) fn client_head(r: &ResponseHead, body: ClientBody, close: bool) -> By
     let _ = write!(Text(&mut out), "HTTP/1.1 {} ", r.status);
     out.extend_from_slice(reason);
     out.extend_from_slice(b"\r\n");
-    for (n, v) in &r.fields {
-        out.extend_from_slice(n);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v);
-        out.extend_from_slice(b"\r\n");
-    }
+    out.extend_from_slice(&r.fields);
     let _ = write!(Text(&mut out), "Via: 1.1 {VIA}\r\n");
     match body {
         ClientBody::None => {

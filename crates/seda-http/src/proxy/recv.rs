@@ -131,7 +131,8 @@ impl UpstreamEvents {
             return self.close(&c, &route);
         }
         if st.buf.is_empty() {
-            st.buf = bytes::BytesMut::from(&bytes[..]);
+            // The read's buffer becomes the connection's, without a copy.
+            st.buf = bytes::BytesMut::from(Bytes::from(bytes));
         } else {
             st.buf.extend_from_slice(&bytes);
         }
