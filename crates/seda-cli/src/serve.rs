@@ -174,6 +174,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     if let Some(admin) = server.admin_addr() {
         announce!("admin at http://{admin}/_seda/");
     }
+    if let Some(tls) = server.tls_addr() {
+        announce!("listening on https://{tls}");
+    }
     if let (Some(ms), Some(passes)) = (bottleneck, calibrated) {
         let how = if bottleneck_passes.is_some() {
             "set by --bottleneck-passes to"

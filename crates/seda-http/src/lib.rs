@@ -83,5 +83,5 @@ pub use proxy::{
 };
 pub use server::{
     DescriptorBudget, FileIo, HaboobStats, Handoff, IoBackend, PathCacheStats, Reloaded, Server,
-    ServerConfig, ServerError, ServerShutdown, stages,
+    ServerConfig, ServerError, ServerShutdown, TlsListen, stages,
 };

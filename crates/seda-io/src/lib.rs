@@ -13,6 +13,10 @@
 //! - **Files** (4.2, Flash's AMPED): [`FileHelper`] runs blocking open/stat/read on a
 //!   helper stage sized by the thread-pool controller; operations on one file run in
 //!   order; [`read_resident`] skips the helper for data already in the page cache.
+//! - **TLS** (rustls): [`TlsSockets`] binds a listener whose connections pass a
+//!   `tls` stage (handshakes, decryption) before the application's; [`TlsConnWriter`]
+//!   encrypts on the caller's thread; [`Link`] is one connection's output, plain or
+//!   TLS. Above the socket stages, so any socket backend carries it.
 //! - [`raise_fd_limit`] lifts the open-files limit to the hard limit (done by
 //!   [`Sockets::start`]); [`Descriptors`] counts what the process holds against it,
 //!   so that an application sizes `max_connections` with room to refuse a client
@@ -58,15 +62,21 @@
 
 mod fds;
 mod file;
+mod link;
 mod socket;
 mod sys;
+mod tls;
 
 pub use crate::fds::{Descriptors, LOOP_RESERVE, is_out_of_descriptors};
 pub use crate::file::{
     FileConfig, FileHelper, FileOp, FileReply, FileStats, Refusal, SubmitError, read_resident,
 };
+pub use crate::link::Link;
 pub use crate::socket::{
     BacklogAction, BoundSockets, CloseReason, ConnId, ConnWriter, DEFAULT_STAGE, IoBackend,
     Outgoing, SocketConfig, SocketEvent, SocketHandle, SocketStats, Sockets, WriteError, Writer,
 };
 pub use crate::sys::raise_fd_limit;
+pub use crate::tls::{
+    BoundTls, TlsConfig, TlsConnWriter, TlsHandle, TlsKeys, TlsSockets, TlsStats, TlsWriter,
+};

@@ -54,7 +54,9 @@ use seda_http::proto::Dotfiles;
 use seda_http::{
     AccessLogConfig, AccessLogFormat, AddrPrefix, Admission, AgentConfig, DEFAULT_PROXY_TIMEOUT,
     FileIo, HandlerTargets, Handoff, OverloadAction, OverloadControl, ProxyRoute, ServerConfig,
+    TlsListen,
 };
+use seda_io::TlsKeys;
 use serde::{Deserialize, Serialize};
 
 /// Every setting of `seda serve`: the flags, and the keys of the TOML file. Every
@@ -255,6 +257,34 @@ pub struct ServeConfig {
     #[arg(skip)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub aimd: Option<FileAimd>,
+    /// Also serve HTTPS on this address (HTTP/1.1 over TLS 1.2/1.3, ALPN http/1.1,
+    /// session resumption); needs --tls-cert and --tls-key [default: none].
+    #[arg(long, value_name = "ADDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_listen: Option<SocketAddr>,
+    /// PEM certificate chain of the TLS listener, leaf first (re-read on SIGHUP).
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of the TLS listener (re-read on SIGHUP).
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// Seconds a TLS handshake may take before the connection is closed [default: 10].
+    #[arg(long, value_name = "SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_handshake_timeout: Option<f64>,
+    /// Most TLS handshakes in progress; more connections are closed at once
+    /// [default: 1024].
+    #[arg(long, value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_max_handshakes: Option<usize>,
+    /// Where TLS handshakes and decryption run: `pool` (a stage with threads of its
+    /// own behind a queue) or `inline` (on the socket loops, when the stage's queue
+    /// is empty) [default: pool].
+    #[arg(long, value_name = "pool|inline")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_stage: Option<Word<TlsStageArg>>,
     /// Write an access log to this file: one line per response, by a stage of its
     /// own fed without waiting (a full queue drops lines and counts them); SIGUSR1
     /// reopens the file (logrotate) [default: none].
@@ -383,6 +413,27 @@ impl FromStr for DotfilesArg {
             "hide" => Ok(DotfilesArg::Hide),
             "serve" => Ok(DotfilesArg::Serve),
             _ => Err(format!("dotfiles must be hide or serve, got `{s}`")),
+        }
+    }
+}
+
+/// `tls-stage`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsStageArg {
+    /// A pool of its own.
+    Pool,
+    /// Inline on the socket loops.
+    Inline,
+}
+
+impl FromStr for TlsStageArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pool" => Ok(TlsStageArg::Pool),
+            "inline" => Ok(TlsStageArg::Inline),
+            _ => Err(format!("tls-stage must be pool or inline, got `{s}`")),
         }
     }
 }
@@ -641,6 +692,7 @@ impl ServeConfig {
             cfg.file_io = f.get();
         }
         cfg.header_cache = self.header_cache.unwrap_or(true);
+        cfg.tls = self.tls()?;
         cfg.access_log = match &self.access_log {
             Some(path) => {
                 let mut log = AccessLogConfig::new(path);
@@ -757,6 +809,44 @@ impl ServeConfig {
                     .map_err(|e| ConfigError::from(e.to_string()))
             })
             .collect()
+    }
+
+    /// The TLS listener: its address, certificate and key (loaded and checked here,
+    /// so `--check` and a reload find a bad file), and its bounds.
+    fn tls(&self) -> Result<Option<TlsListen>, ConfigError> {
+        let (listen, cert, key) = match (self.tls_listen, &self.tls_cert, &self.tls_key) {
+            (None, None, None) => {
+                if self.tls_handshake_timeout.is_some()
+                    || self.tls_max_handshakes.is_some()
+                    || self.tls_stage.is_some()
+                {
+                    return Err(
+                        "tls-handshake-timeout, tls-max-handshakes and tls-stage need tls-listen"
+                            .into(),
+                    );
+                }
+                return Ok(None);
+            }
+            (Some(l), Some(c), Some(k)) => (l, c, k),
+            (Some(_), _, _) => return Err("tls-listen needs tls-cert and tls-key".into()),
+            (None, _, _) => return Err("tls-cert and tls-key need tls-listen".into()),
+        };
+        let keys = TlsKeys::load(cert, key).map_err(|e| format!("tls: {e}"))?;
+        let mut t = TlsListen::new(listen, keys);
+        if let Some(s) = self.tls_handshake_timeout {
+            t.handshake_timeout = secs("tls-handshake-timeout", s)?;
+        }
+        if let Some(n) = self.tls_max_handshakes {
+            if n == 0 {
+                return Err("tls-max-handshakes must be at least 1".into());
+            }
+            t.max_handshakes = n;
+        }
+        t.inline = self.tls_stage.as_ref().map(Word::get) == Some(TlsStageArg::Inline);
+        if listen.port() != 0 && Some(listen) == self.listen {
+            return Err(format!("tls-listen {listen} is also the plain listener's address").into());
+        }
+        Ok(Some(t))
     }
 
     /// The overload settings and the bottleneck's cost.

@@ -163,6 +163,37 @@ pub struct ServerConfig {
     pub access_log: Option<crate::AccessLogConfig>,
     /// Reverse-proxy routes to mount at start (the front door, `ProxyRoute`).
     pub proxies: Vec<crate::proxy::ProxyRoute>,
+    /// A TLS listener beside the plain one, if any. Default none.
+    pub tls: Option<TlsListen>,
+}
+
+/// A TLS listener of the server: HTTP/1.1 over TLS 1.2/1.3 (seda-io's TLS layer).
+#[derive(Clone, Debug)]
+pub struct TlsListen {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// The certificate chain and key.
+    pub keys: seda_io::TlsKeys,
+    /// A handshake not finished in this time is aborted. Default 10 s.
+    pub handshake_timeout: Duration,
+    /// Most handshakes in progress. Default 1,024.
+    pub max_handshakes: usize,
+    /// Run the TLS stage inline on the socket loops (it joins Haboob's domain)
+    /// instead of on a pool of its own behind a queue. Default false (a pool).
+    pub inline: bool,
+}
+
+impl TlsListen {
+    /// A listener at `listen` with `keys` and the defaults.
+    pub fn new(listen: SocketAddr, keys: seda_io::TlsKeys) -> Self {
+        TlsListen {
+            listen,
+            keys,
+            handshake_timeout: Duration::from_secs(10),
+            max_handshakes: 1024,
+            inline: false,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -196,6 +227,7 @@ impl Default for ServerConfig {
             handlers: Vec::new(),
             access_log: None,
             proxies: Vec::new(),
+            tls: None,
         }
     }
 }

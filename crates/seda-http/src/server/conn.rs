@@ -38,7 +38,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use seda_io::{ConnId, ConnWriter, Outgoing, Writer};
+use seda_io::{ConnId, Link, Outgoing, WriteError};
 
 use crate::access_log::{AccessEntry, AccessLog, Answerer, RequestRecord, status_of};
 
@@ -198,10 +198,9 @@ pub(crate) struct Conn {
     pub(crate) peer: SocketAddr,
     /// The access log, if on (streamed responses log themselves when they end).
     pub(crate) log: Option<AccessLog>,
-    writer: Writer,
-    /// The writer bound to this connection (no lookup per response); `None` if
+    /// The connection's output, plain or TLS (no lookup per response); `None` if
     /// the socket layer had already closed it when it was accepted here.
-    out: Option<ConnWriter>,
+    link: Option<Link>,
     /// The client is gone, or the connection closes after a response already sent.
     gone: AtomicBool,
     /// Requests numbered so far.
@@ -222,13 +221,12 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(id: ConnId, peer: SocketAddr, writer: Writer, now_ms: u64) -> Self {
+    pub(crate) fn new(id: ConnId, peer: SocketAddr, link: Option<Link>, now_ms: u64) -> Self {
         Conn {
             id,
             peer,
             log: None,
-            out: writer.bind(id),
-            writer,
+            link,
             gone: AtomicBool::new(false),
             parsed: AtomicU64::new(0),
             sent: AtomicU64::new(0),
@@ -238,6 +236,38 @@ impl Conn {
             rx: Mutex::new(RecvState::default()),
             tx: Mutex::new(SendState::default()),
         }
+    }
+
+    /// Closes the connection once its output is out (a TLS one says
+    /// `close_notify` first).
+    pub(crate) fn close(&self) {
+        if let Some(l) = &self.link {
+            l.close();
+        }
+    }
+
+    /// Closes the connection now.
+    pub(crate) fn abort(&self) {
+        if let Some(l) = &self.link {
+            l.abort();
+        }
+    }
+
+    fn pause_reading(&self) {
+        if let Some(l) = &self.link {
+            l.pause_reading();
+        }
+    }
+
+    fn resume_reading(&self) {
+        if let Some(l) = &self.link {
+            l.resume_reading();
+        }
+    }
+
+    /// Bytes of output waiting to go out.
+    pub(crate) fn queued(&self) -> usize {
+        self.link.as_ref().map_or(0, Link::queued)
     }
 
     /// Whether work for this connection is wasted (see the invariants).
@@ -288,13 +318,13 @@ impl Conn {
 
     fn pause_until(&self, resume_at: u64, busy: impl Fn(u64) -> bool) -> bool {
         self.resume_at.store(resume_at, SeqCst);
-        self.writer.pause_reading(self.id);
+        self.pause_reading();
         if busy(self.in_flight()) {
             return true;
         }
         // HttpSend may have looked before the mark was set: undo it here.
         if self.resume_at.swap(u64::MAX, SeqCst) != u64::MAX {
-            self.writer.resume_reading(self.id);
+            self.resume_reading();
         }
         false
     }
@@ -308,7 +338,7 @@ impl Conn {
             && self.in_flight() <= at
             && self.resume_at.swap(u64::MAX, SeqCst) != u64::MAX
         {
-            self.writer.resume_reading(self.id);
+            self.resume_reading();
         }
     }
 
@@ -320,7 +350,7 @@ impl Conn {
     pub(crate) fn close_when_answered(&self) {
         self.close_when_answered.store(true, SeqCst);
         if self.in_flight() == 0 {
-            self.writer.close(self.id);
+            self.close();
         }
     }
 
@@ -385,7 +415,7 @@ impl Conn {
     fn answered(&self) {
         if self.close_when_answered.load(SeqCst) && self.in_flight() == 0 {
             // Closes once the output is flushed; the client reads to the end.
-            self.writer.close(self.id);
+            self.close();
         }
         self.resume_pipeline();
     }
@@ -445,7 +475,7 @@ impl Conn {
         }
         if r.close {
             self.flush(tx, out);
-            self.writer.close(self.id);
+            self.close();
             tx.dead = true;
             self.gone.store(true, Relaxed);
         }
@@ -456,9 +486,9 @@ impl Conn {
             out.clear();
             return;
         }
-        let sent = match &self.out {
+        let sent = match &self.link {
             Some(w) => w.send_vectored(out),
-            None => self.writer.send_vectored(self.id, out),
+            None => Err(WriteError::NoConnection),
         };
         if sent.is_err() {
             tx.dead = true;
@@ -470,9 +500,9 @@ impl Conn {
         if tx.dead {
             return;
         }
-        let sent = match &self.out {
+        let sent = match &self.link {
             Some(w) => w.send(o),
-            None => self.writer.send(self.id, o),
+            None => Err(WriteError::NoConnection),
         };
         if sent.is_err() {
             tx.dead = true;
@@ -672,7 +702,7 @@ impl ResponseStream {
 
     /// Bytes waiting in the client's outgoing queue.
     pub(crate) fn queued(&self) -> usize {
-        self.conn.writer.queued(self.conn.id).unwrap_or(0)
+        self.conn.queued()
     }
 
     /// The response is complete: the slot is released (the next response may go),
@@ -688,7 +718,7 @@ impl ResponseStream {
         tx.next += 1;
         self.conn.sent.fetch_add(1, SeqCst);
         if self.close {
-            self.conn.writer.close(self.conn.id);
+            self.conn.close();
             tx.dead = true;
             self.conn.gone.store(true, Relaxed);
         }
@@ -757,7 +787,7 @@ impl Drop for ResponseStream {
         tx.pending.clear();
         drop(tx);
         self.conn.gone.store(true, Relaxed);
-        self.conn.writer.abort(self.conn.id);
+        self.conn.abort();
     }
 }
 

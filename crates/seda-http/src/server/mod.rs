@@ -71,10 +71,11 @@ use bytes::Bytes;
 use seda::control::ThreadPoolConfig;
 use seda::{Runtime, ShutdownReport, ThreadModel};
 use seda_io::{
-    BacklogAction, FileConfig, FileHelper, SocketConfig, SocketHandle, SocketStats, Sockets,
+    BacklogAction, BoundTls, FileConfig, FileHelper, SocketConfig, SocketHandle, SocketStats,
+    Sockets, TlsConfig, TlsHandle, TlsSockets, TlsStats,
 };
 
-pub use config::{FileIo, Handoff, IoBackend, ServerConfig, ServerError};
+pub use config::{FileIo, Handoff, IoBackend, ServerConfig, ServerError, TlsListen};
 pub use descriptors::DescriptorBudget;
 // The seam the front door's stages (`crate::proxy`) use: a request, its response
 // slot, the way to answer, a streamed response.
@@ -115,6 +116,10 @@ pub mod stages {
     pub const HTTP_SEND: &str = "HttpSend";
     /// The socket event loops (seda-io).
     pub const SOCKETS: &str = seda_io::DEFAULT_STAGE;
+    /// The TLS listener's socket event loops.
+    pub const TLS_SOCKETS: &str = "sock-io-tls";
+    /// Handshakes and decryption of the TLS listener's connections.
+    pub const TLS: &str = "tls";
 }
 
 /// Most threads of CacheMiss's pool (each holds at most one file it is opening).
@@ -153,6 +158,8 @@ pub struct Server {
     sweeper: Option<JoinHandle<()>>,
     /// The front door's timeout sweeper, if routes are mounted.
     proxy: Option<crate::proxy::ProxyHandle>,
+    /// The TLS listener, if configured.
+    tls: Option<Arc<TlsHandle>>,
     /// The configuration the server started with (without its handlers): what a
     /// reload compares against.
     started: ServerConfig,
@@ -212,6 +219,38 @@ impl Server {
         if !budget.fits() {
             return Err(ServerError::Descriptors(budget));
         }
+        let tls_bound = match &cfg.tls {
+            Some(t) => Some(
+                TlsSockets::bind(
+                    SocketConfig {
+                        listen: t.listen,
+                        event_loops: cfg.event_loops,
+                        max_connections: cfg.max_connections,
+                        write_threshold: cfg.write_threshold,
+                        on_backlog: BacklogAction::Pause,
+                        send_timeout: Some(cfg.send_timeout),
+                        // The plain listener's backend: TLS runs above either.
+                        backend: cfg.io,
+                        // Nothing can be said in plain text on a TLS port.
+                        refusal: None,
+                        domain: Some(domain.clone()),
+                        half_close: true,
+                        stage_name: stages::TLS_SOCKETS.to_owned(),
+                        ..SocketConfig::default()
+                    },
+                    TlsConfig {
+                        handshake_timeout: t.handshake_timeout,
+                        max_handshakes: t.max_handshakes,
+                        stage_name: stages::TLS.to_owned(),
+                        domain: t.inline.then(|| domain.clone()),
+                        ..TlsConfig::default()
+                    },
+                    &t.keys,
+                )
+                .map_err(ServerError::Io)?,
+            ),
+            None => None,
+        };
         let files = FileHelper::start(&rt, FileConfig::default())?;
         let log = match &cfg.access_log {
             Some(l) => Some(AccessLog::start(&rt, l).map_err(ServerError::Io)?),
@@ -232,6 +271,7 @@ impl Server {
             pages: PageCache::new(cfg.cache_bytes),
             framer: Framer::new(cfg.retry_after_secs, cfg.header_cache),
             writer: bound.writer(),
+            tls: tls_bound.as_ref().map(BoundTls::writer),
             routes: Routes::default(),
             log,
             proxies: crate::proxy::ProxyTable::default(),
@@ -341,6 +381,12 @@ impl Server {
             &hb.proxies,
             &cfg.proxies,
         )?;
+        let tls = match tls_bound {
+            Some(t) => Some(Arc::new(
+                t.start(&rt, parse.clone()).map_err(ServerError::Io)?,
+            )),
+            None => None,
+        };
         let sockets = Arc::new(bound.start(&rt, parse).map_err(ServerError::Io)?);
         rt.start()?;
         let local_addr = sockets.local_addr();
@@ -353,6 +399,7 @@ impl Server {
             sweeper_stop: Arc::new(AtomicBool::new(false)),
             sweeper: None,
             proxy,
+            tls,
             started: ServerConfig {
                 handlers: Vec::new(),
                 ..cfg.clone()
@@ -399,12 +446,29 @@ impl Server {
         cfg: &ServerConfig,
         overload: Option<&OverloadControl>,
     ) -> Result<Reloaded, ServerError> {
-        reload::apply(&self.out.hb, &self.sockets, &self.started, cfg, overload)
+        reload::apply(
+            &self.out.hb,
+            &self.sockets,
+            self.tls.as_deref(),
+            &self.started,
+            cfg,
+            overload,
+        )
     }
 
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The address of the TLS listener, if [`ServerConfig::tls`] set one.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls.as_ref().map(|t| t.local_addr())
+    }
+
+    /// Counters of the TLS layer, if there is a TLS listener.
+    pub fn tls_stats(&self) -> Option<TlsStats> {
+        self.tls.as_ref().map(|t| t.stats())
     }
 
     /// The address of the admin listener, if [`ServerConfig::admin_listen`] set one.
@@ -426,6 +490,12 @@ impl Server {
         let mut admin = AdminServer::builder(&self.rt);
         if let Some(log) = hb.log.clone() {
             admin = admin.section("access_log", move || log.stats());
+        }
+        if let Some(tls) = self.tls.clone() {
+            let sockets = Arc::clone(&tls);
+            admin = admin
+                .section("tls", move || tls.stats())
+                .section("tls_sockets", move || sockets.socket_stats());
         }
         let builder = admin
             .section("haboob", move || hb.stats())
@@ -507,19 +577,13 @@ impl Server {
         // Give the last responses a moment to leave the socket buffers (the 503s
         // of the cut are small and written at once: a short extension at most).
         let flush_by = deadline.max(Instant::now() + Duration::from_millis(100));
-        while Instant::now() < flush_by
-            && hb
-                .conns
-                .all()
-                .iter()
-                .any(|c| hb.writer.queued(c.id).unwrap_or(0) > 0)
-        {
+        while Instant::now() < flush_by && hb.conns.all().iter().any(|c| c.queued() > 0) {
             std::thread::sleep(Duration::from_millis(5));
         }
         // Open and not closing on the server's own terms (after a last response).
         let connections_cut = hb.conns.all().iter().filter(|c| !c.is_gone()).count();
         self.stop_background();
-        self.sockets.stop();
+        self.stop_sockets();
         let remaining = deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(200));
@@ -532,6 +596,13 @@ impl Server {
             connections_cut,
             runtime,
         }
+    }
+
+    fn stop_sockets(&self) {
+        if let Some(t) = &self.tls {
+            t.stop();
+        }
+        self.sockets.stop();
     }
 
     fn stop_background(&mut self) {
@@ -563,7 +634,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         if self.sweeper.is_some() {
             self.stop_background();
-            self.sockets.stop();
+            self.stop_sockets();
             self.rt.shutdown(Duration::from_millis(500));
             self.release();
         }

@@ -160,11 +160,14 @@ impl HttpParse {
         match ev {
             SocketEvent::Accepted { conn, peer } => {
                 hb.counters.connections.fetch_add(1, Relaxed);
+                let link = hb.link(conn);
                 if hb.draining() {
-                    hb.writer.close(conn);
+                    if let Some(l) = link {
+                        l.close();
+                    }
                     return;
                 }
-                let mut c = Conn::new(conn, peer, hb.writer.clone(), hb.millis(now));
+                let mut c = Conn::new(conn, peer, link, hb.millis(now));
                 c.log = hb.log.clone();
                 c.rx.lock().born = Some(read_at);
                 hb.conns.insert(Arc::new(c));

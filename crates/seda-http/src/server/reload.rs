@@ -10,7 +10,9 @@
 //! - the overload control of every dynamic handler: a new policy in each stage's
 //!   [`PolicySlot`](crate::policy_slot::PolicySlot), the class rules and the
 //!   overload action; requests already queued stay queued;
-//! - the access log's file and format (reopened in order with the queued lines).
+//! - the access log's file and format (reopened in order with the queued lines);
+//! - the TLS listener's certificate and key (new connections get the new ones;
+//!   sessions and tickets issued before stay valid).
 //!
 //! Settings that shape the stages and sockets (addresses, root, caches, threads,
 //! handoff) keep their running values; [`Reloaded::restart_needed`] names those the
@@ -18,7 +20,7 @@
 
 use std::sync::Arc;
 
-use seda_io::SocketHandle;
+use seda_io::{SocketHandle, TlsHandle};
 
 use super::config::{self, ServerConfig, ServerError};
 use super::events::Route;
@@ -50,10 +52,11 @@ impl Live {
 }
 
 /// [`Server::reload`](super::Server::reload) on the running server's parts: `hb`,
-/// its socket layer and the configuration it `started` with.
+/// its socket layer, its TLS listener and the configuration it `started` with.
 pub(super) fn apply(
     hb: &Haboob,
     sockets: &SocketHandle,
+    tls: Option<&TlsHandle>,
     started: &ServerConfig,
     cfg: &ServerConfig,
     overload: Option<&OverloadControl>,
@@ -86,7 +89,12 @@ pub(super) fn apply(
         _ => None,
     };
 
-    // Apply.
+    // Apply. The certificate first: the one step that may still fail (a rustls
+    // configuration the checked keys cannot build), before anything has changed.
+    if let (Some(new), Some(tls)) = (&cfg.tls, tls) {
+        tls.reload(&new.keys).map_err(ServerError::Io)?;
+        done.applied.push("tls certificates");
+    }
     let live = Live::of(cfg);
     let old = hb.live.load_full();
     if *old != live {
@@ -103,6 +111,9 @@ pub(super) fn apply(
     }
     if cfg.max_connections != started.max_connections {
         sockets.set_max_connections(cfg.max_connections);
+        if let Some(tls) = tls {
+            tls.set_max_connections(cfg.max_connections);
+        }
         done.applied.push("max-connections");
     }
     if let Some(routes) = retargeted {
@@ -196,5 +207,13 @@ fn restart_needed(old: &ServerConfig, new: &ServerConfig, same_root: bool) -> Ve
         old.retry_after_secs != new.retry_after_secs,
     );
     differs("admin-listen", old.admin_listen != new.admin_listen);
+    let listen = |c: &ServerConfig| c.tls.as_ref().map(|t| t.listen);
+    let handshakes = |c: &ServerConfig| {
+        c.tls
+            .as_ref()
+            .map(|t| (t.handshake_timeout, t.max_handshakes, t.inline))
+    };
+    differs("tls-listen", listen(old) != listen(new));
+    differs("tls-handshakes", handshakes(old) != handshakes(new));
     out
 }

@@ -131,6 +131,8 @@ pub(crate) struct Haboob {
     pub(crate) pages: PageCache,
     pub(crate) framer: Framer,
     pub(crate) writer: Writer,
+    /// The TLS listener's writer, if there is one.
+    pub(crate) tls: Option<seda_io::TlsWriter>,
     pub(crate) routes: Routes,
     /// The access log, if on.
     pub(crate) log: Option<AccessLog>,
@@ -145,6 +147,14 @@ pub(crate) struct Haboob {
 }
 
 impl Haboob {
+    /// The output of connection `conn`, TLS or plain; `None` if it is not open.
+    pub(crate) fn link(&self, conn: seda_io::ConnId) -> Option<seda_io::Link> {
+        if let Some(l) = self.tls.as_ref().and_then(|t| t.bind(conn)) {
+            return Some(seda_io::Link::Tls(l));
+        }
+        seda_io::Link::plain(&self.writer, conn)
+    }
+
     pub(crate) fn draining(&self) -> bool {
         self.framer.draining.load(Relaxed)
     }

@@ -62,7 +62,7 @@ pub(crate) fn sweep(out: &Responder, now: Instant) {
             hb.counters.idle_closes.fetch_add(1, Relaxed);
             rx.stop();
             c.mark_gone();
-            hb.writer.close(c.id);
+            c.close();
         }
     }
 }
