@@ -98,6 +98,17 @@ fn tls_stats(s: &Served) -> serde_json::Value {
 
 #[test]
 fn curl_over_tls_keeps_the_connection_and_streams_a_file() {
+    curl_over_tls("pool");
+}
+
+/// The same with the TLS work inline on the socket loops: the application's stages
+/// then run on the thread that decrypted (and write to the same connection).
+#[test]
+fn curl_over_tls_with_the_tls_stage_inline() {
+    curl_over_tls("inline");
+}
+
+fn curl_over_tls(stage: &str) {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path(), "pki");
     let www = dir.path().join("www");
@@ -107,7 +118,10 @@ fn curl_over_tls_keeps_the_connection_and_streams_a_file() {
     // time.
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(www.join("big.bin"), &big).unwrap();
-    let (s, addr) = serve_tls(&pki, &["--root", www.to_str().unwrap()]);
+    let (s, addr) = serve_tls(
+        &pki,
+        &["--root", www.to_str().unwrap(), "--tls-stage", stage],
+    );
     let base = format!("https://localhost:{}", addr.port());
     let got = dir.path().join("big.out");
     let (ok, out) = curl(&[

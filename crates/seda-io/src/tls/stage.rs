@@ -2,6 +2,14 @@
 //! events out, decrypted. A connection is announced to the application
 //! (`Accepted`) only once its handshake completed; a connection whose handshake
 //! fails, times out, or is refused never reaches it.
+//!
+//! # Invariants
+//! - Nothing is offered to the application while a session's lock is held: with
+//!   inline handoff the application's handler may run on this thread and write to
+//!   the same connection, which takes that lock. Events are collected under the
+//!   lock and offered after it is released.
+//! - A connection's events reach the application in order: once one is refused
+//!   and held, every later one is held behind it until the retry delivers them.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -17,6 +25,9 @@ use crate::socket::SocketEvent;
 /// again.
 const RETRY: Duration = Duration::from_millis(5);
 
+/// A TLS record header's first byte: handshake.
+const HANDSHAKE: u8 = 0x16;
+
 /// The stage's handler.
 #[derive(Debug)]
 pub(crate) struct TlsStage {
@@ -27,30 +38,35 @@ pub(crate) struct TlsStage {
     pub(crate) me: Sink<SocketEvent>,
 }
 
-/// A TLS record header's first byte: handshake.
-const HANDSHAKE: u8 = 0x16;
-
 impl EventHandler<SocketEvent> for TlsStage {
     fn handle_events(&self, mut batch: Batch<'_, SocketEvent>, cx: &Context<'_>) {
+        let mut out = Vec::new();
         while let Some((ev, meta)) = batch.next_with_meta() {
-            self.on_event(ev, meta, cx);
+            if let Some(c) = self.on_event(ev, meta, &mut out) {
+                self.deliver(&c, &mut out, meta, cx);
+            }
         }
     }
 }
 
 impl TlsStage {
-    fn on_event(&self, ev: SocketEvent, meta: Meta, cx: &Context<'_>) {
+    /// Handles one socket event; returns the connection whose events `out` holds
+    /// for the application (collected under its lock, offered by the caller).
+    fn on_event(
+        &self,
+        ev: SocketEvent,
+        meta: Meta,
+        out: &mut Vec<SocketEvent>,
+    ) -> Option<Arc<TlsConn>> {
         let sh = &self.shared;
         match ev {
             SocketEvent::Accepted { conn, peer } => {
                 if sh.in_progress.load(Relaxed) >= sh.cfg.max_handshakes {
                     sh.counters.handshakes_refused.fetch_add(1, Relaxed);
                     sh.raw.abort(conn);
-                    return;
+                    return None;
                 }
-                let Some(raw) = sh.raw.bind(conn) else {
-                    return;
-                };
+                let raw = sh.raw.bind(conn)?;
                 let tls = match rustls::ServerConnection::new(sh.acceptor.config()) {
                     Ok(mut t) => {
                         t.set_buffer_limit(None);
@@ -59,23 +75,22 @@ impl TlsStage {
                     Err(e) => {
                         tracing::warn!("TLS session: {e}");
                         sh.raw.abort(conn);
-                        return;
+                        return None;
                     }
                 };
                 sh.in_progress.fetch_add(1, Relaxed);
                 let c = TlsConn::new(conn, peer, raw, sh.raw.clone(), tls, meta.born());
                 sh.table.insert(Arc::new(c));
+                None
             }
             SocketEvent::Data { conn, bytes } => {
-                let Some(c) = sh.table.get(conn) else {
-                    return;
-                };
+                let c = sh.table.get(conn)?;
                 sh.counters
                     .bytes_decrypted
                     .fetch_add(bytes.len() as u64, Relaxed);
                 let mut s = c.s.lock();
                 if s.phase == Phase::Done {
-                    return;
+                    return None;
                 }
                 let first = !s.seen_bytes;
                 s.seen_bytes = true;
@@ -83,7 +98,7 @@ impl TlsStage {
                     // Not TLS at all (plain HTTP on the TLS port): close, no alert.
                     sh.counters.not_tls.fetch_add(1, Relaxed);
                     self.fail(&c, &mut s);
-                    return;
+                    return None;
                 }
                 let mut plain = Vec::new();
                 let fed = feed(&mut s, &bytes, &mut plain);
@@ -98,31 +113,25 @@ impl TlsStage {
                         _ => sh.counters.protocol_errors.fetch_add(1, Relaxed),
                     };
                     self.fail(&c, &mut s);
-                    return;
+                    return None;
                 }
                 if matches!(s.phase, Phase::Handshaking(_)) && !s.tls.is_handshaking() {
-                    self.established(&c, &mut s, meta);
+                    self.established(&c, &mut s, out);
                 }
                 if s.phase == Phase::Open {
                     if !plain.is_empty() {
-                        self.deliver(
-                            &c,
-                            &mut s,
-                            SocketEvent::Data { conn, bytes: plain },
-                            meta,
-                            cx,
-                        );
+                        push(&mut s, out, SocketEvent::Data { conn, bytes: plain });
                     }
                     if s.read_closed {
                         s.read_closed = false;
-                        self.deliver(&c, &mut s, SocketEvent::ReadClosed { conn }, meta, cx);
+                        push(&mut s, out, SocketEvent::ReadClosed { conn });
                     }
                 }
+                drop(s);
+                Some(c)
             }
             SocketEvent::ReadClosed { conn } => {
-                let Some(c) = sh.table.get(conn) else {
-                    return;
-                };
+                let c = sh.table.get(conn)?;
                 let mut s = c.s.lock();
                 match s.phase {
                     // A truncated handshake (or none at all): nothing more will come.
@@ -135,32 +144,30 @@ impl TlsStage {
                         counter.fetch_add(1, Relaxed);
                         self.fail(&c, &mut s);
                     }
-                    Phase::Open => {
-                        self.deliver(&c, &mut s, SocketEvent::ReadClosed { conn }, meta, cx)
-                    }
+                    Phase::Open => push(&mut s, out, SocketEvent::ReadClosed { conn }),
                     Phase::Done => {}
                 }
+                drop(s);
+                Some(c)
             }
             SocketEvent::Resumed { conn } => {
-                let Some(c) = sh.table.get(conn) else {
-                    return;
-                };
+                let c = sh.table.get(conn)?;
                 let mut s = c.s.lock();
-                self.resumed(&c, &mut s, meta, cx);
+                self.resumed(&c, &mut s, out);
+                drop(s);
+                Some(c)
             }
             SocketEvent::WriteBacklog { conn, queued } => {
-                if let Some(c) = sh.table.get(conn) {
-                    let mut s = c.s.lock();
-                    if s.phase == Phase::Open {
-                        let ev = SocketEvent::WriteBacklog { conn, queued };
-                        self.deliver(&c, &mut s, ev, meta, cx);
-                    }
+                let c = sh.table.get(conn)?;
+                let mut s = c.s.lock();
+                if s.phase == Phase::Open {
+                    push(&mut s, out, SocketEvent::WriteBacklog { conn, queued });
                 }
+                drop(s);
+                Some(c)
             }
             SocketEvent::Closed { conn, reason } => {
-                let Some(c) = sh.table.remove(conn) else {
-                    return;
-                };
+                let c = sh.table.remove(conn)?;
                 let mut s = c.s.lock();
                 let was = s.phase;
                 sh.end_handshake(&mut s);
@@ -169,34 +176,29 @@ impl TlsStage {
                 s.after_file.clear();
                 let held = std::mem::take(&mut s.held);
                 drop(s);
-                match was {
-                    Phase::Handshaking(_) => {
-                        sh.counters.abandoned.fetch_add(1, Relaxed);
-                    }
-                    // The application heard `Accepted` (the handshake finished even if
-                    // the connection failed since): it hears `Closed`, after what it
-                    // was still owed.
-                    Phase::Open | Phase::Done if c.announced.load(Relaxed) => {
-                        for ev in held {
-                            let _ = self.app.try_enqueue_with(ev, meta);
-                        }
-                        if self
-                            .app
-                            .try_enqueue_with(SocketEvent::Closed { conn, reason }, meta)
-                            .is_err()
-                        {
+                if let Phase::Handshaking(_) = was {
+                    sh.counters.abandoned.fetch_add(1, Relaxed);
+                }
+                // The application heard (or holds) `Accepted`: it hears `Closed`,
+                // last, after what it was still owed. Nothing is held any more.
+                if c.announced.load(Relaxed) {
+                    for ev in held
+                        .into_iter()
+                        .chain([SocketEvent::Closed { conn, reason }])
+                    {
+                        if self.app.try_enqueue_with(ev, meta).is_err() {
                             sh.counters.undelivered.fetch_add(1, Relaxed);
                         }
                     }
-                    _ => {}
                 }
+                None
             }
-            _ => {}
+            _ => None,
         }
     }
 
     /// The handshake completed: count it and announce the connection.
-    fn established(&self, c: &TlsConn, s: &mut Session, meta: Meta) {
+    fn established(&self, c: &TlsConn, s: &mut Session, out: &mut Vec<SocketEvent>) {
         let sh = &self.shared;
         sh.end_handshake(s);
         s.phase = Phase::Open;
@@ -209,67 +211,59 @@ impl TlsStage {
         if s.tls.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3) {
             counters.tls13.fetch_add(1, Relaxed);
         }
-        let ev = SocketEvent::Accepted {
-            conn: c.id,
-            peer: c.peer,
-        };
         // The connection's first event; its `born` is the accept's, so the first
         // request's response time covers the handshake.
-        if self.app.try_enqueue_with(ev, meta).is_err() {
-            // The application cannot take a new connection: it never hears of it.
-            sh.counters.undelivered.fetch_add(1, Relaxed);
-            s.phase = Phase::Done;
-            c.announced.store(false, Relaxed);
-            c.writer.abort(c.id);
-        }
+        push(
+            s,
+            out,
+            SocketEvent::Accepted {
+                conn: c.id,
+                peer: c.peer,
+            },
+        );
     }
 
-    /// Hands `ev` to the application, or holds it (and pauses reading) if its stage
-    /// refuses; a retry comes back as a `Resumed`.
-    fn deliver(&self, c: &TlsConn, s: &mut Session, ev: SocketEvent, meta: Meta, cx: &Context<'_>) {
-        if s.held.is_empty() {
-            match self.app.try_enqueue_with(ev, meta) {
-                Ok(()) => return,
-                Err(e) => s.held.push_back(e.into_inner()),
-            }
-        } else {
-            s.held.push_back(ev);
-        }
-        self.shared.counters.app_stalls.fetch_add(1, Relaxed);
-        c.settle_reading(s);
-        cx.schedule_with(RETRY, &self.me, SocketEvent::Resumed { conn: c.id }, meta);
-    }
-
-    /// The socket resumed reading (a drained file, a retry, the application's
-    /// resume): do what waited.
-    fn resumed(&self, c: &TlsConn, s: &mut Session, meta: Meta, cx: &Context<'_>) {
-        let sh = &self.shared;
-        while let Some(ev) = s.held.pop_front() {
+    /// Offers `out` to the application, in order, with no lock held; what it
+    /// refuses is held (reading paused) and offered again after [`RETRY`].
+    fn deliver(&self, c: &TlsConn, out: &mut Vec<SocketEvent>, meta: Meta, cx: &Context<'_>) {
+        let mut events = out.drain(..);
+        while let Some(ev) = events.next() {
             if let Err(e) = self.app.try_enqueue_with(ev, meta) {
-                s.held.push_front(e.into_inner());
-                c.settle_reading(s);
+                let mut s = c.s.lock();
+                // Ahead of anything held since (nothing can be: this stage handles
+                // the connection's events one at a time).
+                let rest: Vec<SocketEvent> =
+                    std::iter::once(e.into_inner()).chain(events).collect();
+                for ev in rest.into_iter().rev() {
+                    s.held.push_front(ev);
+                }
+                self.shared.counters.app_stalls.fetch_add(1, Relaxed);
+                c.settle_reading(&s);
+                drop(s);
                 cx.schedule_with(RETRY, &self.me, SocketEvent::Resumed { conn: c.id }, meta);
                 return;
             }
         }
+    }
+
+    /// The socket resumed reading (a drained file, a retry, the application's
+    /// resume): do what waited. The held events go to `out`.
+    fn resumed(&self, c: &TlsConn, s: &mut Session, out: &mut Vec<SocketEvent>) {
+        out.extend(s.held.drain(..));
         if s.draining {
             s.draining = false;
-            if c.pump(s, &sh.counters).is_err() {
+            if c.pump(s, &self.shared.counters).is_err() {
                 self.fail(c, s);
                 return;
             }
         }
-        if s.resume_owed && !s.app_paused {
+        let owed = s.resume_owed && !s.app_paused;
+        // A resume the TLS layer did not ask for (e.g. a relay's drain watch) is the
+        // application's to hear too.
+        let unasked = !s.draining && !s.app_paused && s.phase == Phase::Open;
+        if owed || unasked {
             s.resume_owed = false;
-            let _ = self
-                .app
-                .try_enqueue_with(SocketEvent::Resumed { conn: c.id }, meta);
-        } else if !s.draining && !s.app_paused && s.phase == Phase::Open {
-            // A resume the TLS layer did not ask for (e.g. a relay's drain watch):
-            // the application's to hear.
-            let _ = self
-                .app
-                .try_enqueue_with(SocketEvent::Resumed { conn: c.id }, meta);
+            out.push(SocketEvent::Resumed { conn: c.id });
         }
         c.settle_reading(s);
     }
@@ -279,6 +273,15 @@ impl TlsStage {
         self.shared.end_handshake(s);
         s.phase = Phase::Done;
         c.writer.close(c.id);
+    }
+}
+
+/// Queues `ev` for the application: behind the held events if there are any.
+fn push(s: &mut Session, out: &mut Vec<SocketEvent>, ev: SocketEvent) {
+    if s.held.is_empty() {
+        out.push(ev);
+    } else {
+        s.held.push_back(ev);
     }
 }
 
