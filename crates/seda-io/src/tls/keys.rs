@@ -15,7 +15,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::{ClientHello, ParsedCertificate, ResolvesServerCert, StoresServerSessions};
 use rustls::sign::CertifiedKey;
 
-use super::Counters;
+use super::counters::Counters;
 
 /// A certificate chain and its private key, loaded and checked.
 #[derive(Clone)]

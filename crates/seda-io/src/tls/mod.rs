@@ -43,63 +43,35 @@
 //!   `Closed`, last; no other connection reaches it.
 //! - `handshakes_in_progress` = connections in the table still handshaking.
 
+mod config;
+mod counters;
 mod keys;
 mod session;
+mod shared;
 mod stage;
 mod writer;
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use seda::{Runtime, Sink, ThreadModel};
 use serde::{Deserialize, Serialize};
 
+pub use config::TlsConfig;
 pub use keys::TlsKeys;
 pub use writer::{TlsConnWriter, TlsWriter};
 
+use counters::Counters;
 use keys::TlsAcceptor;
 use session::Table;
+use shared::Shared;
 use stage::TlsStage;
 
-use crate::socket::{
-    BoundSockets, SocketConfig, SocketEvent, SocketHandle, SocketStats, Sockets, Writer,
-};
-
-/// Configuration of the TLS layer.
-#[derive(Clone, Debug)]
-pub struct TlsConfig {
-    /// A handshake not finished in this time is aborted. Default 10 s. At least
-    /// 10 ms.
-    pub handshake_timeout: Duration,
-    /// Most handshakes in progress at once. Default 1,024. At least 1.
-    pub max_handshakes: usize,
-    /// Entries of the session cache (resumption by session id). Default 8,192.
-    pub sessions: usize,
-    /// Name of the TLS stage. Default `tls`.
-    pub stage_name: String,
-    /// A thread-pool domain the stage joins (see the module docs). Default none:
-    /// a pool of its own.
-    pub domain: Option<seda::Domain>,
-    /// Most threads of the stage's own pool (without a domain). Default 2.
-    pub threads: usize,
-}
-
-impl Default for TlsConfig {
-    fn default() -> Self {
-        TlsConfig {
-            handshake_timeout: Duration::from_secs(10),
-            max_handshakes: 1024,
-            sessions: 8192,
-            stage_name: "tls".to_owned(),
-            domain: None,
-            threads: 2,
-        }
-    }
-}
+use crate::socket::{BoundSockets, SocketConfig, SocketEvent, SocketHandle, SocketStats, Sockets};
 
 /// Counters of the TLS layer since start.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -138,47 +110,6 @@ pub struct TlsStats {
     pub undelivered: u64,
     /// Certificate reloads.
     pub reloads: u64,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    handshakes: AtomicU64,
-    resumed: AtomicU64,
-    tls13: AtomicU64,
-    handshake_failures: AtomicU64,
-    not_tls: AtomicU64,
-    unknown_names: AtomicU64,
-    handshake_timeouts: AtomicU64,
-    handshakes_refused: AtomicU64,
-    abandoned: AtomicU64,
-    protocol_errors: AtomicU64,
-    bytes_decrypted: AtomicU64,
-    bytes_encrypted: AtomicU64,
-    app_stalls: AtomicU64,
-    undelivered: AtomicU64,
-    reloads: AtomicU64,
-}
-
-/// What the stage, the writers and the handle share.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    cfg: TlsConfig,
-    acceptor: TlsAcceptor,
-    table: Table,
-    counters: Arc<Counters>,
-    in_progress: AtomicUsize,
-    /// The TLS listener's socket writer (ciphertext).
-    raw: Writer,
-}
-
-impl Shared {
-    /// The connection leaves its handshake (done, failed, or cut): one fewer in
-    /// progress. Call before changing a handshaking session's phase.
-    pub(crate) fn end_handshake(&self, s: &mut session::Session) {
-        if let session::Phase::Handshaking(_) = s.phase {
-            self.in_progress.fetch_sub(1, Relaxed);
-        }
-    }
 }
 
 /// Entry point of the TLS layer.

@@ -24,7 +24,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::Counters;
+use super::counters::Counters;
 use crate::socket::{ConnId, ConnWriter, Outgoing, SocketEvent, WriteError, Writer};
 
 /// Ciphertext a streamed file may have queued on the socket before it waits for the

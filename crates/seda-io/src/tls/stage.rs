@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use seda::{Batch, Context, EventHandler, Meta, Sink};
 
-use super::Shared;
 use super::session::{Phase, Session, TlsConn, feed};
+use super::shared::Shared;
 use crate::socket::SocketEvent;
 
 /// How long an event the application's stage refused waits before it is offered

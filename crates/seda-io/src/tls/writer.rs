@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::Shared;
 use super::session::TlsConn;
+use super::shared::Shared;
 use crate::socket::{ConnId, Outgoing, WriteError};
 
 /// Sends output on the TLS listener's connections. Cheap to clone.

@@ -1,0 +1,35 @@
+//! The TLS layer's configuration (a leaf).
+
+use std::time::Duration;
+
+/// Configuration of the TLS layer.
+#[derive(Clone, Debug)]
+pub struct TlsConfig {
+    /// A handshake not finished in this time is aborted. Default 10 s. At least
+    /// 10 ms.
+    pub handshake_timeout: Duration,
+    /// Most handshakes in progress at once. Default 1,024. At least 1.
+    pub max_handshakes: usize,
+    /// Entries of the session cache (resumption by session id). Default 8,192.
+    pub sessions: usize,
+    /// Name of the TLS stage. Default `tls`.
+    pub stage_name: String,
+    /// A thread-pool domain the stage joins (see the module docs). Default none:
+    /// a pool of its own.
+    pub domain: Option<seda::Domain>,
+    /// Most threads of the stage's own pool (without a domain). Default 2.
+    pub threads: usize,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            handshake_timeout: Duration::from_secs(10),
+            max_handshakes: 1024,
+            sessions: 8192,
+            stage_name: "tls".to_owned(),
+            domain: None,
+            threads: 2,
+        }
+    }
+}
