@@ -84,22 +84,27 @@ fn check(s: &Settings) -> Result<(), String> {
 /// queue instead of getting the server's 503).
 fn start(cfg: ServerConfig, max_connections_set: bool) -> Result<Server, String> {
     match Server::start(cfg.clone()) {
-        Err(ServerError::Descriptors(b)) if !max_connections_set && b.connections() > 0 => {
+        Err(ServerError::Descriptors(b)) if !max_connections_set && b.per_listener() > 0 => {
+            let each = if b.listeners > 1 {
+                format!(" on each of {} listeners", b.listeners)
+            } else {
+                String::new()
+            };
             eprintln!(
                 "seda serve: warning: the open-files limit ({}, `ulimit -n`) leaves room for \
                  {} connections beside the {} descriptors the server holds and the {} it keeps \
-                 free; serving at most {} connections instead of the default {} (raise \
+                 free; serving at most {} connections{each} instead of the default {} (raise \
                  `ulimit -n` to at least {} for those)",
                 b.limit,
                 b.connections(),
                 b.held,
                 b.reserve,
-                b.connections(),
+                b.per_listener(),
                 b.wanted,
                 b.limit_needed()
             );
             let cfg = ServerConfig {
-                max_connections: usize::try_from(b.connections()).unwrap_or(usize::MAX),
+                max_connections: usize::try_from(b.per_listener()).unwrap_or(usize::MAX),
                 ..cfg
             };
             Server::start(cfg).map_err(|e| e.to_string())

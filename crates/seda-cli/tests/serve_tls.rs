@@ -341,6 +341,39 @@ fn handshakes_in_progress_are_bounded() {
     assert!(ok, "{out}");
 }
 
+/// A connection counts against `--max-connections` from its accept: handshakes that
+/// never finish fill the TLS listener's cap (below `--tls-max-handshakes`), and the
+/// connection past it is closed at once by the socket layer.
+#[test]
+fn handshakes_count_against_the_connection_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "pki");
+    let (s, addr) = serve_tls(&pki, &["--max-connections", "2"]);
+    let idle: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    s.wait_stats("two handshakes in progress", |st| {
+        st["tls"]["handshakes_in_progress"] == 2
+    });
+    let mut third = TcpStream::connect(addr).unwrap();
+    third.set_read_timeout(Some(BOUND)).unwrap();
+    let mut buf = [0u8; 16];
+    let n = std::io::Read::read(&mut third, &mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "the third connection was not closed");
+    let st = s.stats();
+    assert_eq!(st["tls_sockets"]["refused"], 1, "{}", st["tls_sockets"]);
+    // The TLS layer's own bound was not what refused it.
+    assert_eq!(st["tls"]["handshakes_refused"], 0, "{}", st["tls"]);
+    drop(idle);
+    s.wait_stats("the cap free again", |st| {
+        st["tls"]["handshakes_in_progress"] == 0 && st["tls_sockets"]["open"] == 0
+    });
+    let (ok, out) = curl(&[
+        "--cacert",
+        &pki.path("ca.pem"),
+        &format!("https://localhost:{}/hello", addr.port()),
+    ]);
+    assert!(ok, "{out}");
+}
+
 #[test]
 fn certificates_reload_on_sighup_and_a_bad_key_is_refused() {
     let dir = tempfile::tempdir().unwrap();

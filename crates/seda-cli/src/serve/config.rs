@@ -93,9 +93,9 @@ pub struct ServeConfig {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<f64>,
-    /// Most open connections; one that the open-files limit cannot hold beside the
-    /// server's own descriptors is refused at start [default: 10000, or what the
-    /// limit leaves, with a warning].
+    /// Most open connections, on each listener (plain, and TLS with its handshakes);
+    /// a cap the open-files limit cannot hold beside the server's own descriptors is
+    /// refused at start [default: 10000, or what the limit leaves, with a warning].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<usize>,

@@ -121,8 +121,9 @@ pub struct ServerConfig {
     /// A connection whose client takes none of its pending output for this long is
     /// closed (a slow reader that makes progress is not). Default 60 s.
     pub send_timeout: Duration,
-    /// Most open connections; past it a new connection gets a `503` and is closed.
-    /// Default 10,000. Must fit the open-files limit beside the descriptors the
+    /// Most open connections on each listener; past it a new plain connection gets
+    /// a `503` and is closed (a TLS one is closed: nothing can be said in clear on a
+    /// TLS port; its handshake counts). Default 10,000. Must fit the open-files limit beside the descriptors the
     /// server holds and keeps free ([`DescriptorBudget`](super::DescriptorBudget)):
     /// [`Server::start`](super::Server::start) fails with
     /// [`ServerError::Descriptors`] otherwise.

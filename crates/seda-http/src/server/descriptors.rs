@@ -5,13 +5,16 @@
 //! instead of getting the `503`).
 //!
 //! ```text
-//! limit >= held + reserve + max_connections
+//! limit >= held + reserve + listeners * max_connections
 //! ```
+//!
+//! Each listener (the plain one, and the TLS one if configured) takes up to
+//! `max_connections`; a TLS connection counts from its accept, handshake included.
 //!
 //! - `held`: descriptors open once the listeners and event loops are bound
 //!   ([`seda_io::Descriptors`], measured: whatever the process already had, the
 //!   listeners, the epoll instances or io_uring eventfds, the wakers);
-//! - `reserve`: per event loop [`seda_io::LOOP_RESERVE`] (a connection accepted
+//! - `reserve`: per event loop of each listener [`seda_io::LOOP_RESERVE`] (a connection accepted
 //!   over the cap to be told `503`; the ring an io_uring loop opens as it starts);
 //!   [`FILES_IN_FLIGHT`] files the miss path opens at once and
 //!   [`PathCache::OPEN_FILES`] large files the path cache keeps open; 3 for the
@@ -50,38 +53,50 @@ pub struct DescriptorBudget {
     pub held: u64,
     /// Descriptors kept free beside the connections.
     pub reserve: u64,
-    /// The `max_connections` asked for.
+    /// The `max_connections` asked for (per listener).
     pub wanted: u64,
+    /// Listeners that each take up to `wanted` connections (2 with a TLS listener).
+    pub listeners: u64,
 }
 
 impl DescriptorBudget {
-    /// Connections the limit leaves room for.
+    /// Connections the limit leaves room for, all listeners together.
     pub fn connections(&self) -> u64 {
         self.limit
             .saturating_sub(self.held)
             .saturating_sub(self.reserve)
     }
 
-    /// Whether `wanted` connections fit.
-    pub fn fits(&self) -> bool {
-        self.wanted <= self.connections()
+    /// The largest `max_connections` that fits (per listener).
+    pub fn per_listener(&self) -> u64 {
+        self.connections() / self.listeners.max(1)
     }
 
-    /// The smallest limit under which `wanted` connections fit.
+    /// Whether `wanted` connections on each listener fit.
+    pub fn fits(&self) -> bool {
+        self.wanted <= self.per_listener()
+    }
+
+    /// The smallest limit under which `wanted` connections on each listener fit.
     pub fn limit_needed(&self) -> u64 {
         self.held
             .saturating_add(self.reserve)
-            .saturating_add(self.wanted)
+            .saturating_add(self.wanted.saturating_mul(self.listeners.max(1)))
     }
 }
 
 impl fmt::Display for DescriptorBudget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let per = if self.listeners > 1 {
+            format!(" on each of {} listeners", self.listeners)
+        } else {
+            String::new()
+        };
         write!(
             f,
-            "max_connections {} needs more open files than this process may have: the \
-             limit is {} (`ulimit -n`), the server holds {} descriptors (listeners, event \
-             loops) and keeps {} free (files it opens, its admin listener, proxied \
+            "max_connections {}{per} needs more open files than this process may have: \
+             the limit is {} (`ulimit -n`), the server holds {} descriptors (listeners, \
+             event loops) and keeps {} free (files it opens, its admin listener, proxied \
              connections, refusals at the cap), which leaves room for {} connections; \
              raise `ulimit -n` to at least {} or lower max_connections to {}",
             self.wanted,
@@ -90,26 +105,32 @@ impl fmt::Display for DescriptorBudget {
             self.reserve,
             self.connections(),
             self.limit_needed(),
-            self.connections()
+            self.per_listener()
         )
     }
 }
 
 /// The descriptors `cfg` keeps free beside its connections (module docs).
 pub(crate) fn reserve(cfg: &ServerConfig) -> u64 {
-    let loops = cfg.event_loops as u64 * seda_io::LOOP_RESERVE;
+    let loops = cfg.event_loops as u64 * seda_io::LOOP_RESERVE * listeners(cfg);
     let files = FILES_IN_FLIGHT + PathCache::OPEN_FILES as u64;
     let admin = if cfg.admin_listen.is_some() { 3 } else { 0 };
     let proxies: u64 = cfg
         .proxies
         .iter()
         .map(|r| {
-            let in_flight = r.max_in_flight.min(cfg.max_connections) as u64;
+            let clients = cfg.max_connections as u64 * listeners(cfg);
+            let in_flight = (r.max_in_flight as u64).min(clients);
             let idle = (r.max_idle * r.upstreams.len()) as u64;
             in_flight + idle
         })
         .sum();
     loops + files + admin + proxies + SLACK
+}
+
+/// Listeners that take connections: the plain one, and the TLS one if any.
+fn listeners(cfg: &ServerConfig) -> u64 {
+    1 + u64::from(cfg.tls.is_some())
 }
 
 /// The budget of `cfg` now (call once the listeners are bound).
@@ -120,6 +141,7 @@ pub(crate) fn budget(cfg: &ServerConfig) -> std::io::Result<DescriptorBudget> {
         held: now.open,
         reserve: reserve(cfg),
         wanted: cfg.max_connections as u64,
+        listeners: listeners(cfg),
     })
 }
 
@@ -134,6 +156,7 @@ mod tests {
             held: 11,
             reserve: 90,
             wanted: 256,
+            listeners: 1,
         };
         assert_eq!(b.connections(), 155);
         assert!(!b.fits());
@@ -149,6 +172,17 @@ mod tests {
             }
             .fits()
         );
+        // Two listeners share the room: 77 each.
+        let two = DescriptorBudget {
+            wanted: 78,
+            listeners: 2,
+            ..b.clone()
+        };
+        assert_eq!(two.per_listener(), 77);
+        assert!(!two.fits());
+        assert_eq!(two.limit_needed(), 11 + 90 + 156);
+        assert!(two.to_string().contains("on each of 2 listeners"), "{two}");
+        assert!(two.to_string().contains("max_connections to 77"), "{two}");
         let none = DescriptorBudget { limit: 50, ..b };
         assert_eq!(none.connections(), 0);
     }

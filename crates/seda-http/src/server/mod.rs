@@ -213,12 +213,6 @@ impl Server {
             ..SocketConfig::default()
         })
         .map_err(ServerError::Io)?;
-        // With the listeners and loops bound (and the limit raised), the connections
-        // must leave the server its reserve (descriptors.rs).
-        let budget = descriptors::budget(&cfg).map_err(ServerError::Io)?;
-        if !budget.fits() {
-            return Err(ServerError::Descriptors(budget));
-        }
         let tls_bound = match &cfg.tls {
             Some(t) => Some(
                 TlsSockets::bind(
@@ -251,6 +245,12 @@ impl Server {
             ),
             None => None,
         };
+        // With the listeners and loops bound (and the limit raised), the connections
+        // must leave the server its reserve (descriptors.rs).
+        let budget = descriptors::budget(&cfg).map_err(ServerError::Io)?;
+        if !budget.fits() {
+            return Err(ServerError::Descriptors(budget));
+        }
         let files = FileHelper::start(&rt, FileConfig::default())?;
         let log = match &cfg.access_log {
             Some(l) => Some(AccessLog::start(&rt, l).map_err(ServerError::Io)?),

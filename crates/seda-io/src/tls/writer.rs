@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 
@@ -28,6 +29,9 @@ impl TlsWriter {
     /// handshake completed (the application heard `Accepted`).
     pub fn bind(&self, conn: ConnId) -> Option<TlsConnWriter> {
         let c = self.shared.table.get(conn)?;
+        if !c.announced.load(Relaxed) {
+            return None;
+        }
         Some(TlsConnWriter {
             shared: Arc::clone(&self.shared),
             conn: c,
@@ -89,6 +93,7 @@ impl TlsConnWriter {
     /// Closes now, dropping queued output.
     pub fn abort(&self) {
         let mut s = self.conn.s.lock();
+        self.shared.end_handshake(&mut s);
         s.phase = super::session::Phase::Done;
         s.file = None;
         s.after_file.clear();
