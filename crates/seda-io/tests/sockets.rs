@@ -587,3 +587,34 @@ fn an_adopted_stream_is_announced_as_adopted_and_echoes() {
     e.sockets.stop();
     e.rt.shutdown(Duration::from_secs(5));
 }
+
+/// Without `half_close`, end of file closes the connection, also when the last data
+/// and the FIN arrive together: edge-triggered epoll reports them in one edge, the
+/// read takes the data (a short read), and nothing would wake the loop for the end
+/// of file behind it (the connection stayed open until the application closed it).
+/// The clients cork their sockets so that the data leaves with the FIN.
+#[test]
+fn data_and_fin_in_one_edge_still_close_the_connection() {
+    let e = echo(test_config(), 4096, Duration::ZERO);
+    let addr = e.sockets.local_addr();
+    let clients: Vec<TcpStream> = (0..20).map(|_| connect(addr)).collect();
+    assert!(wait_for(Duration::from_secs(10), || e
+        .sockets
+        .open_connections()
+        == 20));
+    for mut c in clients.iter() {
+        rustix::net::sockopt::set_tcp_cork(c, true).unwrap();
+        c.write_all(b"last words").unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    assert!(
+        wait_for(Duration::from_secs(10), || e.log.closed_total() == 20),
+        "{} of 20 closed; open: {}",
+        e.log.closed_total(),
+        e.sockets.open_connections()
+    );
+    for s in e.log.snapshot().values() {
+        assert_eq!(s.bytes, "last words".len());
+        assert_eq!(s.closed, vec![CloseReason::PeerClosed]);
+    }
+}

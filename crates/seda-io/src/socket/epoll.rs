@@ -75,8 +75,9 @@ struct LocalConn {
     /// The peer shut down its sending side and `ReadClosed` was delivered
     /// (`SocketConfig::half_close`): reads only look for a reset now.
     read_eof: bool,
-    /// Epoll reported the peer's FIN (`EPOLLRDHUP`): under `half_close`, read until
-    /// end of file even after a short read, since no further edge will come.
+    /// Epoll reported the peer's FIN (`EPOLLRDHUP`): read until end of file even
+    /// after a short read, since no further edge will come (with or without
+    /// `half_close`: without, the end of file closes the connection).
     peer_fin: bool,
     /// An outbound connect in progress: the address it goes to, until the socket's
     /// first readiness says whether it succeeded.
@@ -386,7 +387,7 @@ impl EventLoop<'_> {
                 // A full chunk may leave more in the socket, and edge-triggered epoll
                 // will not say so again: come back next turn. A short read drained it,
                 // but for the end of file behind it (no edge of its own).
-                if n == chunk || (lc.peer_fin && self.shared.cfg.half_close) {
+                if n == chunk || lc.peer_fin {
                     self.again.push(id);
                 }
                 self.offer_now(id, event, self.now);
