@@ -223,6 +223,12 @@ impl TlsHandle {
         self.sockets.local_addr()
     }
 
+    /// The socket backend the listener's loops run on (TLS works the same above
+    /// either).
+    pub fn backend(&self) -> crate::socket::IoBackend {
+        self.sockets.backend()
+    }
+
     /// A writer for the listener's connections.
     pub fn writer(&self) -> TlsWriter {
         TlsWriter {
