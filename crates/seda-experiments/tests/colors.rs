@@ -13,7 +13,7 @@ use seda::ThreadModel;
 use seda_experiments::colors::client::{ClientConfig, ClientReport, LoadClient};
 use seda_experiments::colors::proto::{self, HEADER_LEN, HELLO_LEN, ReadRequest};
 use seda_experiments::colors::server::{Coloring, ColorsServer, ServerConfig, ServerStats};
-use seda_experiments::colors::{ColorsConfig, ColorsResult};
+use seda_experiments::colors::{BASELINE, ColorsConfig, ColorsResult, PARALLEL};
 
 const FILE_LEN: usize = 1 << 20;
 const BLOCK: u32 = 2048;
@@ -185,7 +185,35 @@ fn the_quick_experiment_writes_results_with_a_speedup() {
     let json: ColorsResult =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("runs.json")).unwrap())
             .unwrap();
-    assert!(json.speedup.is_finite() && json.speedup > 0.0);
+    // The speedup is the runs' own figures: per-connection colors on 2 workers over
+    // one color on 1 worker, in the round (one round here), as written.
+    let rate = |setup| {
+        json.runs
+            .iter()
+            .find(|r| r.setup == setup && r.round == 0)
+            .map(|r| r.responses_per_s)
+            .expect("the setup ran")
+    };
+    let within_round = rate(PARALLEL) / rate(BASELINE);
+    assert_eq!(
+        json.speedup_by_round.len(),
+        1,
+        "{:?}",
+        json.speedup_by_round
+    );
+    assert!(
+        (json.speedup_by_round[0] - within_round).abs() <= 1e-9 * within_round,
+        "speedup of round 1 {} vs the runs' ratio {within_round}",
+        json.speedup_by_round[0]
+    );
+    assert_eq!(
+        json.speedup, json.speedup_by_round[0],
+        "the median of one round"
+    );
+    assert_eq!(
+        json.speedup, result.speedup,
+        "runs.json holds what was measured"
+    );
     let raw: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("runs.json")).unwrap())
             .unwrap();

@@ -119,12 +119,16 @@ fn item1_head_error_responses_have_no_body_and_the_stream_stays_in_step() {
 
 #[test]
 fn item2_pipelined_work_per_connection_is_bounded() {
-    let s = start(|c| {
+    // The first request is held in its handler until the test has looked: "while
+    // it is in flight" is a state, not a time.
+    let (open_gate, gate) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new(gate);
+    let s = start(move |c| {
         c.max_pipelined = 8;
         c.handlers.push(HandlerRegistration::new(
             "/slow",
-            |_: &Request, _: &HandlerContext<'_>| {
-                std::thread::sleep(Duration::from_millis(500));
+            move |_: &Request, _: &HandlerContext<'_>| {
+                let _ = gate.lock().unwrap().recv_timeout(Duration::from_secs(30));
                 Response::text(Status::OK, "slow\n")
             },
         ));
@@ -139,14 +143,18 @@ fn item2_pipelined_work_per_connection_is_bounded() {
         let mut w = c.stream.try_clone().unwrap();
         std::thread::spawn(move || w.write_all(&all))
     };
-    std::thread::sleep(Duration::from_millis(250));
+    assert!(
+        wait_for(Duration::from_secs(20), || haboob(&s).pipeline_pauses >= 1),
+        "reading never paused: {:?}",
+        haboob(&s)
+    );
     let h = haboob(&s);
     assert!(
         h.requests <= 8,
         "{} requests parsed while the first is in flight (bound 8)",
         h.requests
     );
-    assert!(h.pipeline_pauses >= 1);
+    open_gate.send(()).unwrap();
     // All 2,001 are answered, in order.
     assert_eq!(c.read_response(false).unwrap().text(), "slow\n");
     for _ in 0..2000 {
@@ -171,13 +179,24 @@ fn item2_work_for_a_client_that_is_gone_is_cancelled() {
     });
     let mut c = s.connect();
     c.send(&b"GET /bottleneck HTTP/1.1\r\nHost: t\r\n\r\n".repeat(1000));
-    std::thread::sleep(Duration::from_millis(50));
+    // Work queued for the handler (the pipelining bound, 16), one running.
+    assert!(wait_for(Duration::from_secs(20), || {
+        haboob(&s).dynamic_requests >= 16 && runs.load(Ordering::SeqCst) >= 1
+    }));
     drop(c);
     // A new client is answered while the gone client's work is dropped.
-    assert!(wait_for(Duration::from_secs(5), || haboob(&s).cancelled >= 5));
+    assert!(wait_for(Duration::from_secs(20), || haboob(&s).cancelled >= 5));
     let mut fresh = s.connect();
     assert_eq!(fresh.get("/hello.txt").status, 200);
-    std::thread::sleep(Duration::from_millis(300));
+    // Every request of the gone client is settled: run, or cancelled unrun.
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            let h = haboob(&s);
+            h.cancelled + runs.load(Ordering::SeqCst) as u64 >= h.dynamic_requests
+        }),
+        "{:?}",
+        haboob(&s)
+    );
     let ran = runs.load(Ordering::SeqCst);
     assert!(
         ran <= 4,
@@ -234,7 +253,12 @@ fn item3_a_pipelining_client_that_reads_late_is_slowed_not_cut() {
     let one = b"GET /meg.bin HTTP/1.1\r\nHost: t\r\n\r\n";
     c.send(&one.repeat(16));
     c.send(NEXT);
-    std::thread::sleep(Duration::from_millis(500));
+    // Read only once the output is backed up and reading has paused.
+    assert!(wait_for(Duration::from_secs(20), || s
+        .server()
+        .socket_stats()
+        .backlog_pauses
+        >= 1));
     for i in 0..16 {
         let r = c.read_response(false).expect("not cut");
         assert_eq!(r.status, 200);
@@ -489,8 +513,10 @@ fn a_client_that_half_closes_gets_every_response_then_the_close() {
     c.send(NEXT);
     c.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
     c.send(&NEXT.repeat(10));
-    // The end of the stream as a segment of its own, while /slow runs.
-    std::thread::sleep(Duration::from_millis(50));
+    // The end of the stream as a segment of its own, once reading has paused.
+    assert!(wait_for(Duration::from_secs(20), || haboob(&s)
+        .pipeline_pauses
+        >= 1));
     c.stream.shutdown(std::net::Shutdown::Write).unwrap();
     let r = c.read_response(false).expect("the first GET is answered");
     assert_eq!(r.status, 200);

@@ -352,7 +352,6 @@ fn a_completion_the_sink_will_not_take_is_handed_back_not_dropped() {
     other.start().unwrap();
     other.shutdown(Duration::from_secs(1));
     let (back_tx, back_rx) = mpsc::channel();
-    let t0 = Instant::now();
     helper
         .submit_to(
             FileOp::Stat { path },
@@ -365,10 +364,12 @@ fn a_completion_the_sink_will_not_take_is_handed_back_not_dropped() {
         .unwrap();
     let closed = back_rx.recv_timeout(Duration::from_secs(5)).unwrap();
     assert!(closed, "refused as Closed");
-    assert!(
-        t0.elapsed() < Duration::from_millis(800),
-        "{:?}",
-        t0.elapsed()
+    // At once: offered once, not again and again for the patience given a full sink
+    // (each offer to a closed stage is counted there).
+    assert_eq!(
+        other.snapshot().stage("gone").map(|s| s.closed),
+        Some(1),
+        "the completion was offered to the closed stage more than once"
     );
     assert_eq!(helper.stats().completions_undelivered, 2);
     rt.shutdown(Duration::from_secs(5));

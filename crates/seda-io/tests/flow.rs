@@ -19,12 +19,25 @@ fn bytes_seen(e: &Echo, conn: ConnId) -> usize {
     e.log.snapshot().get(&conn).map_or(0, |s| s.bytes)
 }
 
+/// Waits until the (only) event loop has taken a turn after every byte written so
+/// far arrived: a fresh connection's round trip. Loopback delivers a write before
+/// `write` returns, so the readiness of those bytes came to the loop no later than
+/// the probe's; a read the loop would make of them happens before the probe's
+/// answer (the application stage takes events in order). What is still unread
+/// then was not read on purpose.
+fn loop_has_turned(e: &Echo) {
+    let mut probe = connect(e.sockets.local_addr());
+    assert_eq!(roundtrip(&mut probe, b"probe"), b"probe");
+}
+
 #[test]
 fn a_backed_up_connection_is_not_read_until_it_drains_and_is_never_cut() {
     let cfg = SocketConfig {
         write_threshold: 256 * 1024,
         on_backlog: BacklogAction::Pause,
         send_buffer: Some(32 * 1024),
+        // One loop, so that `loop_has_turned` sees the turn after "ping" arrived.
+        event_loops: 1,
         ..test_config()
     };
     let e = echo(cfg, 4096, Duration::ZERO);
@@ -39,7 +52,7 @@ fn a_backed_up_connection_is_not_read_until_it_drains_and_is_never_cut() {
         >= 1));
     let before = bytes_seen(&e, conn);
     c.write_all(b"ping").unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    loop_has_turned(&e);
     assert_eq!(
         bytes_seen(&e, conn),
         before,
@@ -105,14 +118,18 @@ fn the_send_timeout_cuts_a_peer_that_takes_nothing_but_not_a_slow_reader() {
 
 #[test]
 fn the_application_pauses_and_resumes_reading() {
-    let e = echo(test_config(), 4096, Duration::ZERO);
+    let cfg = SocketConfig {
+        event_loops: 1,
+        ..test_config()
+    };
+    let e = echo(cfg, 4096, Duration::ZERO);
     let mut c = connect(e.sockets.local_addr());
     assert_eq!(roundtrip(&mut c, b"one"), b"one");
     let conn = only_conn(&e);
     let w = e.sockets.writer();
     w.pause_reading(conn);
     c.write_all(b"two").unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    loop_has_turned(&e);
     assert_eq!(bytes_seen(&e, conn), 3, "read while paused");
     w.resume_reading(conn);
     let mut back = [0u8; 3];

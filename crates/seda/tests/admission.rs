@@ -447,14 +447,22 @@ fn completions_do_not_feed_a_policy_that_is_switched_off() {
         .unwrap();
     rt.start().unwrap();
     sink.try_enqueue(true).unwrap();
-    // Events enqueued while admission is off, each 5x over the 1 ms target.
-    std::thread::sleep(ms(50));
+    let stage = |rt: &Runtime| rt.snapshot().stage("s").unwrap().clone();
+    let until = |what: &str, cond: &dyn Fn(&seda::StageSnapshot) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cond(&stage(&rt)) {
+            assert!(Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(ms(2));
+        }
+    };
+    until("admission switched off", &|s| !s.admission_enabled);
+    // Events enqueued while admission is off, each 5x over the 1 ms target; the
+    // rate is read once every one has completed.
     for _ in 0..20 {
         sink.try_enqueue(false).unwrap();
     }
-    std::thread::sleep(ms(300));
-    let snap = rt.snapshot();
-    let rate = snap.stage("s").unwrap().admission_rate.unwrap();
+    until("all 21 events completed", &|s| s.processed == 21);
+    let rate = stage(&rt).admission_rate.unwrap();
     rt.shutdown(Duration::from_secs(5));
     // The switching event itself completed after the switch: at most one cut.
     assert!(rate >= 100.0 / 1.2 - 1e-6, "rate driven while off: {rate}");

@@ -375,15 +375,12 @@ fn timers_fire_after_their_delay_and_can_be_cancelled() {
         .lock()
         .unwrap()
         .is_empty()));
+    // Timers fire in deadline order and the stage takes events in order: had the
+    // 40 ms timer fired, its event would have come first.
     let (v, at) = got.lock().unwrap()[0];
-    assert_eq!(v, 1);
+    assert_eq!(v, 1, "the cancelled timer never fired");
     assert!(at.duration_since(t0) >= Duration::from_millis(80));
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(
-        got.lock().unwrap().len(),
-        1,
-        "the cancelled timer never fired"
-    );
+    assert_eq!(got.lock().unwrap().len(), 1);
     let report = rt.shutdown(Duration::from_secs(2));
     assert_eq!(
         report.timers_cancelled, 1,
@@ -514,26 +511,38 @@ fn shared_pool_runs_a_late_event_beside_a_long_batch() {
         .thread_model(ThreadModel::Shared)
         .shared_workers(2)
         .build();
-    let (tx, rx) = crossbeam_channel::unbounded::<(u64, Instant)>();
+    // The long batch runs until the test opens its gate, so "beside" is a matter of
+    // order, not of time: the late event must finish while the gate is still shut.
+    let (started_tx, started) = crossbeam_channel::bounded::<()>(1);
+    let (open_gate, gate) = crossbeam_channel::bounded::<()>(1);
+    let (tx, rx) = crossbeam_channel::unbounded::<&'static str>();
     let sink = rt
-        .stage("work", move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
-            for ms in batch {
-                std::thread::sleep(Duration::from_millis(ms));
-                tx.send((ms, Instant::now())).unwrap();
-            }
-        })
+        .stage(
+            "work",
+            move |batch: Batch<'_, &'static str>, _cx: &Context<'_>| {
+                for what in batch {
+                    if what == "long" {
+                        started_tx.send(()).unwrap();
+                        gate.recv().unwrap();
+                    }
+                    tx.send(what).unwrap();
+                }
+            },
+        )
         .batch(1)
         .build()
         .unwrap();
     rt.start().unwrap();
-    let t0 = Instant::now();
-    sink.try_enqueue(1_500).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
-    sink.try_enqueue(0).unwrap();
-    let (first, at) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-    assert_eq!(first, 0, "the late event waited for the long batch");
-    assert!(at - t0 < Duration::from_millis(1_200), "{:?}", at - t0);
-    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap().0, 1_500);
+    sink.try_enqueue("long").unwrap();
+    started.recv_timeout(Duration::from_secs(10)).unwrap();
+    sink.try_enqueue("late").unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(10)),
+        Ok("late"),
+        "the late event waited for the long batch"
+    );
+    open_gate.send(()).unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("long"));
     assert!(rt.shutdown(Duration::from_secs(5)).drained);
 }
 
