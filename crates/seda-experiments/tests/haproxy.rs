@@ -2,7 +2,8 @@
 //! replica's 503 is retried on another replica (and is passed on without `retry-on
 //! 503`), and the agent check drains and restores a replica. Skipped, with the reason
 //! printed, where haproxy is not installed (`apt-get install -y haproxy`;
-//! `seda experiment scale-out` installs it).
+//! `seda experiment scale-out` installs it), except under `SEDA_REQUIRE_PEERS=1`
+//! (CI, `.ci/run`), where a missing haproxy fails.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -19,9 +20,17 @@ use seda_experiments::harness::server::free_port;
 use seda_experiments::harness::stats::http_get;
 use seda_http::{AgentConfig, AgentServer, StatsDoc};
 
+/// HAProxy, or `None` with a note that the test is skipped. Under
+/// `SEDA_REQUIRE_PEERS=1` (set by `.ci/run`, which installs haproxy) a missing
+/// haproxy fails the test instead: CI never passes by skipping.
 fn haproxy() -> Option<std::path::PathBuf> {
     let found = find_haproxy();
     if found.is_none() {
+        assert!(
+            std::env::var_os("SEDA_REQUIRE_PEERS").is_none_or(|v| v != "1"),
+            "haproxy is not installed and SEDA_REQUIRE_PEERS=1 (CI): install it \
+             (apt-get install -y haproxy; .ci/run does)"
+        );
         eprintln!("skipped: haproxy is not installed (apt-get install -y haproxy)");
     }
     found

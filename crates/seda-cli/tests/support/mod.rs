@@ -228,3 +228,24 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str, extra: &str) -> (u16, St
     let status = head[9..12].parse().expect("a status");
     (status, head, raw[end + 4..].to_vec())
 }
+
+/// A program a test needs from the system (a peer such as `haproxy`): its path from
+/// `PATH` or `/usr/sbin`, or `None` with a note that the part needing it is skipped.
+/// Under `SEDA_REQUIRE_PEERS=1` (set by `.ci/run`, which installs the peers) a
+/// missing program fails the test instead: CI never passes by skipping.
+pub fn peer(name: &str) -> Option<std::path::PathBuf> {
+    let dirs = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&dirs)
+        .chain([std::path::PathBuf::from("/usr/sbin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("SEDA_REQUIRE_PEERS").is_none_or(|v| v != "1"),
+            "{name} is not installed and SEDA_REQUIRE_PEERS=1 (CI): install it \
+             (apt-get install -y {name}; .ci/run does)"
+        );
+        eprintln!("skipped: {name} is not installed (apt-get install -y {name})");
+    }
+    found
+}
