@@ -63,6 +63,16 @@ pub fn cpu_between(cpu: &[(f64, f64)], t0: f64, t1: f64) -> Option<f64> {
     Some(at(t1)? - at(t0)?)
 }
 
+/// The server's CPU seconds between `t0` and `t1` of `run`'s load clock, with both
+/// clamped to the run's last CPU sample. The runner takes that sample after the
+/// load has ended, but a report's last phase ends at the end of the last second
+/// with a completion (the drain's, rounded up: 4 for a load that finished at 3.2 s),
+/// which can fall after it; the CPU up to that sample is all the load's.
+fn run_cpu_between(run: &RunResult, t0: f64, t1: f64) -> Option<f64> {
+    let last = run.cpu.last()?.0;
+    cpu_between(&run.cpu, t0.min(last), t1.min(last))
+}
+
 /// What one `knee` run measured.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Knee {
@@ -87,7 +97,7 @@ pub fn knee(run: &RunResult) -> Option<Knee> {
     let knee_users = phases.iter().find(|p| rate(p) >= 0.95 * peak)?.level;
     let (mut cpu, mut served) = (0.0, 0u64);
     for p in phases.iter().filter(|p| rate(p) >= 0.9 * peak) {
-        cpu += cpu_between(&run.cpu, p.start_s as f64, p.end_s as f64)?;
+        cpu += run_cpu_between(run, p.start_s as f64, p.end_s as f64)?;
         served += p.completed;
     }
     Some(Knee {
@@ -138,7 +148,7 @@ pub fn refusal_cost(run: &RunResult, cpu_per_served_s: f64) -> Option<RefusalCos
     if m.rejected == 0 {
         return None;
     }
-    let cpu = cpu_between(&run.cpu, m.start_s as f64, m.end_s as f64)?;
+    let cpu = run_cpu_between(run, m.start_s as f64, m.end_s as f64)?;
     let refusals = (cpu - m.completed as f64 * cpu_per_served_s).max(0.0);
     Some(RefusalCost {
         refused_rps: m.rejected as f64 / (m.end_s - m.start_s).max(1) as f64,
