@@ -110,6 +110,29 @@ fn a_client_pipelining_past_the_in_flight_limit_is_paused_not_cut() {
     );
 }
 
+/// Issue 29.6: `seda experiment colors` aborted connections ("queue refused an
+/// event") with per-connection colors on 2 shared workers. Its shape without its
+/// clock: 16 connections, each with 64 requests outstanding (the server's
+/// `max_in_flight`, so the recv stage pauses none of them early), the experiment's
+/// server configuration otherwise. Every request of `serve` waits on one color, so
+/// the queue holds parked colored events all the time; none may be refused.
+#[test]
+fn sixteen_connections_with_64_outstanding_each_are_never_refused() {
+    let s = ColorsServer::start(ServerConfig {
+        coloring: Coloring::PerConnection,
+        thread_model: ThreadModel::Shared,
+        workers: 2,
+        file_len: FILE_LEN,
+        max_block: 64 * 1024,
+        ..ServerConfig::default()
+    })
+    .unwrap();
+    let report = verified_load(&s, 16, 64, 250);
+    let stats = s.stop();
+    assert_clean("16 x 64 outstanding", &report, &stats, 16 * 250);
+    assert_eq!(stats.connections, 16);
+}
+
 /// Reads one response from a blocking stream and opens it.
 fn response(stream: &mut TcpStream, hello: &[u8; HELLO_LEN], nonce: u64) -> (u8, Vec<u8>) {
     let cipher = proto::open_hello(hello).expect("a hello");
