@@ -244,6 +244,20 @@ impl HttpParse {
     /// Parses every complete request (and body) at the front of the connection's
     /// buffer, within the pipelining bound.
     fn advance(&self, c: &Arc<Conn>, rx: &mut RecvState, now: Instant, steps: &mut Vec<Step>) {
+        self.parse_buffered(c, rx, now, steps);
+        // An idle connection keeps no buffer: what the reads brought is parsed, and
+        // the next read brings a buffer of its own.
+        rx.release_empty_buffer();
+    }
+
+    /// [`HttpParse::advance`]'s work.
+    fn parse_buffered(
+        &self,
+        c: &Arc<Conn>,
+        rx: &mut RecvState,
+        now: Instant,
+        steps: &mut Vec<Step>,
+    ) {
         let hb = &self.hb;
         // Heads are parsed with the largest body limit of any proxy route; the
         // handlers' limit is checked once the route is known.

@@ -103,6 +103,10 @@ pub struct HaboobStats {
     pub bodies_discarded: u64,
     /// Interim `100 Continue` responses sent.
     pub continues: u64,
+    /// Bytes the open connections' receive buffers hold (only a connection with
+    /// part of a request buffered holds any; those busy being parsed at that instant
+    /// are not counted).
+    pub receive_buffer_bytes: u64,
     /// The pathname-translation cache.
     pub path_cache: PathCacheStats,
     /// The page cache.
@@ -217,6 +221,12 @@ impl Haboob {
             pipeline_pauses: c.pipeline_pauses.load(Relaxed),
             bodies_discarded: c.bodies_discarded.load(Relaxed),
             continues: c.continues.load(Relaxed),
+            receive_buffer_bytes: self
+                .conns
+                .all()
+                .iter()
+                .filter_map(|c| c.rx.try_lock().map(|rx| rx.buffer_bytes() as u64))
+                .sum(),
             path_cache: PathCacheStats {
                 capacity_bytes: self.paths.capacity(),
                 bytes: self.paths.bytes(),

@@ -92,8 +92,16 @@ impl Out {
         self.queue.push_back(seg);
     }
 
+    /// Frees the drained queue's allocation: an idle connection keeps none (a
+    /// burst of output grows it to hundreds of segments). Both backends call it
+    /// when a flush leaves the queue empty.
+    pub(crate) fn release_queue(&mut self) {
+        debug_assert!(self.queue.is_empty());
+        self.queue = VecDeque::new();
+    }
+
     pub(crate) fn clear(&mut self) {
-        self.queue.clear();
+        self.queue = VecDeque::new();
         self.queued = 0;
         self.stalled_since = None;
     }
@@ -173,7 +181,10 @@ impl Out {
         let res = self.write_out(stream, &mut wrote);
         written.fetch_add(wrote as u64, Relaxed);
         match res {
-            Ok(true) => self.stalled_since = None,
+            Ok(true) => {
+                self.stalled_since = None;
+                self.release_queue();
+            }
             Ok(false) if wrote > 0 || self.stalled_since.is_none() => {
                 self.stalled_since = Some(Instant::now());
             }

@@ -979,6 +979,7 @@ impl EventLoop<'_> {
             }
         }
         if o.queue.is_empty() {
+            o.release_queue();
             o.armed = false;
             o.stalled_since = None;
             if o.queued <= threshold {
