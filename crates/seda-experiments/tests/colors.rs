@@ -128,6 +128,27 @@ fn sixteen_connections_with_64_outstanding_each_are_never_refused() {
     })
     .unwrap();
     let report = verified_load(&s, 16, 64, 250);
+    // Every response is in, so nothing is queued or held: a queue whose count of
+    // held or parked events leaked would creep towards its capacity and, on a long
+    // run, refuse. Each stage's count must come back to zero.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let snap = s.snapshot();
+        let busy: Vec<_> = snap
+            .stages
+            .iter()
+            .filter(|st| st.queue_len > 0)
+            .map(|st| (st.name.clone(), st.queue_len))
+            .collect();
+        if busy.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "events still counted once idle: {busy:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let stats = s.stop();
     assert_clean("16 x 64 outstanding", &report, &stats, 16 * 250);
     assert_eq!(stats.connections, 16);

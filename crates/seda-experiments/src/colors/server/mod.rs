@@ -122,6 +122,11 @@ impl ColorsServer {
         self.shared.counters.snapshot()
     }
 
+    /// The runtime's statistics now (queue lengths, per stage).
+    pub fn snapshot(&self) -> seda::RuntimeSnapshot {
+        self.rt.snapshot()
+    }
+
     /// Stops the sockets and the runtime; returns the final counters.
     pub fn stop(mut self) -> ServerStats {
         self.shutdown();
