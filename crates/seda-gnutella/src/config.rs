@@ -189,8 +189,11 @@ pub struct RouterConfig {
     /// per query). Default none.
     pub query_delay: Option<Duration>,
     /// Router stage threads: `(min, max)`; the thread-pool controller moves between
-    /// them. Default (2, 2): two cores route while the socket loops read (and, with
-    /// [`RouterConfig::inline`], each loop may run a batch of the router at once).
+    /// them. Default (1, 1): the server hands the router a connection's messages
+    /// uncolored, so two router threads may route one connection's messages out of
+    /// order (a query routing table's PATCH before its RESET drops the leaf: seen as a
+    /// failed `a_leaf_gets_only_the_queries_its_table_matches`). More threads only
+    /// once each connection's messages are ordered.
     pub router_threads: (usize, usize),
     /// Whether the socket loops, the server and the router form one thread-pool
     /// domain, so that a read is framed and routed on the loop thread that read it
@@ -245,7 +248,7 @@ impl Default for RouterConfig {
             socket_budget: 256 << 10,
             slow_grace: Duration::from_secs(5),
             query_delay: None,
-            router_threads: (2, 2),
+            router_threads: (1, 1),
             inline: false,
             router_pool_controller: false,
             router_queue_threshold: 1000,
