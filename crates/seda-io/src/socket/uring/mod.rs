@@ -27,6 +27,15 @@
 //! - While a connection has refused events (`pending`) or held reads, new reads
 //!   queue behind them: a connection's events reach the application in order.
 //! - `Closed` is queued exactly once per connection, by [`EventLoop::close`].
+//! - No thread but the loop's ever submits to a ring, and no other thread is ever
+//!   interrupted by one: the ring is built on the loop's thread with one issuer and
+//!   deferred task work (`DEFER_TASKRUN`, Linux 6.1+: completions run when the loop
+//!   enters the kernel, with no signal-like notification; older kernels notify the
+//!   loop's own thread only), and the kernel probe
+//!   ([`probe`]) builds and closes its ring on a thread of its own. (The kernel's
+//!   teardown of a closed ring notifies every thread that submitted to it like a
+//!   signal: a blocking socket call with a timeout on such a thread fails with
+//!   `EINTR`.)
 //! - Every provided buffer is back in the ring by the end of the turn that reaped
 //!   it; at stop every operation is cancelled and reaped before the ring goes (else
 //!   its memory is leaked, never freed under the kernel).

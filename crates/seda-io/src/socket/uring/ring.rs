@@ -509,7 +509,27 @@ impl Drop for Ring {
 /// Checks that this kernel runs everything the backend uses (a ring with provided
 /// buffers, a multishot receive that stays armed): builds a small ring, receives
 /// one byte over a socket pair, tears it down.
+///
+/// The probe runs on a thread of its own, never on the caller's. When a ring is
+/// closed, the kernel's teardown of it (`io_ring_exit_work`, run a little later
+/// from a kernel worker) adds task work with `TWA_SIGNAL` to every thread that
+/// submitted to the ring, which sets `TIF_NOTIFY_SIGNAL` on it: a thread that is
+/// then blocked in a socket call with a timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO`) sees
+/// `EINTR`, since such calls are never restarted. Probed on the caller's thread,
+/// the thread that builds a server (a test's, a client's) had its next blocking
+/// read with a timeout fail that way. The probe thread exits instead, and takes
+/// that task work with it.
 pub(crate) fn probe() -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("seda-uring-probe".to_owned())
+        .spawn(probe_here)?
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the io_uring probe panicked")))
+}
+
+/// [`probe`]'s work, on the calling thread (which then carries the ring's teardown
+/// task work: call it only from a thread that exits after).
+fn probe_here() -> io::Result<()> {
     use rustix::net::{AddressFamily, SocketFlags, SocketType, socketpair};
     let mut ring = Ring::new(8, 2, 64)?;
     let (a, b) = socketpair(
