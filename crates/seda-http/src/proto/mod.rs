@@ -13,6 +13,7 @@ mod mime;
 mod path;
 mod request;
 mod response;
+mod status;
 
 pub use chunked::{ChunkLimits, ChunkedDecoder, ChunkedError, Fed};
 pub use date::{DateCache, http_date};
@@ -26,6 +27,7 @@ pub use request::{
     skip_leading_crlf,
 };
 pub use response::{
-    ByteRange, Conditional, RangeRequest, Status, Validators, etag_matches, evaluate_conditional,
+    ByteRange, Conditional, RangeRequest, Validators, etag_matches, evaluate_conditional,
     parse_range, write_head,
 };
+pub use status::Status;

@@ -255,7 +255,7 @@ pub enum ServerError {
     Runtime(seda::RuntimeError),
     /// `max_connections` does not fit the open-files limit beside what the server
     /// holds and keeps free; the budget says how many would.
-    Descriptors(super::DescriptorBudget),
+    Descriptors(super::budget::DescriptorBudget),
 }
 
 impl fmt::Display for ServerError {

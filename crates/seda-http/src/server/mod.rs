@@ -42,6 +42,7 @@
 //! (its effects may have happened: a `503` would say they had not).
 
 mod answer;
+mod budget;
 mod cache_miss;
 mod config;
 mod conn;
@@ -75,8 +76,8 @@ use seda_io::{
     Sockets, TlsConfig, TlsHandle, TlsSockets, TlsStats,
 };
 
+pub use budget::DescriptorBudget;
 pub use config::{FileIo, Handoff, IoBackend, ServerConfig, ServerError, TlsListen};
-pub use descriptors::DescriptorBudget;
 // The seam the front door's stages (`crate::proxy`) use: a request, its response
 // slot, the way to answer, a streamed response.
 pub(crate) use answer::Answer;
@@ -121,9 +122,6 @@ pub mod stages {
     /// Handshakes and decryption of the TLS listener's connections.
     pub const TLS: &str = "tls";
 }
-
-/// Most threads of CacheMiss's pool (each holds at most one file it is opening).
-const CACHE_MISS_THREADS: usize = 16;
 
 /// What a shutdown finished.
 #[derive(Debug)]
@@ -312,7 +310,7 @@ impl Server {
             .thread_model(ThreadModel::PerStage)
             .thread_pool(ThreadPoolConfig {
                 min_threads: 1,
-                max_threads: CACHE_MISS_THREADS,
+                max_threads: descriptors::CACHE_MISS_THREADS,
                 queue_threshold: 10,
                 ..ThreadPoolConfig::default()
             })
