@@ -507,7 +507,8 @@ impl GnutellaStats {
 
     /// Appends the counters in Prometheus text format (`seda_gnutella_*`).
     pub fn write_prometheus(&self, out: &mut String) {
-        use std::fmt::Write as _;
+        use seda::MetricKind::{Counter, Gauge};
+        let mut w = seda::PrometheusText::new(out);
         let maps: [(&str, &str, &str, &BTreeMap<String, u64>); 6] = [
             (
                 "received_total",
@@ -537,10 +538,10 @@ impl GnutellaStats {
             ("events_total", "event", "Connection events.", &self.events),
         ];
         for (name, label, help, map) in maps {
-            let _ = writeln!(out, "# HELP seda_gnutella_{name} {help}");
-            let _ = writeln!(out, "# TYPE seda_gnutella_{name} counter");
+            let name = format!("seda_gnutella_{name}");
+            w.family(&name, Counter, help);
             for (k, v) in map {
-                let _ = writeln!(out, "seda_gnutella_{name}{{{label}=\"{k}\"}} {v}");
+                w.sample(&name, &[(label, k)], *v);
             }
         }
         let q = &self.qrp;
@@ -609,9 +610,7 @@ impl GnutellaStats {
             ),
         ];
         for (name, help, v) in counters {
-            let _ = writeln!(out, "# HELP seda_gnutella_{name} {help}");
-            let _ = writeln!(out, "# TYPE seda_gnutella_{name} counter");
-            let _ = writeln!(out, "seda_gnutella_{name} {v}");
+            w.metric(&format!("seda_gnutella_{name}"), Counter, help, v);
         }
         let gauges = [
             ("peers", "Established connections.", self.peers),
@@ -654,9 +653,7 @@ impl GnutellaStats {
             ),
         ];
         for (name, help, v) in gauges {
-            let _ = writeln!(out, "# HELP seda_gnutella_{name} {help}");
-            let _ = writeln!(out, "# TYPE seda_gnutella_{name} gauge");
-            let _ = writeln!(out, "seda_gnutella_{name} {v}");
+            w.metric(&format!("seda_gnutella_{name}"), Gauge, help, v);
         }
     }
 }

@@ -674,76 +674,67 @@ fn register(rt: &Runtime, out: &Responder, reg: HandlerRegistration) -> Result<(
 
 /// Haboob's counters in Prometheus text.
 fn metrics(s: &HaboobStats, out: &mut String) {
-    let lines: [(&str, &str, f64); 12] = [
-        (
-            "haboob_requests_total",
-            "Requests parsed.",
-            s.requests as f64,
-        ),
-        (
-            "haboob_responses_total",
-            "Responses sent.",
-            s.responses as f64,
-        ),
+    let lines: [(&str, &str, u64); 12] = [
+        ("haboob_requests_total", "Requests parsed.", s.requests),
+        ("haboob_responses_total", "Responses sent.", s.responses),
         (
             "haboob_cache_misses_total",
             "Requests sent to CacheMiss.",
-            s.cache_misses as f64,
+            s.cache_misses,
         ),
         (
             "haboob_dynamic_requests_total",
             "Requests routed to dynamic handlers.",
-            s.dynamic_requests as f64,
+            s.dynamic_requests,
         ),
         (
             "haboob_overload_responses_total",
             "Requests answered with an overload action.",
-            s.overload_responses as f64,
+            s.overload_responses,
         ),
         (
             "haboob_bad_requests_total",
             "Requests that failed to parse.",
-            s.bad_requests as f64,
+            s.bad_requests,
         ),
         (
             "haboob_header_timeouts_total",
             "Connections cut off by the header timeout.",
-            s.header_timeouts as f64,
+            s.header_timeouts,
         ),
         (
             "haboob_cancelled_total",
             "Requests dropped because their client was gone.",
-            s.cancelled as f64,
+            s.cancelled,
         ),
         (
             "haboob_pipeline_pauses_total",
             "Times a connection stopped being read at max_pipelined.",
-            s.pipeline_pauses as f64,
+            s.pipeline_pauses,
         ),
         (
             "haboob_connections_open",
             "Open connections.",
-            s.connections_open as f64,
+            s.connections_open as u64,
         ),
         (
             "haboob_page_cache_bytes",
             "Bytes in the page cache.",
-            s.page_cache.bytes as f64,
+            s.page_cache.bytes,
         ),
         (
             "haboob_path_cache_bytes",
             "Bytes charged to the path cache.",
-            s.path_cache.bytes as f64,
+            s.path_cache.bytes,
         ),
     ];
+    let mut w = seda::PrometheusText::new(out);
     for (name, help, v) in lines {
         let kind = if name.ends_with("_total") {
-            "counter"
+            seda::MetricKind::Counter
         } else {
-            "gauge"
+            seda::MetricKind::Gauge
         };
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"
-        ));
+        w.metric(name, kind, help, v);
     }
 }

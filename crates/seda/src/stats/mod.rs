@@ -13,6 +13,7 @@
 
 mod graph;
 mod prometheus;
+pub use prometheus::{MetricKind, MetricValue, PrometheusText};
 pub(crate) mod recorder;
 mod snapshot;
 
