@@ -912,7 +912,9 @@ impl Worker {
                         Err(e) => {
                             let now = self.now_us();
                             let kind = match e {
-                                HttpError::BadHead(_) | HttpError::BadChunk => "protocol",
+                                HttpError::BadHead(_)
+                                | HttpError::BadChunk
+                                | HttpError::BodyTooLarge => "protocol",
                                 HttpError::Truncated => "truncated",
                             };
                             self.fail(j, kind, now);

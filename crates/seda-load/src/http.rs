@@ -1,6 +1,8 @@
-//! An incremental HTTP/1.1 response reader: status and headers by `httparse`, bodies
-//! framed by Content-Length, chunked transfer coding, or the end of the connection.
-//! Body bytes are counted and dropped, never stored.
+//! The crate's one HTTP/1.1 response reader, incremental: status and headers by
+//! `httparse`, bodies framed by Content-Length, chunked transfer coding, or the end of
+//! the connection. The load generator's reader ([`ResponseReader::new`]) counts body
+//! bytes and drops them; the mail readers' client ([`ResponseReader::keeping`]) keeps
+//! the header fields and the body, up to a bound.
 
 /// Largest response head accepted, in bytes.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -14,6 +16,8 @@ pub enum HttpError {
     BadChunk,
     /// The connection ended before the response did.
     Truncated,
+    /// The body is longer than a keeping reader's bound.
+    BodyTooLarge,
 }
 
 impl std::fmt::Display for HttpError {
@@ -22,6 +26,7 @@ impl std::fmt::Display for HttpError {
             HttpError::BadHead(e) => write!(f, "bad response head: {e}"),
             HttpError::BadChunk => f.write_str("bad chunked encoding"),
             HttpError::Truncated => f.write_str("connection closed mid-response"),
+            HttpError::BodyTooLarge => f.write_str("response body too large"),
         }
     }
 }
@@ -58,6 +63,14 @@ enum State {
     UntilClose,
 }
 
+/// What a keeping reader keeps of the current response.
+#[derive(Debug)]
+struct Kept {
+    max_body: usize,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
 /// Reads one response at a time; `start` before each request.
 #[derive(Debug)]
 pub struct ResponseReader {
@@ -68,6 +81,7 @@ pub struct ResponseReader {
     status: u16,
     close: bool,
     bytes: u64,
+    kept: Option<Kept>,
 }
 
 impl Default for ResponseReader {
@@ -87,7 +101,47 @@ impl ResponseReader {
             status: 0,
             close: false,
             bytes: 0,
+            kept: None,
         }
+    }
+
+    /// A reader that also keeps each response's header fields and body (the body up
+    /// to `max_body` bytes: a longer one is [`HttpError::BodyTooLarge`]).
+    pub fn keeping(max_body: usize) -> Self {
+        ResponseReader {
+            kept: Some(Kept {
+                max_body,
+                headers: Vec::new(),
+                body: Vec::new(),
+            }),
+            ..Self::new()
+        }
+    }
+
+    /// The header fields of the last response head read, in order (empty unless the
+    /// reader is [`keeping`](Self::keeping)).
+    pub fn headers(&self) -> &[(String, String)] {
+        self.kept.as_ref().map_or(&[], |k| &k.headers)
+    }
+
+    /// The body read so far, taken out of the reader (empty unless it is
+    /// [`keeping`](Self::keeping)).
+    pub fn take_body(&mut self) -> Vec<u8> {
+        self.kept
+            .as_mut()
+            .map(|k| std::mem::take(&mut k.body))
+            .unwrap_or_default()
+    }
+
+    /// Keeps `bytes` of the body if the reader keeps bodies.
+    fn keep_body(&mut self, bytes: &[u8]) -> Result<(), HttpError> {
+        if let Some(k) = &mut self.kept {
+            if k.body.len() + bytes.len() > k.max_body {
+                return Err(HttpError::BodyTooLarge);
+            }
+            k.body.extend_from_slice(bytes);
+        }
+        Ok(())
     }
 
     /// Expect the response to a new request (`head_request`: it was a HEAD, so no body).
@@ -99,6 +153,10 @@ impl ResponseReader {
         self.status = 0;
         self.close = false;
         self.bytes = 0;
+        if let Some(k) = &mut self.kept {
+            k.headers.clear();
+            k.body.clear();
+        }
     }
 
     /// True if no byte of the current response has arrived yet.
@@ -168,6 +226,7 @@ impl ResponseReader {
                 }
                 State::Fixed(n) => {
                     let take = (rest.len() as u64).min(n);
+                    self.keep_body(&rest[..take as usize])?;
                     self.bytes += take;
                     i += take as usize;
                     self.state = State::Fixed(n - take);
@@ -176,11 +235,13 @@ impl ResponseReader {
                     }
                 }
                 State::UntilClose => {
+                    self.keep_body(rest)?;
                     self.bytes += rest.len() as u64;
                     i = data.len();
                 }
                 State::ChunkData(n) => {
                     let take = (rest.len() as u64).min(n);
+                    self.keep_body(&rest[..take as usize])?;
                     self.bytes += take;
                     i += take as usize;
                     self.state = if n == take {
@@ -286,6 +347,15 @@ impl ResponseReader {
         }
         self.status = status;
         self.close = close;
+        if let Some(k) = &mut self.kept {
+            k.headers.clear();
+            k.headers.extend(resp.headers.iter().map(|h| {
+                (
+                    h.name.to_owned(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            }));
+        }
         if (100..200).contains(&status) {
             self.state = State::Head;
         } else if self.head_request || matches!(status, 204 | 304) {
@@ -440,6 +510,34 @@ mod tests {
             }
             Feed::More => panic!("incomplete"),
         }
+    }
+
+    #[test]
+    fn a_keeping_reader_keeps_fields_and_body_in_any_split() {
+        let chunked = b"HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\nHTTP/1.1 200 OK\r\nSet-Cookie: s=1\r\nTransfer-Encoding: chunked\r\n\r\n4;x=y\r\nWiki\r\n5\r\npedia\r\n0\r\nX-T: 1\r\n\r\n";
+        let fixed = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nSet-Cookie: s=1\r\n\r\nWikipediaNEXT";
+        for msg in [&chunked[..], &fixed[..]] {
+            for piece in 1..=msg.len() {
+                let mut r = ResponseReader::keeping(64);
+                r.start(false);
+                let (resp, _) = feed_in_pieces(&mut r, msg, piece).unwrap();
+                assert_eq!(resp.status, 200);
+                let fields: Vec<&str> = r.headers().iter().map(|(n, _)| n.as_str()).collect();
+                assert!(fields.contains(&"Set-Cookie"), "{fields:?}");
+                assert!(!fields.contains(&"X-Interim"), "{fields:?}");
+                assert_eq!(r.take_body(), b"Wikipedia", "piece {piece}");
+            }
+        }
+        let mut r = ResponseReader::keeping(4);
+        r.start(false);
+        assert_eq!(
+            r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nWikipedia"),
+            Err(HttpError::BodyTooLarge)
+        );
+        r.start(false);
+        assert_eq!(r.feed(b"HTTP/1.0 200 OK\r\n\r\nabc").unwrap(), Feed::More);
+        assert!(r.eof().unwrap().close);
+        assert_eq!(r.take_body(), b"abc");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! A small blocking HTTP/1.1 client for one emulated user (and for tests): one
 //! keep-alive connection, a cookie jar for the session cookie, whole bodies kept
-//! (the user reads message ids and the CSRF token from its pages).
+//! (the user reads message ids and the CSRF token from its pages). Responses are
+//! read by the crate's one reader (`crate::http`, keeping fields and body): bodies
+//! framed by Content-Length, chunked transfer coding or the connection's end.
 //!
 //! `seda-load`'s event-driven client counts and drops bodies; a mail reader must read
 //! them, so each user has this client on a thread of its own. The response time of a
@@ -14,11 +16,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::http::{Feed, ResponseReader};
+
 /// Longest a blocked read waits before looking at the stop flag and the deadline.
 const POLL: Duration = Duration::from_millis(200);
 
-/// Largest response head, bytes.
-const MAX_HEAD: usize = 64 * 1024;
 /// Largest response body kept, bytes.
 const MAX_BODY: usize = 16 << 20;
 
@@ -72,7 +74,7 @@ pub struct HttpClient {
     cookies: Vec<(String, String)>,
     /// Extra header fields sent with every request (e.g. the class header).
     pub extra_headers: Vec<(String, String)>,
-    buf: Vec<u8>,
+    reader: ResponseReader,
     /// TCP connections opened so far.
     pub connections: u64,
     stop: Option<Arc<AtomicBool>>,
@@ -88,7 +90,7 @@ impl HttpClient {
             stream: None,
             cookies: Vec::new(),
             extra_headers: Vec::new(),
-            buf: Vec::with_capacity(16 * 1024),
+            reader: ResponseReader::keeping(MAX_BODY),
             connections: 0,
             stop: None,
         }
@@ -189,16 +191,17 @@ impl HttpClient {
         let mut wire = head.into_bytes();
         wire.extend_from_slice(body);
         let reused = self.stream.is_some();
-        match self.exchange(&wire) {
+        let head_request = method == "HEAD";
+        match self.exchange(&wire, head_request) {
             Err(e) if reused && is_stale(&e) => {
                 self.stream = None;
-                self.exchange(&wire)
+                self.exchange(&wire, head_request)
             }
             r => r,
         }
     }
 
-    fn exchange(&mut self, wire: &[u8]) -> io::Result<HttpResponse> {
+    fn exchange(&mut self, wire: &[u8], head_request: bool) -> io::Result<HttpResponse> {
         if self.stream.is_none() {
             let s = TcpStream::connect_timeout(&self.addr, self.timeout)?;
             s.set_nodelay(true)?;
@@ -207,103 +210,63 @@ impl HttpClient {
             self.connections += 1;
             self.stream = Some(s);
         }
-        let result = self.exchange_on_stream(wire);
+        let result = self.exchange_on_stream(wire, head_request);
         if result.as_ref().map_or(true, |(_, close)| *close) {
             self.stream = None;
         }
         result.map(|(r, _)| r)
     }
 
-    fn exchange_on_stream(&mut self, wire: &[u8]) -> io::Result<(HttpResponse, bool)> {
+    fn exchange_on_stream(
+        &mut self,
+        wire: &[u8],
+        head_request: bool,
+    ) -> io::Result<(HttpResponse, bool)> {
         let deadline = Instant::now() + self.timeout;
         self.stream
             .as_mut()
             .expect("connected above")
             .write_all(wire)?;
-        self.buf.clear();
+        self.reader.start(head_request);
         let mut chunk = [0u8; 16 * 1024];
-        let (status, headers, head_len) = loop {
+        let response = loop {
             let n = self.read_some(&mut chunk, deadline)?;
             if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    if self.buf.is_empty() {
-                        "closed before answering"
-                    } else {
-                        "closed mid-response"
-                    },
-                ));
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-            let mut fields = [httparse::EMPTY_HEADER; 64];
-            let mut resp = httparse::Response::new(&mut fields);
-            match resp.parse(&self.buf) {
-                Ok(httparse::Status::Complete(len)) => {
-                    let headers: Vec<(String, String)> = resp
-                        .headers
-                        .iter()
-                        .map(|h| {
-                            (
-                                h.name.to_owned(),
-                                String::from_utf8_lossy(h.value).into_owned(),
-                            )
-                        })
-                        .collect();
-                    break (resp.code.unwrap_or(0), headers, len);
-                }
-                Ok(httparse::Status::Partial) if self.buf.len() < MAX_HEAD => {}
-                Ok(httparse::Status::Partial) => {
+                if self.reader.is_fresh() {
                     return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "response head too large",
+                        io::ErrorKind::UnexpectedEof,
+                        "closed before answering",
                     ));
                 }
+                match self.reader.eof() {
+                    Ok(r) => break r,
+                    Err(_) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "closed mid-response",
+                        ));
+                    }
+                }
+            }
+            match self.reader.feed(&chunk[..n]) {
+                Ok(Feed::More) => {}
+                Ok(Feed::Done { response, .. }) => break response,
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
             }
         };
-        let find = |name: &str| {
-            headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.trim())
-        };
-        let length: usize =
-            match find("content-length") {
-                Some(v) => v.parse().ok().filter(|n| *n <= MAX_BODY).ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidData, "bad Content-Length")
-                })?,
-                None if status == 204 || status == 304 || status < 200 => 0,
-                None => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "response without Content-Length",
-                    ));
-                }
-            };
-        while self.buf.len() < head_len + length {
-            let n = self.read_some(&mut chunk, deadline)?;
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "closed mid-body",
-                ));
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-        let close = find("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let headers = self.reader.headers().to_vec();
         for (n, v) in &headers {
             if n.eq_ignore_ascii_case("set-cookie") {
                 self.store_cookie(v);
             }
         }
-        let body = self.buf[head_len..head_len + length].to_vec();
         Ok((
             HttpResponse {
-                status,
+                status: response.status,
                 headers,
-                body,
+                body: self.reader.take_body(),
             },
-            close,
+            response.close,
         ))
     }
 
