@@ -74,9 +74,9 @@ pub struct GnutellaArgs {
     /// Artificial cost per query in the router stage, ms (SEDA Fig. 14 used 20).
     #[arg(long)]
     pub query_delay_ms: Option<f64>,
-    /// Router stage threads: N (fixed), or MIN-MAX with --pool-controller. More
-    /// than one may route a connection's messages out of order.
-    #[arg(long, default_value = "1")]
+    /// Router stage threads: N (fixed), or MIN-MAX with --pool-controller. Each
+    /// connection's messages are routed in order whatever the count.
+    #[arg(long, default_value = "2")]
     pub router_threads: String,
     /// Frame and route each read on the socket-loop thread that read it whenever
     /// the next stage's queue is empty (a thread-pool domain with inline handoff),

@@ -189,11 +189,10 @@ pub struct RouterConfig {
     /// per query). Default none.
     pub query_delay: Option<Duration>,
     /// Router stage threads: `(min, max)`; the thread-pool controller moves between
-    /// them. Default (1, 1): the server hands the router a connection's messages
-    /// uncolored, so two router threads may route one connection's messages out of
-    /// order (a query routing table's PATCH before its RESET drops the leaf: seen as a
-    /// failed `a_leaf_gets_only_the_queries_its_table_matches`). More threads only
-    /// once each connection's messages are ordered.
+    /// them. Default (2, 2): one per core of a two-core machine. Each connection's
+    /// events reach the router in a color of their own, so its messages are routed
+    /// one read at a time and in order (a query routing table's PATCH after its
+    /// RESET) while other connections' reads are routed beside them.
     pub router_threads: (usize, usize),
     /// Whether the socket loops, the server and the router form one thread-pool
     /// domain, so that a read is framed and routed on the loop thread that read it
@@ -248,7 +247,7 @@ impl Default for RouterConfig {
             socket_budget: 256 << 10,
             slow_grace: Duration::from_secs(5),
             query_delay: None,
-            router_threads: (1, 1),
+            router_threads: (2, 2),
             inline: false,
             router_pool_controller: false,
             router_queue_threshold: 1000,

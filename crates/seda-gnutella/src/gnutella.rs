@@ -17,8 +17,10 @@
 //! The server stage runs the handshake and framing per connection (socket events
 //! are colored by connection, so each connection's bytes are handled in order); the
 //! router stage decides and sends; the catcher dials out. Router events are
-//! uncolored, so a router stage with several threads routes in parallel (the
-//! thread-pool controller of Fig. 14 depends on that).
+//! colored by connection too (a color apart from the socket events', see
+//! `server::router_color`): a router stage with several threads routes different
+//! connections' reads in parallel (the thread-pool controller of Fig. 14 depends on
+//! that) and each connection's reads one at a time, in the order they were read.
 
 use std::fmt;
 use std::net::SocketAddr;

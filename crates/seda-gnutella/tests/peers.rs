@@ -40,13 +40,18 @@ fn a_peer_that_stops_reading_costs_bounded_memory_and_is_closed() {
         fast
     });
     // 1,000 queries of 2 KB: 2 MB, far more than the slow peer's socket buffers,
-    // paced so that the reading peer keeps up.
+    // paced by the reading peer: at most 32 queries (64 KB) ahead of what it read,
+    // well under what its path holds (16 KB socket buffer, 16 KB socket budget,
+    // 128 KB queue), however slowly a loaded machine runs its thread.
     let text = "x".repeat(2048);
     let mut max_queued = 0;
+    let pace = Instant::now() + Duration::from_secs(20);
     for i in 0..QUERIES {
+        while got.load(Ordering::Relaxed) + 32 < i && Instant::now() < pace {
+            thread::sleep(Duration::from_millis(1));
+        }
         sender.send(&Msg::new(QUERY, 3, 0, query(&format!("{i} {text}"))));
         if i % 20 == 0 {
-            thread::sleep(Duration::from_millis(5));
             let s = r.router.stats();
             for c in &s.connections {
                 max_queued = max_queued.max(c.queued_bytes);
@@ -60,7 +65,8 @@ fn a_peer_that_stops_reading_costs_bounded_memory_and_is_closed() {
     assert_eq!(
         got.load(Ordering::Relaxed),
         QUERIES,
-        "the reading peer lost queries because of the slow one"
+        "the reading peer lost queries because of the slow one: {:#?}",
+        r.router.stats().connections
     );
     assert!(max_queued <= OUT_QUEUE, "queue grew to {max_queued}");
     let s = r.router.stats();

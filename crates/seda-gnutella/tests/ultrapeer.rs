@@ -78,6 +78,45 @@ fn a_leaf_gets_only_the_queries_its_table_matches() {
     assert_eq!((got[1].ttl, got[1].hops), (1, 3));
 }
 
+/// Two router threads route a connection's reads one at a time, in order: a PATCH
+/// read while the read holding its RESET is still being routed waits for it. The
+/// first read is a query (the router sleeps on each, as Fig. 14 does) and the
+/// RESET; the PATCH comes in a second read once the server has framed the first,
+/// while the other router thread is idle. Routed out of order, the PATCH would
+/// come before any RESET and drop the leaf (Bye 413).
+#[test]
+fn two_router_threads_keep_a_connections_order() {
+    let r = TestRouter::start(RouterConfig {
+        router_threads: (2, 2),
+        query_delay: Some(Duration::from_millis(300)),
+        ..RouterConfig::default()
+    });
+    let mut l = leaf(&r);
+    let msgs = qrp_messages(&qrp_table(&["ordered"], 16), 1);
+    let mut first = Msg::new(QUERY, 1, 0, query("nothing here")).encode();
+    first.extend_from_slice(&msgs[0].encode());
+    l.send_bytes(&first);
+    r.wait("the first read framed", |s| {
+        s.received.get("query") == Some(&1)
+    });
+    l.send(&msgs[1]);
+    r.wait("the leaf's table", |s| {
+        s.qrp.tables_received == 1 || s.qrp.malformed > 0
+    });
+    assert_eq!(
+        r.router.stats().qrp.malformed,
+        0,
+        "PATCH routed before RESET"
+    );
+    let mut up = peers(&r, 1);
+    let q = Msg::new(QUERY, 3, 0, query("ordered"));
+    up[0].send(&q);
+    let got = l
+        .recv_kind(QUERY, T)
+        .expect("the leaf still gets its queries");
+    assert_eq!(got.guid, q.guid);
+}
+
 #[test]
 fn a_leafs_queries_hits_and_pushes_are_routed_as_any_peers() {
     let r = TestRouter::start(RouterConfig::default());

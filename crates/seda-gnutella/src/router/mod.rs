@@ -12,6 +12,12 @@
 //! [`peer::Peer::send`] (fast path: one `writev` per destination per batch, the
 //! bytes never copied). A fresh ping is also answered with our own pong.
 //!
+//! The stage may run on several threads: each connection's events come in a color
+//! of their own, so two threads never route one connection's reads at once nor out
+//! of order (QRP sequences, `Joined` before and `Left` after its messages), and
+//! share only the routing tables (sharded locks), the peer list (a snapshot) and
+//! each destination's output lock.
+//!
 //! Every [`TICK`] the router drains the held-back queues of slow peers, closes a
 //! peer whose queue has stayed over its threshold for `slow_grace`, and sends a
 //! keep-alive ping on links it has been quiet on. Ticks form a chain (each

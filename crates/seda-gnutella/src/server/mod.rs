@@ -11,7 +11,10 @@
 //! Socket events arrive colored by connection, so one connection's bytes are
 //! handled in order by one worker at a time. Complete messages go to the router as
 //! one event per read; a Bye is handled here; unknown types are read by their
-//! length and dropped.
+//! length and dropped. Every router event about a connection (`Joined`, its
+//! `Messages`, `Bye`, `Left`) carries the connection's router color
+//! ([`router_color`]), so the router sees them in the order sent here, one at a
+//! time, whatever its thread count.
 //!
 //! Bad input never stalls other peers: a malformed or oversized handshake gets a
 //! status line (400, 413) and a close; a payload over the limit or a corrupt
@@ -25,7 +28,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use seda::{Batch, Context, EventHandler, Meta, Sink};
+use seda::{Batch, Color, Context, EventHandler, Meta, Sink};
 use seda_io::{CloseReason, ConnId, Outgoing, SocketEvent, Writer};
 
 use crate::config::RouterConfig;
@@ -42,6 +45,26 @@ use self::limit::Limiter;
 
 /// Most inflated bytes framed per step (bounds a decompression bomb's footprint).
 const INFLATE_STEP: usize = 64 * 1024;
+
+/// Marks a router color (bit 62: seda-io's file colors use bit 63, socket events
+/// the bare connection id).
+const ROUTER_COLOR_BIT: u64 = 1 << 62;
+
+/// The color of a connection's events at the router: one per connection, so the
+/// router runs them one at a time and in the order the server sent them (a QRP
+/// PATCH after its RESET, a `Left` after every read), while other connections'
+/// events run beside them. Distinct from the socket events' color (the bare id):
+/// colors are runtime-wide, and the server may frame a connection's next read
+/// while the router routes its last one.
+pub(crate) fn router_color(conn: ConnId) -> Color {
+    Color::new(conn.0 | ROUTER_COLOR_BIT)
+}
+
+/// Metadata of a router event about `conn`: born when `meta` was (the read), in
+/// the connection's router color.
+fn to_router(conn: ConnId, meta: Meta) -> Meta {
+    meta.with_color(router_color(conn))
+}
 
 /// The server stage's handler.
 #[derive(Debug)]
@@ -189,7 +212,12 @@ impl Server {
             || (matches!(st.phase, Phase::Done) && st.joined);
         self.release(&mut st);
         self.settle(conn, &mut st);
-        if st.joined && self.router.try_enqueue(RouterEvent::Left { conn }).is_err() {
+        if st.joined
+            && self
+                .router
+                .try_enqueue_with(RouterEvent::Left { conn }, to_router(conn, Meta::new()))
+                .is_err()
+        {
             tracing::warn!(%conn, "the router did not take a Left event");
         }
         if st.outgoing {
@@ -363,7 +391,7 @@ impl Server {
         };
         if self
             .router
-            .try_enqueue_with(joined, meta.with_color(None))
+            .try_enqueue_with(joined, to_router(conn, meta))
             .is_err()
         {
             // The router cannot take the connection: it could never be served.
@@ -399,7 +427,11 @@ impl Server {
     fn bye(&self, conn: ConnId, st: &mut ConnState, code: u16, reason: String) {
         st.phase = Phase::Done;
         let ev = RouterEvent::Bye { conn, code, reason };
-        if self.router.try_enqueue(ev).is_err() {
+        if self
+            .router
+            .try_enqueue_with(ev, to_router(conn, Meta::new()))
+            .is_err()
+        {
             self.writer.close(conn);
         }
     }
@@ -481,10 +513,10 @@ impl Server {
                 from: conn,
                 messages: Messages { buf, skip, count },
             };
-            // Uncolored: router threads may route one connection's messages in parallel.
+            // In the connection's router color: routed in the order read.
             if self
                 .router
-                .try_enqueue_with(ev, meta.with_color(None))
+                .try_enqueue_with(ev, to_router(conn, meta))
                 .is_err()
             {
                 let mut t = Tally::default();
