@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::CliResult;
 use seda_arashi::{Arashi, ArashiConfig, ControlScope, DataDir, RequestType, SeedPlan};
 use seda_http::{Admission, HandlerTargets, OverloadControl};
 
@@ -127,10 +128,10 @@ impl SeedArgs {
     }
 }
 
-pub fn run(args: ArashiArgs) -> Result<(), String> {
+pub fn run(args: ArashiArgs) -> CliResult {
     match args.command {
-        Some(ArashiCommand::Import(a)) => import(a),
-        None => serve(args.serve),
+        Some(ArashiCommand::Import(a)) => Ok(import(a)?),
+        None => Ok(serve(args.serve)?),
     }
 }
 
@@ -292,7 +293,7 @@ fn seconds(flag: &str, v: f64) -> Result<Duration, String> {
 }
 
 /// `seda load arashi`.
-pub fn load(a: LoadArgs) -> Result<(), String> {
+pub fn load(a: LoadArgs) -> CliResult {
     use seda_load::arashi::{ArashiLoadConfig, LoadProgress, UserGroup};
     use seda_load::schedule::{Schedule, parse_duration};
     use std::sync::Arc;

@@ -10,6 +10,8 @@ use seda_experiments::harness::server::ServerSpec;
 use seda_experiments::overload::{self, OverloadConfig, Scenario};
 use seda_experiments::soak::{self, SoakConfig};
 
+use crate::error::CliResult;
+
 /// Experiments.
 #[derive(Debug, clap::Subcommand)]
 pub enum ExperimentCommand {
@@ -309,18 +311,18 @@ pub struct Fig12Args {
     pub seed: u64,
 }
 
-pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
+pub fn run(cmd: ExperimentCommand) -> CliResult {
     match cmd {
-        ExperimentCommand::Fig12(a) => fig12_cmd(a),
-        ExperimentCommand::Overload(a) => overload_cmd(a),
-        ExperimentCommand::Gnutella(a) => crate::gnutella::fig14(a),
+        ExperimentCommand::Fig12(a) => Ok(fig12_cmd(a)?),
+        ExperimentCommand::Overload(a) => Ok(overload_cmd(a)?),
+        ExperimentCommand::Gnutella(a) => Ok(crate::gnutella::fig14(a)?),
         ExperimentCommand::GnutellaThroughput(a) => crate::gnutella::throughput(a),
-        ExperimentCommand::Arashi(a) => crate::arashi::experiment(a),
-        ExperimentCommand::Colors(a) => colors_cmd(a),
-        ExperimentCommand::Soak(a) => soak_cmd(a),
-        ExperimentCommand::ScaleOut(a) => crate::haproxy::scale_out_cmd(a),
-        ExperimentCommand::Flash(a) => flash_cmd(a),
-        ExperimentCommand::Proxy(a) => proxy_cmd(a),
+        ExperimentCommand::Arashi(a) => Ok(crate::arashi::experiment(a)?),
+        ExperimentCommand::Colors(a) => Ok(colors_cmd(a)?),
+        ExperimentCommand::Soak(a) => Ok(soak_cmd(a)?),
+        ExperimentCommand::ScaleOut(a) => Ok(crate::haproxy::scale_out_cmd(a)?),
+        ExperimentCommand::Flash(a) => Ok(flash_cmd(a)?),
+        ExperimentCommand::Proxy(a) => Ok(proxy_cmd(a)?),
     }
 }
 

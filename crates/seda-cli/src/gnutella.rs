@@ -4,6 +4,7 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::error::CliResult;
 use seda::Runtime;
 use seda_gnutella::{Gnutella, RouterConfig};
 
@@ -329,7 +330,7 @@ pub struct LoadArgs {
 }
 
 /// Runs `seda load gnutella`.
-pub fn load(a: LoadArgs) -> Result<(), String> {
+pub fn load(a: LoadArgs) -> CliResult {
     let cfg = seda_load::gnutella::LoadConfig {
         router: a.router,
         peers: a.peers,
@@ -449,7 +450,7 @@ pub struct ThroughputArgs {
 }
 
 /// Runs `seda experiment gnutella-throughput`.
-pub fn throughput(a: ThroughputArgs) -> Result<(), String> {
+pub fn throughput(a: ThroughputArgs) -> CliResult {
     use seda_experiments::gnutella::throughput as bench;
     let cfg = bench::ThroughputConfig {
         peers: a.peers,

@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::CliResult;
 use seda_load::client::{LoadConfig, Mode, Progress, RequestMix, parse_url};
 use seda_load::fileset::{self, Manifest};
 use seda_load::schedule::{Schedule, parse_duration};
@@ -96,7 +97,7 @@ pub struct FilesetArgs {
     pub seed: u64,
 }
 
-pub fn run(cmd: LoadCommand) -> Result<(), String> {
+pub fn run(cmd: LoadCommand) -> CliResult {
     match cmd {
         LoadCommand::Http(args) => http(args),
         LoadCommand::Arashi(args) => crate::arashi::load(args),
@@ -104,7 +105,7 @@ pub fn run(cmd: LoadCommand) -> Result<(), String> {
     }
 }
 
-pub fn fileset(args: FilesetArgs) -> Result<(), String> {
+pub fn fileset(args: FilesetArgs) -> CliResult {
     let m = fileset::generate(&args.dir, args.size_mb, args.seed)?;
     println!(
         "wrote {} files in {} directories, {:.1} MiB, under {} (manifest: {})",
@@ -131,7 +132,7 @@ fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
-fn http(a: HttpArgs) -> Result<(), String> {
+fn http(a: HttpArgs) -> CliResult {
     let (addr, host) = parse_url(&a.url)?;
     let open = a.open || a.rate.is_some();
     let schedule = match (&a.schedule, a.rate) {
@@ -314,17 +315,21 @@ mod tests {
     #[test]
     fn bad_input_is_a_clear_error() {
         let e = run(parse(&["http", "--url", "http://10.1.2.3:80", "--duration", "1s"]).unwrap())
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("non-loopback"), "{e}");
         let e = run(parse(&["http", "--url", "http://127.0.0.1:9", "--schedule", "5x@3"]).unwrap())
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("duration"), "{e}");
         let e =
             run(parse(&["http", "--url", "http://127.0.0.1:9", "--header", "NoColon"]).unwrap())
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("Name: value"), "{e}");
-        let e =
-            run(parse(&["http", "--url", "http://127.0.0.1:9", "--rate=0"]).unwrap()).unwrap_err();
+        let e = run(parse(&["http", "--url", "http://127.0.0.1:9", "--rate=0"]).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("rate"), "{e}");
         assert!(
             fileset(FilesetArgs {

@@ -18,6 +18,7 @@ macro_rules! announce {
 }
 
 mod arashi;
+mod error;
 mod experiment;
 mod gnutella;
 mod haproxy;
@@ -108,14 +109,15 @@ fn main() -> ExitCode {
             };
         }
     };
-    let result = match cli.command {
-        Command::Serve(args) => serve::run(*args),
+    // The one place an error is reported.
+    let result: error::CliResult = match cli.command {
+        Command::Serve(args) => serve::run(*args).map_err(Into::into),
         Command::Arashi(args) => arashi::run(args),
-        Command::Gnutella(args) => gnutella::run(args),
+        Command::Gnutella(args) => gnutella::run(args).map_err(Into::into),
         Command::Load(cmd) => load::run(cmd),
         Command::Fileset(args) => load::fileset(args),
         Command::Experiment(cmd) => experiment::run(cmd),
-        Command::HaproxyConfig(args) => haproxy::config_cmd(args),
+        Command::HaproxyConfig(args) => haproxy::config_cmd(args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

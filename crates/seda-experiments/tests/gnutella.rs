@@ -91,7 +91,9 @@ fn the_generator_refuses_bad_settings() {
         router: "10.0.0.1:6346".parse().unwrap(),
         ..LoadConfig::default()
     };
-    assert!(run(&remote).unwrap_err().contains("loopback"));
+    let e = run(&remote).unwrap_err();
+    assert!(matches!(e, seda_load::LoadError::Config(_)), "{e:?}");
+    assert!(e.to_string().contains("loopback"), "{e}");
     assert!(Mix::parse("ping=1,pong=2").is_err());
     assert!(Mix::parse("ping=0,query=0").is_err());
     assert_eq!(Mix::parse("ping=3,query=1").unwrap().query, 0.25);

@@ -31,6 +31,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::dist::SpecWebPopularity;
+use crate::error::LoadError;
 use crate::fileset::{Manifest, file_path};
 use crate::http::{Feed, HttpError, Response, ResponseReader};
 use crate::metrics::{cdf, jain_index, quantile_ms, record_us, rt_histogram};
@@ -111,64 +112,71 @@ pub struct Progress {
 /// Parse `http://HOST[:PORT][/...]` (an [`http::Uri`]) into an address and a Host
 /// header. Only loopback targets are accepted: this tool must never load a machine
 /// other than this one.
-pub fn parse_url(url: &str) -> Result<(SocketAddr, String), String> {
+pub fn parse_url(url: &str) -> Result<(SocketAddr, String), LoadError> {
     let uri: http::Uri = url
         .parse()
-        .map_err(|e| format!("--url {url:?} is not a URL: {e}"))?;
+        .map_err(|e| LoadError::parse(format!("--url {url:?} is not a URL: {e}")))?;
     if uri.scheme_str() != Some("http") {
-        return Err(format!("--url {url:?}: only http:// URLs are supported"));
+        return Err(LoadError::parse(format!(
+            "--url {url:?}: only http:// URLs are supported"
+        )));
     }
     let authority = match uri.authority() {
         Some(a) if !a.host().is_empty() => a,
-        _ => return Err(format!("--url {url:?} has no host")),
+        _ => return Err(LoadError::parse(format!("--url {url:?} has no host"))),
     };
     if authority.as_str().contains('@') {
-        return Err(format!(
+        return Err(LoadError::parse(format!(
             "--url {url:?}: a user name in the URL is not supported"
-        ));
+        )));
     }
     // `host()` keeps an IPv6 address's brackets, as `to_socket_addrs` wants them.
     let host = authority.host();
     let port = match authority.as_str()[host.len()..].strip_prefix(':') {
         Some(p) => p
             .parse::<u16>()
-            .map_err(|_| format!("--url {url:?}: port {p:?} is not 0-65535"))?,
+            .map_err(|_| LoadError::parse(format!("--url {url:?}: port {p:?} is not 0-65535")))?,
         None => 80,
     };
     let with_port = format!("{host}:{port}");
     let addrs: Vec<SocketAddr> = with_port
         .to_socket_addrs()
-        .map_err(|e| format!("--url {url:?}: cannot resolve {with_port}: {e}"))?
+        .map_err(LoadError::io(format!(
+            "--url {url:?}: cannot resolve {with_port}"
+        )))?
         .collect();
     let addr = addrs
         .iter()
         .copied()
         .find(|a| a.ip().is_loopback())
-        .ok_or_else(|| format!("--url {url:?}: refusing a non-loopback target (this tool only loads 127.0.0.1 / ::1)"))?;
+        .ok_or_else(|| LoadError::config(format!("--url {url:?}: refusing a non-loopback target (this tool only loads 127.0.0.1 / ::1)")))?;
     Ok((addr, authority.as_str().to_string()))
 }
 
 impl LoadConfig {
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), LoadError> {
         if !self.addr.ip().is_loopback() {
-            return Err(format!("refusing non-loopback target {}", self.addr));
+            return Err(LoadError::config(format!(
+                "refusing non-loopback target {}",
+                self.addr
+            )));
         }
         if !(1..=16).contains(&self.threads) {
-            return Err("--threads must be 1..16".into());
+            return Err(LoadError::config("--threads must be 1..16"));
         }
         match self.mode {
             Mode::Closed { reqs_per_conn, .. } => {
                 if reqs_per_conn == 0 {
-                    return Err("--reqs-per-conn must be at least 1".into());
+                    return Err(LoadError::config("--reqs-per-conn must be at least 1"));
                 }
                 if let Some(p) = self.schedule.phases.iter().find(|p| p.level.fract() != 0.0) {
-                    return Err(format!(
+                    return Err(LoadError::config(format!(
                         "closed-loop schedule levels are user counts, got {}",
                         p.level
-                    ));
+                    )));
                 }
                 if self.schedule.max_level() > 1_000_000.0 {
-                    return Err("at most 1,000,000 users".into());
+                    return Err(LoadError::config("at most 1,000,000 users"));
                 }
             }
             Mode::Open {
@@ -176,18 +184,22 @@ impl LoadConfig {
                 max_conns,
             } => {
                 if reqs_per_conn == 0 || max_conns == 0 {
-                    return Err("--reqs-per-conn and --max-conns must be at least 1".into());
+                    return Err(LoadError::config(
+                        "--reqs-per-conn and --max-conns must be at least 1",
+                    ));
                 }
             }
         }
         for (k, v) in &self.headers {
             if k.is_empty() || k.contains([':', '\r', '\n', ' ']) || v.contains(['\r', '\n']) {
-                return Err(format!("bad header {k:?}: {v:?}"));
+                return Err(LoadError::config(format!("bad header {k:?}: {v:?}")));
             }
         }
         if let RequestMix::Path(p) = &self.requests {
             if !p.starts_with('/') || p.contains([' ', '\r', '\n']) {
-                return Err(format!("--path {p:?} must start with / and hold no spaces"));
+                return Err(LoadError::config(format!(
+                    "--path {p:?} must start with / and hold no spaces"
+                )));
             }
         }
         Ok(())
@@ -239,7 +251,7 @@ impl LoadConfig {
 pub fn run(
     cfg: &LoadConfig,
     mut on_second: impl FnMut(Duration, &Progress),
-) -> Result<LoadReport, String> {
+) -> Result<LoadReport, LoadError> {
     cfg.validate()?;
     let progress = Arc::new(Progress::default());
     let t0 = Instant::now();
@@ -249,7 +261,7 @@ pub fn run(
         let h = std::thread::Builder::new()
             .name(format!("seda-load-{k}"))
             .spawn(move || worker.run_loop().map(|()| worker.rec))
-            .map_err(|e| format!("cannot start a load thread: {e}"))?;
+            .map_err(LoadError::io("cannot start a load thread"))?;
         handles.push(h);
     }
     let mut next = Duration::from_secs(1);
@@ -266,7 +278,7 @@ pub fn run(
         match h.join() {
             Ok(Ok(r)) => recs.push(r),
             Ok(Err(e)) => return Err(e),
-            Err(_) => return Err("a load thread panicked".into()),
+            Err(_) => return Err(LoadError::Panicked("a load thread")),
         }
     }
     Ok(merge(cfg, recs))
@@ -409,8 +421,8 @@ impl Worker {
         index: usize,
         t0: Instant,
         progress: Arc<Progress>,
-    ) -> Result<Self, String> {
-        let poll = Poll::new().map_err(|e| format!("cannot create a poller: {e}"))?;
+    ) -> Result<Self, LoadError> {
+        let poll = Poll::new().map_err(LoadError::io("cannot create a poller"))?;
         let popularity = match &cfg.requests {
             RequestMix::FileSet(m) => Some(m.popularity()?),
             RequestMix::Path(_) => None,
@@ -485,7 +497,7 @@ impl Worker {
         self.t0.elapsed().as_micros() as u64
     }
 
-    fn run_loop(&mut self) -> Result<(), String> {
+    fn run_loop(&mut self) -> Result<(), LoadError> {
         let mut events = Events::with_capacity(1024);
         let end_us = self.schedule.total().as_micros() as u64;
         let mut next_tick = TICK_US;
@@ -531,7 +543,7 @@ impl Worker {
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(format!("poll failed: {e}")),
+                Err(e) => return Err(LoadError::io("poll failed")(e)),
             }
             for ev in events.iter() {
                 let i = ev.token().0;

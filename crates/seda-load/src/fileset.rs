@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::dist::{FILES_PER_CLASS, FilePick, SpecWebPopularity};
+use crate::error::LoadError;
 
 /// Name of the manifest inside a file-set directory.
 pub const MANIFEST: &str = "manifest.json";
@@ -60,17 +61,18 @@ pub struct Manifest {
 
 impl Manifest {
     /// Read `DIR/manifest.json`.
-    pub fn load(dir: &Path) -> Result<Manifest, String> {
+    pub fn load(dir: &Path) -> Result<Manifest, LoadError> {
         let p = dir.join(MANIFEST);
-        let text =
-            fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("bad manifest {}: {e}", p.display()))
+        let text = fs::read_to_string(&p)
+            .map_err(LoadError::io(format!("cannot read {}", p.display())))?;
+        serde_json::from_str(&text)
+            .map_err(LoadError::json(format!("bad manifest {}", p.display())))
     }
 
     /// The popularity model over this set's directories.
-    pub fn popularity(&self) -> Result<SpecWebPopularity, String> {
+    pub fn popularity(&self) -> Result<SpecWebPopularity, LoadError> {
         SpecWebPopularity::new(self.dirs)
-            .ok_or_else(|| "the file set has no directories".to_string())
+            .ok_or_else(|| LoadError::config("the file set has no directories"))
     }
 }
 
@@ -83,9 +85,9 @@ pub fn dirs_for(size_mb: u64) -> usize {
 /// Write a file set of about `size_mb` MiB under `dir` (created if missing) and
 /// return its manifest. Existing files of the same name are overwritten. Directories
 /// get mode 0755 and files 0644, so that servers running as another user can read them.
-pub fn generate(dir: &Path, size_mb: u64, seed: u64) -> Result<Manifest, String> {
+pub fn generate(dir: &Path, size_mb: u64, seed: u64) -> Result<Manifest, LoadError> {
     if size_mb == 0 {
-        return Err("--size-mb must be at least 1".into());
+        return Err(LoadError::config("--size-mb must be at least 1"));
     }
     let dirs = dirs_for(size_mb);
     mkdir(dir)?;
@@ -112,16 +114,16 @@ pub fn generate(dir: &Path, size_mb: u64, seed: u64) -> Result<Manifest, String>
             .map(|c| (0..FILES_PER_CLASS).map(|i| file_size(c, i)).collect())
             .collect(),
     };
-    let text = serde_json::to_string_pretty(&manifest).map_err(|e| e.to_string())?;
-    fs::write(dir.join(MANIFEST), text).map_err(|e| format!("cannot write manifest: {e}"))?;
+    let text = serde_json::to_string_pretty(&manifest).map_err(LoadError::json("manifest"))?;
+    fs::write(dir.join(MANIFEST), text).map_err(LoadError::io("cannot write manifest"))?;
     Ok(manifest)
 }
 
-fn mkdir(dir: &Path) -> Result<(), String> {
+fn mkdir(dir: &Path) -> Result<(), LoadError> {
     use std::os::unix::fs::PermissionsExt;
-    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    fs::create_dir_all(dir).map_err(LoadError::io(format!("cannot create {}", dir.display())))?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("cannot chmod {}: {e}", dir.display()))
+        .map_err(LoadError::io(format!("cannot chmod {}", dir.display())))
 }
 
 fn write_file(
@@ -129,9 +131,9 @@ fn write_file(
     size: u64,
     rng: &mut fastrand::Rng,
     buf: &mut [u8],
-) -> Result<(), String> {
+) -> Result<(), LoadError> {
     use std::os::unix::fs::PermissionsExt;
-    let err = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    let err = |e: std::io::Error| LoadError::io(format!("cannot write {}", path.display()))(e);
     let f = fs::File::create(path).map_err(err)?;
     f.set_permissions(fs::Permissions::from_mode(0o644))
         .map_err(err)?;

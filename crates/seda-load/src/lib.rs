@@ -11,6 +11,9 @@
 //! - [`gnutella`]: simulated Gnutella 0.6 peers against a router (`seda load
 //!   gnutella`), with their own small wire codec.
 //!
+//! Every fallible function returns a [`LoadError`] (thiserror): a setting out of
+//! range, an argument that does not parse, an I/O or JSON failure with its cause.
+//!
 //! The experiments that use this load (`seda experiment`) are in `seda-experiments`.
 //! This crate depends on no crate of the workspace: it talks to the servers it
 //! measures over the wire only.
@@ -19,6 +22,7 @@
 pub mod arashi;
 pub mod client;
 pub mod dist;
+mod error;
 pub mod fileset;
 pub mod gnutella;
 pub mod http;
@@ -28,5 +32,6 @@ pub mod schedule;
 pub mod testserver;
 
 pub use client::{LoadConfig, Mode, Progress, RequestMix, parse_url};
+pub use error::LoadError;
 pub use report::{LoadReport, PhaseSummary, TimePoint};
 pub use schedule::Schedule;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::LoadError;
 use crate::metrics::CdfPoint;
 
 /// One second of a run (by completion time).
@@ -137,8 +138,8 @@ impl LoadReport {
     }
 
     /// Parse the JSON of [`LoadReport::to_json`].
-    pub fn from_json(text: &str) -> Result<LoadReport, String> {
-        serde_json::from_str(text).map_err(|e| format!("not a load report: {e}"))
+    pub fn from_json(text: &str) -> Result<LoadReport, LoadError> {
+        serde_json::from_str(text).map_err(LoadError::json("not a load report"))
     }
 
     /// A few lines for a terminal.

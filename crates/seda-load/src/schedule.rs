@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::error::LoadError;
+
 /// One phase.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Phase {
@@ -36,25 +38,29 @@ impl Schedule {
     }
 
     /// Parse `DUR@LEVEL[,DUR@LEVEL...]`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, LoadError> {
         let mut phases = Vec::new();
         for part in text.split(',') {
             let part = part.trim();
             let (d, l) = part.split_once('@').ok_or_else(|| {
-                format!("schedule phase {part:?} is not DURATION@LEVEL (e.g. 60s@100)")
+                LoadError::parse(format!(
+                    "schedule phase {part:?} is not DURATION@LEVEL (e.g. 60s@100)"
+                ))
             })?;
             let duration = parse_duration(d)?;
             let level: f64 = l
                 .trim()
                 .parse()
-                .map_err(|_| format!("schedule level {l:?} is not a number"))?;
+                .map_err(|_| LoadError::parse(format!("schedule level {l:?} is not a number")))?;
             if !level.is_finite() || level < 0.0 {
-                return Err(format!("schedule level {l:?} must be >= 0"));
+                return Err(LoadError::parse(format!(
+                    "schedule level {l:?} must be >= 0"
+                )));
             }
             phases.push(Phase { duration, level });
         }
         if phases.iter().all(|p| p.duration.is_zero()) {
-            return Err("schedule has no duration".into());
+            return Err(LoadError::parse("schedule has no duration"));
         }
         Ok(Schedule { phases })
     }
@@ -94,10 +100,12 @@ impl Schedule {
 
 /// Parse a duration as [`humantime`] writes it (`250ms`, `30s`, `2m`, `1h30m`) or a
 /// bare number of seconds (`0.5`); at most 10^7 s.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, LoadError> {
     let t = text.trim();
     let bad = |why: &dyn std::fmt::Display| {
-        format!("duration {text:?} is not like 250ms, 30s, 2m or 1h30m: {why}")
+        LoadError::parse(format!(
+            "duration {text:?} is not like 250ms, 30s, 2m or 1h30m: {why}"
+        ))
     };
     let d = match t.parse::<f64>() {
         Ok(v) if (0.0..=1e7).contains(&v) => Duration::from_secs_f64(v),
@@ -149,13 +157,13 @@ mod tests {
         ];
         for (text, ms) in ok {
             assert_eq!(
-                parse_duration(text),
-                Ok(Duration::from_millis(ms)),
+                parse_duration(text).unwrap(),
+                Duration::from_millis(ms),
                 "{text}"
             );
         }
         for bad in ["", "ms", "-2s", "1.5.s", "200 years", "nan"] {
-            let e = parse_duration(bad).unwrap_err();
+            let e = parse_duration(bad).unwrap_err().to_string();
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
     }

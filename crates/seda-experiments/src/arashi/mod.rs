@@ -232,7 +232,7 @@ fn run_one(
     let mut groups = Vec::new();
     for (s, class) in &spec.groups {
         groups.push(UserGroup {
-            schedule: Schedule::parse(s)?,
+            schedule: Schedule::parse(s).map_err(|e| e.to_string())?,
             class: *class,
         });
     }
@@ -280,7 +280,7 @@ fn run_one(
     let _ = std::fs::remove_dir_all(&dir);
     Ok(RunResult {
         spec: spec.clone(),
-        report: report?,
+        report: report.map_err(|e| e.to_string())?,
         stage,
         server_rejected,
     })

@@ -139,7 +139,7 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
                 cfg.size_mb,
                 root.display()
             ));
-            let m = fileset::generate(&root, cfg.size_mb, cfg.seed)?;
+            let m = fileset::generate(&root, cfg.size_mb, cfg.seed).map_err(|e| e.to_string())?;
             // The temp dir's parent is private by default; servers that drop to
             // www-data need to enter it.
             use std::os::unix::fs::PermissionsExt;
@@ -232,7 +232,8 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
             let report = seda_load::client::run(
                 &load(server.addr(), clients, cfg.duration, cfg.seed + clients),
                 |_, _| {},
-            )?;
+            )
+            .map_err(|e| e.to_string())?;
             let cpu = server.cpu_seconds() - cpu0;
             let client_cpu_s = process_cpu(std::process::id()) - me0;
             let per_req = if report.completed > 0 {

@@ -445,7 +445,7 @@ fn file_set(
                 "writing a {size_mb} MiB SPECweb99 file set to {}",
                 root.display()
             ));
-            let m = fileset::generate(root, size_mb, seed)?;
+            let m = fileset::generate(root, size_mb, seed).map_err(|e| e.to_string())?;
             // Servers that drop to www-data must enter the set's parents.
             use std::os::unix::fs::PermissionsExt;
             for dir in root.ancestors().take(2) {
@@ -561,13 +561,15 @@ impl Point<'_> {
             seda_load::client::run(
                 &self.load(server.addr(), warmup, self.seed ^ 0xfeed),
                 |_, _| {},
-            )?;
+            )
+            .map_err(|e| e.to_string())?;
         }
         let cpu0 = server.cpu_seconds();
         let disk0 = disk_read_bytes();
         let t0 = Instant::now();
         let report =
-            seda_load::client::run(&self.load(server.addr(), duration, self.seed), |_, _| {})?;
+            seda_load::client::run(&self.load(server.addr(), duration, self.seed), |_, _| {})
+                .map_err(|e| e.to_string())?;
         let disk_read_mbps = (disk_read_bytes() - disk0) as f64 / t0.elapsed().as_secs_f64() / 1e6;
         let cpu = server.cpu_seconds() - cpu0;
         let cpu_us_per_req = if report.completed > 0 {

@@ -176,7 +176,7 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
     let router = g.stats();
     g.stop();
     rt.shutdown(Duration::from_secs(1));
-    let load = load?;
+    let load = load.map_err(|e| e.to_string())?;
     let kind = |k: &str| load.kinds.get(k).cloned().unwrap_or_default();
     Ok(Fig14Run {
         controller,

@@ -135,6 +135,7 @@ fn load(cfg: &ThroughputConfig, router: SocketAddr) -> Result<LoadReport, String
         query_words: cfg.query_words,
         ..LoadConfig::default()
     })
+    .map_err(|e| e.to_string())
 }
 
 /// Threads of the generator (seda-load names them so).

@@ -284,7 +284,7 @@ fn run_one(
         .collect();
     let done = std::sync::atomic::AtomicBool::new(false);
     let mut cpu = Vec::new();
-    let reports: Vec<Result<LoadReport, String>> = std::thread::scope(|s| {
+    let reports: Vec<Result<LoadReport, seda_load::LoadError>> = std::thread::scope(|s| {
         let handles: Vec<_> = loads
             .iter()
             .map(|l| s.spawn(move || seda_load::client::run(l, |_, _| {})))
@@ -303,7 +303,7 @@ fn run_one(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err("a load group panicked".into()))
+                    .unwrap_or(Err(seda_load::LoadError::Panicked("a load group")))
             })
             .collect();
         done.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -331,7 +331,7 @@ fn run_one(
     }
     let mut groups = Vec::new();
     for (g, rep) in spec.groups.iter().zip(reports) {
-        let report = rep?;
+        let report = rep.map_err(|e| e.to_string())?;
         let phases = (0..report.phases.len())
             .filter_map(|i| metrics::phase_metrics(&report, i, cfg.target_ms))
             .collect();

@@ -314,7 +314,7 @@ fn knee(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<Vec<(u64, f64)>,
     };
     let mut l = load(cfg, backend.addr, mode, phases, cfg.seed);
     l.drain = Duration::from_secs(1);
-    let report = seda_load::client::run(&l, |_, _| {})?;
+    let report = seda_load::client::run(&l, |_, _| {}).map_err(|e| e.to_string())?;
     let steps: Vec<(u64, f64)> = report
         .phases
         .iter()
@@ -511,7 +511,7 @@ fn run_one(
         phases,
         cfg.seed.wrapping_add(index),
     );
-    let report: Result<LoadReport, String> = std::thread::scope(|s| {
+    let report: Result<LoadReport, seda_load::LoadError> = std::thread::scope(|s| {
         if shape == Shape::Drop {
             let b = &backend;
             let half = cfg.workers / 2;

@@ -337,11 +337,11 @@ fn run_one(
         }
         let r = h
             .join()
-            .unwrap_or_else(|_| Err("the load generator panicked".into()));
+            .unwrap_or(Err(seda_load::LoadError::Panicked("the load generator")));
         (r, killed)
     });
     let wall_s = t0.elapsed().as_secs_f64();
-    let report = report?;
+    let report = report.map_err(|e| e.to_string())?;
     for (k, (p, poller)) in fleet.procs.iter().flatten().zip(pollers).enumerate() {
         fleet.results[k].stats = poller.finish();
         fleet.results[k].cpu_s = p.cpu_seconds() - cpu0[k];

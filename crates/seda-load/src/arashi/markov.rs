@@ -25,6 +25,7 @@
 //! recipient) are described in [`super::user`].
 
 use super::request::RequestType;
+use crate::error::LoadError;
 
 /// Number of request types (states).
 pub const STATES: usize = RequestType::ALL.len();
@@ -65,14 +66,14 @@ fn index(t: RequestType) -> usize {
 
 impl MarkovModel {
     /// A model from a table; each row must be non-negative and sum to 1 (within 1e-9).
-    pub fn new(table: [[f64; STATES]; STATES]) -> Result<MarkovModel, String> {
+    pub fn new(table: [[f64; STATES]; STATES]) -> Result<MarkovModel, LoadError> {
         for (i, row) in table.iter().enumerate() {
             let sum: f64 = row.iter().sum();
             if row.iter().any(|p| !p.is_finite() || *p < 0.0) || (sum - 1.0).abs() > 1e-9 {
-                return Err(format!(
+                return Err(LoadError::parse(format!(
                     "row {} of the transition table must be probabilities summing to 1 (sum {sum})",
                     RequestType::ALL[i]
-                ));
+                )));
             }
         }
         Ok(MarkovModel { table })
@@ -173,7 +174,12 @@ mod tests {
     fn bad_tables_are_refused() {
         let mut t = PAPER_TABLE;
         t[3][4] += 0.1;
-        assert!(MarkovModel::new(t).unwrap_err().contains("list"));
+        assert!(
+            MarkovModel::new(t)
+                .unwrap_err()
+                .to_string()
+                .contains("list")
+        );
         let mut t = PAPER_TABLE;
         t[1] = [-1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
         assert!(MarkovModel::new(t).is_err());

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::request::RequestType;
 use super::user::Outcome;
+use crate::error::LoadError;
 use crate::metrics::{quantile_ms, record_us, rt_histogram};
 
 /// One finished request, as recorded by a user thread.
@@ -279,8 +280,8 @@ impl ArashiReport {
     }
 
     /// The report from its JSON.
-    pub fn from_json(text: &str) -> Result<ArashiReport, String> {
-        serde_json::from_str(text).map_err(|e| format!("bad report: {e}"))
+    pub fn from_json(text: &str) -> Result<ArashiReport, LoadError> {
+        serde_json::from_str(text).map_err(LoadError::json("bad report"))
     }
 
     /// A text table: one line per request type and the total.

@@ -20,6 +20,7 @@ use super::markov::MarkovModel;
 use super::report::{ArashiReport, RunShape, Sample};
 use super::request::DEFAULT_ACCOUNTS;
 use super::user::{Outcome, User};
+use crate::error::LoadError;
 use crate::schedule::Schedule;
 
 /// Stack of a user thread (it holds little: a client and a page).
@@ -88,21 +89,21 @@ impl ArashiLoadConfig {
             .unwrap_or_default()
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), LoadError> {
         if self.groups.is_empty() || self.length().is_zero() {
-            return Err("no users scheduled".into());
+            return Err(LoadError::config("no users scheduled"));
         }
         if self.accounts == 0 {
-            return Err("accounts must be at least 1".into());
+            return Err(LoadError::config("accounts must be at least 1"));
         }
         if self.timeout.is_zero() {
-            return Err("the request timeout must be positive".into());
+            return Err(LoadError::config("the request timeout must be positive"));
         }
         let users: f64 = self.groups.iter().map(|g| g.schedule.max_level()).sum();
         if users > 20_000.0 {
-            return Err(format!(
+            return Err(LoadError::config(format!(
                 "{users} users is more threads than this tool runs (20,000)"
-            ));
+            )));
         }
         Ok(())
     }
@@ -210,10 +211,10 @@ fn user_thread(sh: &Shared, group: usize, index: usize, global: usize) {
 }
 
 /// Runs the load; `progress` is updated live.
-pub fn run(cfg: &ArashiLoadConfig, progress: Arc<LoadProgress>) -> Result<ArashiReport, String> {
+pub fn run(cfg: &ArashiLoadConfig, progress: Arc<LoadProgress>) -> Result<ArashiReport, LoadError> {
     cfg.check()?;
     std::net::TcpStream::connect_timeout(&cfg.addr, Duration::from_secs(5))
-        .map_err(|e| format!("cannot connect to {}: {e}", cfg.addr))?;
+        .map_err(LoadError::io(format!("cannot connect to {}", cfg.addr)))?;
     let sh = Arc::new(Shared {
         cfg: cfg.clone(),
         t0: Instant::now(),
@@ -231,7 +232,7 @@ pub fn run(cfg: &ArashiLoadConfig, progress: Arc<LoadProgress>) -> Result<Arashi
                 .name(format!("arashi-user-{global}"))
                 .stack_size(USER_STACK)
                 .spawn(move || user_thread(&sh, gi, index, global))
-                .map_err(|e| format!("cannot start user thread {global}: {e}"))?;
+                .map_err(LoadError::io(format!("cannot start user thread {global}")))?;
             handles.push(h);
             global += 1;
         }

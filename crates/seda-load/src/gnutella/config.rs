@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::wire;
+use crate::error::LoadError;
 
 /// Message kinds the generator times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,30 +56,34 @@ impl Default for Mix {
 
 impl Mix {
     /// Parses `ping=85,query=15` (weights, normalised).
-    pub fn parse(s: &str) -> Result<Mix, String> {
+    pub fn parse(s: &str) -> Result<Mix, LoadError> {
         let mut m = Mix {
             ping: 0.0,
             query: 0.0,
         };
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| format!("mix: expected TYPE=WEIGHT, got {part:?}"))?;
+            let (k, v) = part.split_once('=').ok_or_else(|| {
+                LoadError::parse(format!("mix: expected TYPE=WEIGHT, got {part:?}"))
+            })?;
             let w: f64 = v
                 .trim()
                 .parse()
                 .ok()
                 .filter(|w: &f64| w.is_finite() && *w >= 0.0)
-                .ok_or_else(|| format!("mix: bad weight {v:?}"))?;
+                .ok_or_else(|| LoadError::parse(format!("mix: bad weight {v:?}")))?;
             match k.trim() {
                 "ping" => m.ping = w,
                 "query" => m.query = w,
-                other => return Err(format!("mix: unknown type {other:?} (ping, query)")),
+                other => {
+                    return Err(LoadError::parse(format!(
+                        "mix: unknown type {other:?} (ping, query)"
+                    )));
+                }
             }
         }
         let sum = m.ping + m.query;
         if sum <= 0.0 {
-            return Err("mix: all weights are zero".into());
+            return Err(LoadError::parse("mix: all weights are zero"));
         }
         m.ping /= sum;
         m.query /= sum;
@@ -186,15 +191,20 @@ impl LoadConfig {
     }
 
     /// Checks each field's range.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), LoadError> {
         if !self.router.ip().is_loopback() {
-            return Err(format!("router {} is not on loopback", self.router));
+            return Err(LoadError::config(format!(
+                "router {} is not on loopback",
+                self.router
+            )));
         }
         if self.peers < 2 {
-            return Err("at least 2 peers are needed (one to send, one to receive)".into());
+            return Err(LoadError::config(
+                "at least 2 peers are needed (one to send, one to receive)",
+            ));
         }
         if self.leaves >= self.peers {
-            return Err("at least one peer must be an ultrapeer".into());
+            return Err(LoadError::config("at least one peer must be an ultrapeer"));
         }
         if self.leaves > 0
             && (self.vocabulary == 0
@@ -202,25 +212,27 @@ impl LoadConfig {
                 || self.leaf_words > self.vocabulary
                 || !(1..=8).contains(&self.query_words))
         {
-            return Err("leaves need 1 <= leaf words <= vocabulary and 1..=8 query words".into());
+            return Err(LoadError::config(
+                "leaves need 1 <= leaf words <= vocabulary and 1..=8 query words",
+            ));
         }
         if self.threads == 0 || self.threads > self.peers {
-            return Err("threads must be 1..=peers".into());
+            return Err(LoadError::config("threads must be 1..=peers"));
         }
         if self.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
-            return Err("rate must be positive".into());
+            return Err(LoadError::config("rate must be positive"));
         }
         if self.duration.is_zero() {
-            return Err("duration must be positive".into());
+            return Err(LoadError::config("duration must be positive"));
         }
         if !(3..=4096).contains(&self.query_bytes) {
-            return Err("query bytes must be 3..=4096".into());
+            return Err(LoadError::config("query bytes must be 3..=4096"));
         }
         if !(0.0..=1.0).contains(&self.hit_fraction) {
-            return Err("hit fraction must be 0..=1".into());
+            return Err(LoadError::config("hit fraction must be 0..=1"));
         }
         if self.ttl == 0 {
-            return Err("ttl must be at least 1".into());
+            return Err(LoadError::config("ttl must be at least 1"));
         }
         Ok(())
     }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::error::LoadError;
 use config::{KIND_NAMES, Kind, N_KINDS};
 pub use config::{LoadConfig, Mix};
 
@@ -123,20 +124,21 @@ fn qrp_guid(i: usize) -> [u8; 16] {
 
 /// Connects the peers and runs the load. `progress` gets a line per connected peer
 /// group and at the end.
-pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
+pub fn run(cfg: &LoadConfig) -> Result<LoadReport, LoadError> {
     cfg.validate()?;
     let mut streams = Vec::with_capacity(cfg.peers);
     for i in 0..cfg.peers {
         let leaf = cfg.is_leaf(i);
         let mut s = sim::handshake(cfg.router, &format!("seda-load-gnutella/{i}"), leaf)
-            .map_err(|e| format!("peer {i}: {e}"))?;
+            .map_err(LoadError::io(format!("peer {i}")))?;
         if leaf {
             // The leaf's table first: the router forwards it no query before.
             let words = cfg.leaf_share(i);
             for p in wire::qrp_payloads(&words, QRP_BITS) {
                 let mut m = Vec::with_capacity(wire::HEADER_LEN + p.len());
                 wire::write_message(&mut m, qrp_guid(i), wire::QRP, 1, 0, &p);
-                std::io::Write::write_all(&mut s, &m).map_err(|e| format!("leaf {i}: {e}"))?;
+                std::io::Write::write_all(&mut s, &m)
+                    .map_err(LoadError::io(format!("leaf {i}")))?;
             }
         }
         streams.push((i, s));
@@ -156,7 +158,7 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
     for (i, s) in streams {
         groups[i % cfg.threads].push((i, s));
     }
-    let results: Vec<Result<sim::ThreadResult, String>> = std::thread::scope(|scope| {
+    let results: Vec<Result<sim::ThreadResult, LoadError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = groups
             .into_iter()
             .map(|g| {
@@ -165,7 +167,7 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
                     .name(format!("gnutella-load-{}", g.first().map_or(0, |p| p.0)))
                     .spawn_scoped(scope, move || {
                         sim::run_thread(cfg, g, cfg.peers, epoch, start, end)
-                            .map_err(|e| format!("generator thread: {e}"))
+                            .map_err(LoadError::io("generator thread"))
                     })
             })
             .collect();
@@ -174,8 +176,8 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
             .map(|h| match h {
                 Ok(h) => h
                     .join()
-                    .unwrap_or_else(|_| Err("generator thread panicked".into())),
-                Err(e) => Err(format!("cannot start a generator thread: {e}")),
+                    .unwrap_or(Err(LoadError::Panicked("generator thread"))),
+                Err(e) => Err(LoadError::io("cannot start a generator thread")(e)),
             })
             .collect()
     });
