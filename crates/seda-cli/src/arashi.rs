@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::CliResult;
+use crate::progress::{Activity, RunBar};
 use seda_arashi::{Arashi, ArashiConfig, ControlScope, DataDir, RequestType, SeedPlan};
 use seda_http::{Admission, HandlerTargets, OverloadControl};
 
@@ -225,7 +226,9 @@ fn serve(a: ServeArgs) -> Result<(), String> {
 fn import(a: ImportArgs) -> Result<(), String> {
     let plan = a.seed.plan()?;
     let data = DataDir::new(&a.data);
-    let s = data.import(&a.corpus, &plan, a.replace, &mut |l| eprintln!("{l}"))?;
+    let progress = Activity::new("seda arashi import", false);
+    let s = data.import(&a.corpus, &plan, a.replace, &mut |l| progress.log(l))?;
+    progress.finish();
     println!(
         "imported: {} users, {} messages (Inbox sizes {}..{}) into {} in {} s",
         s.users,
@@ -280,7 +283,8 @@ pub struct LoadArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// No per-second progress line.
+    /// No progress bar (there is none either when stdout or stderr is not a
+    /// terminal).
     #[arg(long)]
     pub quiet: bool,
 }
@@ -317,27 +321,33 @@ pub fn load(a: LoadArgs) -> CliResult {
     cfg.class_header = a.class_header.clone();
     cfg.seed = a.seed;
     let progress = Arc::new(LoadProgress::default());
-    let ticker = (!a.quiet).then(|| {
-        let p = Arc::clone(&progress);
-        let length = cfg.length();
+    let bar = Arc::new(RunBar::new(cfg.length(), a.quiet));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ticker = bar.is_drawn().then(|| {
+        let (p, bar, done) = (Arc::clone(&progress), Arc::clone(&bar), Arc::clone(&done));
         std::thread::spawn(move || {
             let t0 = std::time::Instant::now();
-            while t0.elapsed() < length {
-                std::thread::sleep(Duration::from_secs(1));
-                eprintln!(
-                    "{:>4.0} s  completed {:>8}  rejected {:>7}  errors {:>5}",
-                    t0.elapsed().as_secs_f64(),
-                    p.completed.load(Ordering::Relaxed),
-                    p.rejected.load(Ordering::Relaxed),
-                    p.errors.load(Ordering::Relaxed)
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(250));
+                bar.set(
+                    t0.elapsed(),
+                    format!(
+                        "completed {}  rejected {}  errors {}",
+                        p.completed.load(Ordering::Relaxed),
+                        p.rejected.load(Ordering::Relaxed),
+                        p.errors.load(Ordering::Relaxed)
+                    ),
                 );
             }
         })
     });
-    let report = seda_load::arashi::run(&cfg, progress)?;
+    let report = seda_load::arashi::run(&cfg, progress);
+    done.store(true, Ordering::Relaxed);
     if let Some(t) = ticker {
         let _ = t.join();
     }
+    bar.finish();
+    let report = report?;
     print!("{}", report.summary());
     if let Some(path) = &a.json {
         std::fs::write(path, report.to_json())
@@ -425,8 +435,8 @@ pub fn experiment(a: ExperimentArgs) -> Result<(), String> {
         None if !a.synthetic && default_corpus.is_file() => Some(default_corpus),
         None => None,
     };
-    let t0 = std::time::Instant::now();
-    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let progress = Activity::new("seda experiment arashi", false);
+    let mut log = |line: &str| progress.log(line);
     log(&format!(
         "{} runs, about {} min; output in {}",
         cfg.plan().len(),
@@ -435,7 +445,8 @@ pub fn experiment(a: ExperimentArgs) -> Result<(), String> {
     ));
     let results = run(&cfg, &mut log)?;
     write_outputs(&a.out, &results)?;
+    progress.finish();
     println!("{}", seda_experiments::arashi::table(&results));
-    log(&format!("wrote {}", a.out.display()));
+    eprintln!("wrote {}", a.out.display());
     Ok(())
 }

@@ -11,6 +11,7 @@ use seda_experiments::overload::{self, OverloadConfig, Scenario};
 use seda_experiments::soak::{self, SoakConfig};
 
 use crate::error::CliResult;
+use crate::progress::Activity;
 
 /// Experiments.
 #[derive(Debug, clap::Subcommand)]
@@ -363,7 +364,8 @@ fn proxy_cmd(a: ProxyArgs) -> Result<(), String> {
     }
     cfg.dist = a.dist;
     cfg.seed = a.seed;
-    proxy::run(&cfg, &mut |l| eprintln!("{l}")).map(|_| ())
+    let progress = Activity::new("seda experiment proxy", false);
+    proxy::run(&cfg, &mut |l| progress.log(l)).map(|_| ())
 }
 
 fn flash_cmd(a: FlashArgs) -> Result<(), String> {
@@ -424,9 +426,10 @@ fn flash_cmd(a: FlashArgs) -> Result<(), String> {
     }
     cfg.fileset_dir = a.fileset_dir;
     cfg.prewarm = !a.cold;
-    let t0 = std::time::Instant::now();
-    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let progress = Activity::new("seda experiment flash", false);
+    let mut log = |line: &str| progress.log(line);
     let results = flash::run(&cfg, &mut log)?;
+    progress.finish();
     println!("{}", flash::table(&results));
     if results.disk.is_empty() {
         return Err("no disk-bound run could be measured".into());
@@ -485,9 +488,10 @@ fn colors_cmd(a: ColorsArgs) -> Result<(), String> {
     if a.quick {
         cfg = cfg.quick();
     }
-    let t0 = std::time::Instant::now();
-    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let progress = Activity::new("seda experiment colors", false);
+    let mut log = |line: &str| progress.log(line);
     let result = colors::run(&cfg, &mut log)?;
+    progress.finish();
     eprintln!("wrote {}", cfg.out.display());
     println!(
         "speedup {:.2}x (per-connection colors on 2 workers / one color on 1 worker; thesis SFS 1.62x)",
@@ -549,9 +553,10 @@ fn overload_cmd(a: OverloadArgs) -> Result<(), String> {
     cfg.queue_threshold = a.queue_threshold;
     cfg.threads = a.threads;
     cfg.seed = a.seed;
-    let t0 = std::time::Instant::now();
-    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let progress = Activity::new("seda experiment overload", false);
+    let mut log = |line: &str| progress.log(line);
     let results = overload::run(&cfg, &mut log)?;
+    progress.finish();
     println!("{}", overload::output::table(&results));
     if results.runs.is_empty() {
         return Err("no run could be measured".into());
@@ -592,9 +597,10 @@ fn fig12_cmd(a: Fig12Args) -> Result<(), String> {
         threads: a.threads,
         seed: a.seed,
     };
-    let t0 = std::time::Instant::now();
-    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let progress = Activity::new("seda experiment fig12", false);
+    let mut log = |line: &str| progress.log(line);
     let results = fig12::run(&cfg, &mut log)?;
+    progress.finish();
     println!("{}", fig12::table(&results));
     Ok(())
 }
@@ -649,9 +655,10 @@ fn soak_cmd(a: SoakArgs) -> Result<(), String> {
         cfg.per_kind = n;
     }
     cfg.rss_limit_mib = a.rss_limit_mib;
-    let t0 = std::time::Instant::now();
-    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let progress = Activity::new("seda experiment soak", false);
+    let mut log = |line: &str| progress.log(line);
     let r = soak::run(&cfg, &mut log)?;
+    progress.finish();
     let v = &r.verdict;
     let mib = |k: u64| k as f64 / 1024.0;
     println!(

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::error::CliResult;
+use crate::progress::Activity;
 use seda::Runtime;
 use seda_gnutella::{Gnutella, RouterConfig};
 
@@ -407,7 +408,9 @@ pub fn fig14(a: Fig14Args) -> Result<(), String> {
     if cfg.rates.iter().any(|r| !(r.is_finite() && *r > 0.0)) {
         return Err("--rates: every rate must be positive".into());
     }
-    let r = experiment::run(&cfg, &mut |l| eprintln!("{l}"))?;
+    let progress = Activity::new("seda experiment gnutella", false);
+    let r = experiment::run(&cfg, &mut |l| progress.log(l))?;
+    progress.finish();
     experiment::write_outputs(&a.out, &r)?;
     print!("{}", experiment::table(&r));
     eprintln!("wrote {}", a.out.display());
@@ -466,7 +469,9 @@ pub fn throughput(a: ThroughputArgs) -> CliResult {
         return Err("--leaves must leave at least one ultrapeer among --peers".into());
     }
     let load = seda_experiments::harness::load_average_text();
-    let r = bench::throughput(&cfg, &mut |l| eprintln!("{l}"))?;
+    let progress = Activity::new("seda experiment gnutella-throughput", false);
+    let r = bench::throughput(&cfg, &mut |l| progress.log(l))?;
+    progress.finish();
     std::fs::create_dir_all(&a.out)
         .map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
     let text = bench::table(&r, &cfg, load.trim());

@@ -8,6 +8,8 @@ use seda_experiments::harness::haproxy::process as proxy;
 use seda_experiments::harness::haproxy::{Balance, HaproxyConfig, replicas};
 use seda_experiments::scale_out::{self, ScaleOutConfig, Scenario};
 
+use crate::progress::Activity;
+
 /// Arguments of `seda haproxy-config`.
 #[derive(Debug, clap::Args)]
 pub struct HaproxyConfigArgs {
@@ -140,8 +142,8 @@ pub fn scale_out_cmd(a: ScaleOutArgs) -> Result<(), String> {
         Some(p) => p,
         None => std::env::current_exe().map_err(|e| format!("cannot find the seda binary: {e}"))?,
     };
-    let t0 = std::time::Instant::now();
-    let mut log = |line: &str| eprintln!("[{:>4} s] {line}", t0.elapsed().as_secs());
+    let progress = Activity::new("seda experiment scale-out", false);
+    let mut log = |line: &str| progress.log(line);
     let haproxy = proxy::ensure_haproxy(&mut log)?;
     let mut cfg = ScaleOutConfig::new(a.out, seda, haproxy);
     if a.quick {
@@ -173,6 +175,7 @@ pub fn scale_out_cmd(a: ScaleOutArgs) -> Result<(), String> {
     cfg.threads = a.threads;
     cfg.seed = a.seed;
     let results = scale_out::run(&cfg, &mut log)?;
+    progress.finish();
     println!("{}", scale_out::output::table(&results));
     if results.runs.is_empty() {
         return Err("no run could be measured".into());

@@ -1,10 +1,10 @@
 //! `seda load` and `seda fileset`: thin argument layers over the `seda-load` crate.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::CliResult;
+use crate::progress::RunBar;
 use seda_load::client::{LoadConfig, Mode, Progress, RequestMix, parse_url};
 use seda_load::fileset::{self, Manifest};
 use seda_load::schedule::{Schedule, parse_duration};
@@ -78,7 +78,8 @@ pub struct HttpArgs {
     /// Write the full report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// No per-second progress line.
+    /// No progress bar (there is none either when stdout or stderr is not a
+    /// terminal).
     #[arg(long)]
     pub quiet: bool,
 }
@@ -191,7 +192,7 @@ fn http(a: HttpArgs) -> CliResult {
         rt_target: None,
         retry_wait: None,
     };
-    let live = !a.quiet && std::io::stderr().is_terminal();
+    let bar = RunBar::new(schedule.total(), a.quiet);
     let unit = if open { "req/s" } else { "users" };
     let total = schedule.total().as_secs_f64();
     eprintln!(
@@ -202,7 +203,7 @@ fn http(a: HttpArgs) -> CliResult {
     );
     let mut last = (0u64, 0u64, 0u64);
     let report = seda_load::client::run(&cfg, |el: Duration, p: &Progress| {
-        if !live {
+        if !bar.is_drawn() {
             return;
         }
         let now = (
@@ -211,16 +212,20 @@ fn http(a: HttpArgs) -> CliResult {
             p.errors.load(std::sync::atomic::Ordering::Relaxed),
         );
         let level = schedule.level_at(el);
-        eprintln!(
-            "[{:>5.0}/{total:.0} s] {level:>6} {unit}  {:>7} ok/s  {:>5} 503/s  {:>5} err/s  total {} ok",
-            el.as_secs_f64(),
-            now.0 - last.0,
-            now.1 - last.1,
-            now.2 - last.2,
-            now.0
+        bar.set(
+            el,
+            format!(
+                "{level} {unit}  {} ok/s  {} 503/s  {} err/s  total {} ok",
+                now.0 - last.0,
+                now.1 - last.1,
+                now.2 - last.2,
+                now.0
+            ),
         );
         last = now;
-    })?;
+    });
+    bar.finish();
+    let report = report?;
     println!("{}", report.summary());
     if let Some(path) = &a.json {
         std::fs::write(path, report.to_json())

@@ -23,6 +23,7 @@ mod experiment;
 mod gnutella;
 mod haproxy;
 mod load;
+mod progress;
 mod serve;
 
 use std::process::ExitCode;
