@@ -152,12 +152,12 @@ fn registrations(cfg: &ArashiConfig, app: &App) -> Result<Vec<HandlerRegistratio
             let reg = HandlerRegistration::shared(&t.path(), t.handler(app.clone()))
                 .name(t.name())
                 .capacity(cfg.stage_capacity)
-                .thread_pool(ThreadPoolConfig {
-                    min_threads: 1,
-                    max_threads: cfg.stage_threads,
-                    queue_threshold: 10,
-                    ..ThreadPoolConfig::default()
-                });
+                .thread_pool(
+                    ThreadPoolConfig::default()
+                        .with_min_threads(1)
+                        .with_max_threads(cfg.stage_threads)
+                        .with_queue_threshold(10),
+                );
             let reg = match &shared {
                 None if cfg.scope == ControlScope::PerStage => cfg.overload.apply(reg),
                 None => without_policy.apply(reg),

@@ -315,12 +315,10 @@ impl HandlerRegistration {
             handler,
             admission: None,
             classifier: None,
-            pool: ThreadPoolConfig {
-                min_threads: 1,
-                max_threads: 8,
-                queue_threshold: 10,
-                ..ThreadPoolConfig::default()
-            },
+            pool: ThreadPoolConfig::default()
+                .with_min_threads(1)
+                .with_max_threads(8)
+                .with_queue_threshold(10),
             capacity: 1024,
             on_overload: OverloadAction::default(),
         }

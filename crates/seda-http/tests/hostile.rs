@@ -45,11 +45,9 @@ fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 fn one_thread() -> ThreadPoolConfig {
-    ThreadPoolConfig {
-        min_threads: 1,
-        max_threads: 1,
-        ..ThreadPoolConfig::default()
-    }
+    ThreadPoolConfig::default()
+        .with_min_threads(1)
+        .with_max_threads(1)
 }
 
 fn echo(req: &Request, _: &HandlerContext<'_>) -> Response {

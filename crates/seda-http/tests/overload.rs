@@ -60,11 +60,9 @@ fn gated(gate: Arc<Gate>) -> impl Fn(&Request, &HandlerContext<'_>) -> Response 
 }
 
 fn fixed_threads(n: usize) -> ThreadPoolConfig {
-    ThreadPoolConfig {
-        min_threads: n,
-        max_threads: n,
-        ..ThreadPoolConfig::default()
-    }
+    ThreadPoolConfig::default()
+        .with_min_threads(n)
+        .with_max_threads(n)
 }
 
 fn connect(addr: SocketAddr) -> Client {
@@ -201,11 +199,9 @@ fn a_burst_gets_quick_503s_and_admitted_requests_keep_a_bounded_p90() {
     let control = OverloadControl {
         admission: Some(Admission::ResponseTime),
         rt_target: Some(target),
-        response_time: ResponseTimeConfig {
-            nreq: 10,
-            initial_rate: 5.0,
-            ..ResponseTimeConfig::with_target(target)
-        },
+        response_time: ResponseTimeConfig::with_target(target)
+            .with_nreq(10)
+            .with_initial_rate(5.0),
         ..OverloadControl::default()
     };
     let reg = HandlerRegistration::new("/slow", slow(100)).thread_pool(fixed_threads(2));
@@ -275,11 +271,9 @@ fn the_low_class_is_rejected_before_the_high_class() {
         rt_target: Some(target),
         // A bucket of 4 tokens: two clients of a class arriving together are not a
         // burst to refuse.
-        response_time: ResponseTimeConfig {
-            nreq: 10,
-            bucket_depth: 4.0,
-            ..ResponseTimeConfig::with_target(target)
-        },
+        response_time: ResponseTimeConfig::with_target(target)
+            .with_nreq(10)
+            .with_bucket_depth(4.0),
         classes: ClassRules {
             header: Some("X-Class".into()),
             ..ClassRules::default()
@@ -349,10 +343,7 @@ fn degradation_lowers_quality_before_any_request_is_rejected() {
     let control = OverloadControl {
         admission: Some(Admission::ResponseTime),
         rt_target: Some(target),
-        response_time: ResponseTimeConfig {
-            nreq: 10,
-            ..ResponseTimeConfig::with_target(target)
-        },
+        response_time: ResponseTimeConfig::with_target(target).with_nreq(10),
         degrade: true,
         ..OverloadControl::default()
     };

@@ -48,11 +48,11 @@ fn gated() -> (TestServer, Arc<Gate>, Arc<AtomicUsize>) {
                 Response::text(Status::OK, "done\n")
             })
             .capacity(256)
-            .thread_pool(ThreadPoolConfig {
-                min_threads: 1,
-                max_threads: 1,
-                ..ThreadPoolConfig::default()
-            }),
+            .thread_pool(
+                ThreadPoolConfig::default()
+                    .with_min_threads(1)
+                    .with_max_threads(1),
+            ),
         );
     });
     (s, gate, started)

@@ -111,11 +111,11 @@ fn an_overloaded_handler_answers_503_at_once_and_the_connection_stays_usable() {
         c.handlers.push(
             HandlerRegistration::new("/slow", slow(300))
                 .capacity(2)
-                .thread_pool(ThreadPoolConfig {
-                    min_threads: 1,
-                    max_threads: 1,
-                    ..ThreadPoolConfig::default()
-                }),
+                .thread_pool(
+                    ThreadPoolConfig::default()
+                        .with_min_threads(1)
+                        .with_max_threads(1),
+                ),
         )
     });
     let started = Instant::now();
@@ -176,11 +176,9 @@ fn overload_can_redirect_or_degrade() {
             Response::text(Status::OK, "degraded")
         }
     }
-    let one = ThreadPoolConfig {
-        min_threads: 1,
-        max_threads: 1,
-        ..ThreadPoolConfig::default()
-    };
+    let one = ThreadPoolConfig::default()
+        .with_min_threads(1)
+        .with_max_threads(1);
     let s = start(|c| {
         c.handlers.push(
             HandlerRegistration::new("/deg", Cheap)

@@ -70,13 +70,12 @@ impl Default for FileConfig {
         FileConfig {
             stage_name: "file-helper".to_owned(),
             capacity: 4096,
-            pool: ThreadPoolConfig {
-                min_threads: 1,
-                max_threads: 16,
-                queue_threshold: 10,
-                idle_timeout: Duration::from_secs(1),
-                interval: Duration::from_millis(200),
-            },
+            pool: ThreadPoolConfig::default()
+                .with_min_threads(1)
+                .with_max_threads(16)
+                .with_queue_threshold(10)
+                .with_idle_timeout(Duration::from_secs(1))
+                .with_interval(Duration::from_millis(200)),
         }
     }
 }

@@ -13,13 +13,12 @@ use seda_io::{FileConfig, FileHelper, FileOp, FileReply, Refusal, read_resident}
 
 fn pool(min: usize, max: usize) -> FileConfig {
     FileConfig {
-        pool: ThreadPoolConfig {
-            min_threads: min,
-            max_threads: max,
-            queue_threshold: 1,
-            idle_timeout: Duration::from_secs(1),
-            interval: Duration::from_millis(50),
-        },
+        pool: ThreadPoolConfig::default()
+            .with_min_threads(min)
+            .with_max_threads(max)
+            .with_queue_threshold(1)
+            .with_idle_timeout(Duration::from_secs(1))
+            .with_interval(Duration::from_millis(50)),
         ..FileConfig::default()
     }
 }

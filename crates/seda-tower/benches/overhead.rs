@@ -69,11 +69,9 @@ macro_rules! each_config {
         );
         let rt = ResponseTimePolicy::new(wide_open(target)).unwrap();
         $bench($group, CONFIGS[3], AdmissionLayer::new(rt).layer(inner()));
-        let cfg = MulticlassConfig {
-            base: wide_open(target),
-            ..MulticlassConfig::with_target(target)
-        }
-        .class_target(1, target / 2);
+        let cfg = MulticlassConfig::with_target(target)
+            .with_base(wide_open(target))
+            .class_target(1, target / 2);
         let layer = AdmissionLayer::builder(MulticlassPolicy::new(cfg).unwrap())
             .classify(|r: &u32| (r & 1) as u8)
             .build();

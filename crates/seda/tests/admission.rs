@@ -222,11 +222,9 @@ fn codel_sheds_only_a_standing_queue() {
 
 #[test]
 fn gradient_limit_shrinks_when_latency_rises_and_grows_when_it_recovers() {
-    let cfg = GradientLimitConfig {
-        initial: 50.0,
-        window: ms(10),
-        ..Default::default()
-    };
+    let cfg = GradientLimitConfig::default()
+        .with_initial(50.0)
+        .with_window(ms(10));
     let p = GradientLimit::new(cfg).unwrap();
     let mut now = Instant::now();
     // Baseline: 10 ms in stage, busy (in flight near the limit).
@@ -253,22 +251,14 @@ fn gradient_limit_shrinks_when_latency_rises_and_grows_when_it_recovers() {
         "limit recovers: {congested} -> {}",
         p.limit()
     );
-    assert!(
-        GradientLimit::new(GradientLimitConfig {
-            min: 0.0,
-            ..Default::default()
-        })
-        .is_err()
-    );
+    assert!(GradientLimit::new(GradientLimitConfig::default().with_min(0.0)).is_err());
 }
 
 #[test]
 fn gradient_limit_does_not_grow_when_app_limited() {
-    let cfg = GradientLimitConfig {
-        initial: 50.0,
-        window: ms(10),
-        ..Default::default()
-    };
+    let cfg = GradientLimitConfig::default()
+        .with_initial(50.0)
+        .with_window(ms(10));
     let p = GradientLimit::new(cfg).unwrap();
     let mut now = Instant::now();
     for _ in 0..500 {

@@ -399,13 +399,14 @@ fn thread_pool_controller_grows_under_load_and_shrinks_when_idle() {
                 std::thread::sleep(Duration::from_millis(5));
             }
         })
-        .thread_pool(seda::control::ThreadPoolConfig {
-            min_threads: 1,
-            max_threads: 4,
-            queue_threshold: 4,
-            idle_timeout: Duration::from_millis(50),
-            interval: Duration::from_millis(20),
-        })
+        .thread_pool(
+            seda::control::ThreadPoolConfig::default()
+                .with_min_threads(1)
+                .with_max_threads(4)
+                .with_queue_threshold(4)
+                .with_idle_timeout(Duration::from_millis(50))
+                .with_interval(Duration::from_millis(20)),
+        )
         .batch(1)
         .capacity(10_000)
         .thread_model(ThreadModel::PerStage)

@@ -945,19 +945,19 @@ impl ServeConfig {
         }
         if let Some(g) = &self.gradient {
             let d = GradientLimitConfig::default();
-            oc.gradient = GradientLimitConfig {
-                initial: g.initial.unwrap_or(d.initial),
-                min: g.min.unwrap_or(d.min),
-                max: g.max.unwrap_or(d.max),
-                tolerance: g.tolerance.unwrap_or(d.tolerance),
-                smoothing: g.smoothing.unwrap_or(d.smoothing),
-                long_window: g.long_window.unwrap_or(d.long_window),
-                window: g
-                    .window_ms
-                    .map(|v| millis("[gradient] window-ms", v))
-                    .transpose()?
-                    .unwrap_or(d.window),
-            };
+            oc.gradient = GradientLimitConfig::default()
+                .with_initial(g.initial.unwrap_or(d.initial))
+                .with_min(g.min.unwrap_or(d.min))
+                .with_max(g.max.unwrap_or(d.max))
+                .with_tolerance(g.tolerance.unwrap_or(d.tolerance))
+                .with_smoothing(g.smoothing.unwrap_or(d.smoothing))
+                .with_long_window(g.long_window.unwrap_or(d.long_window))
+                .with_window(
+                    g.window_ms
+                        .map(|v| millis("[gradient] window-ms", v))
+                        .transpose()?
+                        .unwrap_or(d.window),
+                );
         }
         if let Some(a) = &self.aimd {
             let timeout = match a.timeout_ms {
@@ -965,13 +965,13 @@ impl ServeConfig {
                 None => oc.rt_target.unwrap_or(Duration::from_secs(1)),
             };
             let d = AimdLimitConfig::with_timeout(timeout);
-            oc.aimd = Some(AimdLimitConfig {
-                initial: a.initial.unwrap_or(d.initial),
-                min: a.min.unwrap_or(d.min),
-                max: a.max.unwrap_or(d.max),
-                backoff: a.backoff.unwrap_or(d.backoff),
-                timeout,
-            });
+            oc.aimd = Some(
+                d.clone()
+                    .with_initial(a.initial.unwrap_or(d.initial))
+                    .with_min(a.min.unwrap_or(d.min))
+                    .with_max(a.max.unwrap_or(d.max))
+                    .with_backoff(a.backoff.unwrap_or(d.backoff)),
+            );
         }
         let retry_after_secs = self.retry_after_secs.unwrap_or(1);
         oc.on_overload = overload_action(

@@ -95,12 +95,10 @@ pub(super) fn mount_overload(
 /// capacity (issue 14's runs).
 fn bottleneck_pool() -> ThreadPoolConfig {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    ThreadPoolConfig {
-        min_threads: cores.min(8),
-        max_threads: 8,
-        queue_threshold: 10,
-        ..ThreadPoolConfig::default()
-    }
+    ThreadPoolConfig::default()
+        .with_min_threads(cores.min(8))
+        .with_max_threads(8)
+        .with_queue_threshold(10)
 }
 
 /// The handler name of a registration (its stage is `handler:<name>`).

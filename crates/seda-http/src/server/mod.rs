@@ -308,12 +308,12 @@ impl Server {
             )
             .capacity(4096)
             .thread_model(ThreadModel::PerStage)
-            .thread_pool(ThreadPoolConfig {
-                min_threads: 1,
-                max_threads: descriptors::CACHE_MISS_THREADS,
-                queue_threshold: 10,
-                ..ThreadPoolConfig::default()
-            })
+            .thread_pool(
+                ThreadPoolConfig::default()
+                    .with_min_threads(1)
+                    .with_max_threads(descriptors::CACHE_MISS_THREADS)
+                    .with_queue_threshold(10),
+            )
             .batch(4)
             .build()?;
         page_stage
@@ -351,12 +351,12 @@ impl Server {
             .domain(&domain)
             .thread_model(model)
             .capacity(65_536)
-            .thread_pool(ThreadPoolConfig {
-                min_threads: 1,
-                max_threads: cfg.parse_threads,
-                queue_threshold: 10,
-                ..ThreadPoolConfig::default()
-            })
+            .thread_pool(
+                ThreadPoolConfig::default()
+                    .with_min_threads(1)
+                    .with_max_threads(cfg.parse_threads)
+                    .with_queue_threshold(10),
+            )
             .batch(64)
             .build()?;
         for reg in cfg.handlers.iter().cloned() {

@@ -27,11 +27,30 @@ use crate::control::{ConfigError, check};
 
 /// Parameters of [`CoDel`].
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct CoDelConfig {
     /// Acceptable standing queueing delay.
     pub target: Duration,
     /// Window over which the minimum delay must stay above `target`.
     pub interval: Duration,
+}
+
+/// Setters, one per field, for code outside the crate (the struct is
+/// `#[non_exhaustive]`: a new parameter is not a breaking change).
+impl CoDelConfig {
+    /// Sets [`target`](Self::target).
+    #[must_use]
+    pub fn with_target(mut self, target: Duration) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// Sets [`interval`](Self::interval).
+    #[must_use]
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
 }
 
 impl Default for CoDelConfig {
@@ -68,10 +87,11 @@ struct State {
 ///     capacity: 1000,
 ///     now: Instant::now(),
 /// };
-/// let p = CoDel::new(CoDelConfig {
-///     target: std::time::Duration::from_millis(5),
-///     interval: std::time::Duration::from_millis(100),
-/// })
+/// let p = CoDel::new(
+///     CoDelConfig::default()
+///         .with_target(std::time::Duration::from_millis(5))
+///         .with_interval(std::time::Duration::from_millis(100)),
+/// )
 /// .unwrap();
 /// assert!(p.admit(&offer(0, 0))); // nothing measured yet: no standing queue
 /// assert_eq!(p.state().target_ms, Some(5.0));

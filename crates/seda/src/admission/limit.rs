@@ -24,6 +24,7 @@ use crate::control::{ConfigError, check};
 
 /// Parameters of [`GradientLimit`].
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct GradientLimitConfig {
     /// Starting limit.
     pub initial: f64,
@@ -39,6 +40,59 @@ pub struct GradientLimitConfig {
     pub long_window: f64,
     /// Length of one sampling window.
     pub window: Duration,
+}
+
+/// Setters, one per field, for code outside the crate (the struct is
+/// `#[non_exhaustive]`: a new parameter is not a breaking change).
+impl GradientLimitConfig {
+    /// Sets [`initial`](Self::initial).
+    #[must_use]
+    pub fn with_initial(mut self, initial: f64) -> Self {
+        self.initial = initial;
+        self
+    }
+
+    /// Sets [`min`](Self::min).
+    #[must_use]
+    pub fn with_min(mut self, min: f64) -> Self {
+        self.min = min;
+        self
+    }
+
+    /// Sets [`max`](Self::max).
+    #[must_use]
+    pub fn with_max(mut self, max: f64) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// Sets [`tolerance`](Self::tolerance).
+    #[must_use]
+    pub fn with_tolerance(mut self, tolerance: f64) -> Self {
+        self.tolerance = tolerance;
+        self
+    }
+
+    /// Sets [`smoothing`](Self::smoothing).
+    #[must_use]
+    pub fn with_smoothing(mut self, smoothing: f64) -> Self {
+        self.smoothing = smoothing;
+        self
+    }
+
+    /// Sets [`long_window`](Self::long_window).
+    #[must_use]
+    pub fn with_long_window(mut self, long_window: f64) -> Self {
+        self.long_window = long_window;
+        self
+    }
+
+    /// Sets [`window`](Self::window).
+    #[must_use]
+    pub fn with_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
 }
 
 impl Default for GradientLimitConfig {
@@ -194,6 +248,7 @@ impl AdmissionPolicy for GradientLimit {
 
 /// Parameters of [`AimdLimit`].
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct AimdLimitConfig {
     /// Starting limit.
     pub initial: f64,
@@ -205,6 +260,38 @@ pub struct AimdLimitConfig {
     pub backoff: f64,
     /// In-stage latency above which a sample counts as a drop.
     pub timeout: Duration,
+}
+
+/// Setters, one per field, for code outside the crate (the struct is
+/// `#[non_exhaustive]`: a new parameter is not a breaking change).
+impl AimdLimitConfig {
+    /// Sets [`initial`](Self::initial).
+    #[must_use]
+    pub fn with_initial(mut self, initial: f64) -> Self {
+        self.initial = initial;
+        self
+    }
+
+    /// Sets [`min`](Self::min).
+    #[must_use]
+    pub fn with_min(mut self, min: f64) -> Self {
+        self.min = min;
+        self
+    }
+
+    /// Sets [`max`](Self::max).
+    #[must_use]
+    pub fn with_max(mut self, max: f64) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// Sets [`backoff`](Self::backoff).
+    #[must_use]
+    pub fn with_backoff(mut self, backoff: f64) -> Self {
+        self.backoff = backoff;
+        self
+    }
 }
 
 impl AimdLimitConfig {

@@ -37,6 +37,7 @@ use super::{ConfigError, check};
 
 /// Parameters of the quality controller.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct QualityConfig {
     /// p90 target.
     pub target: Duration,
@@ -56,6 +57,59 @@ pub struct QualityConfig {
     /// Admission control on throughout, refusals count as over target (see the
     /// module docs); `false`: the paper's order.
     pub with_admission: bool,
+}
+
+/// Setters, one per field, for code outside the crate (the struct is
+/// `#[non_exhaustive]`: a new parameter is not a breaking change).
+impl QualityConfig {
+    /// Sets [`q_min`](Self::q_min).
+    #[must_use]
+    pub fn with_q_min(mut self, q_min: f64) -> Self {
+        self.q_min = q_min;
+        self
+    }
+
+    /// Sets [`q_max`](Self::q_max).
+    #[must_use]
+    pub fn with_q_max(mut self, q_max: f64) -> Self {
+        self.q_max = q_max;
+        self
+    }
+
+    /// Sets [`decrease`](Self::decrease).
+    #[must_use]
+    pub fn with_decrease(mut self, decrease: f64) -> Self {
+        self.decrease = decrease;
+        self
+    }
+
+    /// Sets [`increase`](Self::increase).
+    #[must_use]
+    pub fn with_increase(mut self, increase: f64) -> Self {
+        self.increase = increase;
+        self
+    }
+
+    /// Sets [`err_i`](Self::err_i).
+    #[must_use]
+    pub fn with_err_i(mut self, err_i: f64) -> Self {
+        self.err_i = err_i;
+        self
+    }
+
+    /// Sets [`reenable_after`](Self::reenable_after).
+    #[must_use]
+    pub fn with_reenable_after(mut self, reenable_after: Option<u32>) -> Self {
+        self.reenable_after = reenable_after;
+        self
+    }
+
+    /// Sets [`with_admission`](Self::with_admission).
+    #[must_use]
+    pub fn with_admission(mut self, with_admission: bool) -> Self {
+        self.with_admission = with_admission;
+        self
+    }
 }
 
 impl QualityConfig {

@@ -29,6 +29,7 @@ use crate::envelope::Class;
 
 /// Parameters of the multiclass controller.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct MulticlassConfig {
     /// Controller parameters (and target) for classes without their own.
     pub base: ResponseTimeConfig,
@@ -39,6 +40,38 @@ pub struct MulticlassConfig {
     /// Evaluations over target, with all lower classes at `rate_min`, before a class's
     /// own rate is cut.
     pub lc_thresh: u32,
+}
+
+/// Setters, one per field, for code outside the crate (the struct is
+/// `#[non_exhaustive]`: a new parameter is not a breaking change).
+impl MulticlassConfig {
+    /// Sets [`base`](Self::base).
+    #[must_use]
+    pub fn with_base(mut self, base: ResponseTimeConfig) -> Self {
+        self.base = base;
+        self
+    }
+
+    /// Sets [`targets`](Self::targets).
+    #[must_use]
+    pub fn with_targets(mut self, targets: BTreeMap<Class, Duration>) -> Self {
+        self.targets = targets;
+        self
+    }
+
+    /// Sets [`adjlo_d`](Self::adjlo_d).
+    #[must_use]
+    pub fn with_adjlo_d(mut self, adjlo_d: f64) -> Self {
+        self.adjlo_d = adjlo_d;
+        self
+    }
+
+    /// Sets [`lc_thresh`](Self::lc_thresh).
+    #[must_use]
+    pub fn with_lc_thresh(mut self, lc_thresh: u32) -> Self {
+        self.lc_thresh = lc_thresh;
+        self
+    }
 }
 
 impl MulticlassConfig {
