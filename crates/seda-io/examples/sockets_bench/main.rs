@@ -9,6 +9,10 @@
 //! - `tpc`: a thread-per-connection `std::net` server written for the comparison
 //!   (64 KiB stacks).
 //!
+//! `seda` and `inline` run once per socket backend of `--io` (default: `epoll,uring`,
+//! each row named `seda/epoll`, `inline/uring`, ...), so the backends are compared at
+//! every N in the same run, against the same tpc.
+//!
 //! Throughput is what the server read during the measurement window (bytes and 8 KB
 //! packets per second). Beside it, the server process's CPU time per MB read (user +
 //! system, every thread, from `/proc/self/stat`), which other processes on a shared
@@ -22,6 +26,7 @@
 //! ```text
 //! cargo run --release -p seda-io --example sockets_bench -- \
 //!     [--min-clients 1] [--max-clients 4096] [--secs 3] [--warmup 1] [--only seda,inline,tpc]
+//!     [--io epoll,uring] [--perf]
 //! ```
 
 use std::collections::BTreeMap;
@@ -29,6 +34,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use seda_io::IoBackend;
 
 const PACKET: usize = 8 * 1024;
 const BURST_PACKETS: usize = 1000;
@@ -66,6 +73,8 @@ struct Args {
     warmup: f64,
     min_clients: usize,
     kinds: Vec<Kind>,
+    /// The socket backends the seda servers run on, each in turn.
+    backends: Vec<IoBackend>,
     /// Count the server's syscalls and context switches per MB with `perf stat`.
     perf: bool,
 }
@@ -83,6 +92,7 @@ fn args() -> Result<Mode, String> {
         warmup: 1.0,
         min_clients: 1,
         kinds: KINDS.to_vec(),
+        backends: vec![IoBackend::Epoll, IoBackend::Uring],
         perf: false,
     };
     let mut it = std::env::args().skip(1);
@@ -118,13 +128,19 @@ fn args() -> Result<Mode, String> {
                     })
                     .collect::<Result<_, _>>()?
             }
+            "--io" => {
+                a.backends = value("--io")?
+                    .split(',')
+                    .map(|w| w.parse::<IoBackend>().map_err(|e| format!("--io: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--perf" => a.perf = true,
             "--secs" => a.secs = num("--secs", value("--secs")?)?,
             "--warmup" => a.warmup = num("--warmup", value("--warmup")?)?,
             "-h" | "--help" => {
                 println!(
                     "sockets_bench [--min-clients N] [--max-clients N] [--secs S] [--warmup S] \
-                     [--only seda,inline,tpc] [--perf]"
+                     [--only seda,inline,tpc] [--io epoll,uring] [--perf]"
                 );
                 std::process::exit(0);
             }
@@ -136,10 +152,11 @@ fn args() -> Result<Mode, String> {
         || !(a.secs.is_finite() && a.secs > 0.0)
         || !(a.warmup.is_finite() && a.warmup >= 0.0)
         || a.kinds.is_empty()
+        || a.backends.is_empty()
     {
         return Err(
             "--min-clients must be at least 1 and at most --max-clients, --secs \
-                    positive, --warmup not negative, --only not empty"
+                    positive, --warmup not negative, --only and --io not empty"
                 .into(),
         );
     }
@@ -216,7 +233,8 @@ struct Point {
 /// syscalls a socket server makes.
 const PERF_EVENTS: &str = "context-switches,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom,\
      syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex,syscalls:sys_enter_write,\
-     syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_sched_yield";
+     syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_sched_yield,\
+     syscalls:sys_enter_io_uring_enter";
 
 /// Starts `perf stat` on this process for `secs`; its CSV comes on stderr.
 fn start_perf(secs: f64) -> io::Result<Child> {
@@ -357,34 +375,47 @@ fn main() {
     let mut n = a.min_clients;
     while n <= a.max_clients {
         let load = load1();
-        // tpc first, so that every row can show its ratio to tpc when printed.
+        // tpc first, so that every row can show its ratio to tpc when printed; the
+        // seda servers once per backend.
         let mut order = a.kinds.clone();
         order.sort_by_key(|k| *k != Kind::Tpc);
+        let runs: Vec<(Kind, Option<IoBackend>)> = order
+            .into_iter()
+            .flat_map(|k| match k {
+                Kind::Tpc => vec![(k, None)],
+                _ => a.backends.iter().map(|b| (k, Some(*b))).collect(),
+            })
+            .collect();
         let mut tpc = None;
-        for k in order {
+        for (k, backend) in runs {
+            let name = match backend {
+                Some(b) => format!("{}/{b}", k.name()),
+                None => k.name().to_owned(),
+            };
+            let io = backend.unwrap_or(IoBackend::Auto);
             let r = match k {
-                Kind::Seda => seda_server(false),
-                Kind::Inline => seda_server(true),
+                Kind::Seda => seda_server(false, io),
+                Kind::Inline => seda_server(true, io),
                 Kind::Tpc => threaded_server(),
             }
             .and_then(|s| measure(s, n, &a));
             let p = match r {
                 Ok(p) => p,
                 Err(e) => {
-                    println!("{n:>6} {:<6} failed: {e} load {load:.1}", k.name());
+                    println!("{n:>6} {name:<12} failed: {e} load {load:.1}");
                     continue;
                 }
             };
             if k == Kind::Tpc {
                 tpc = Some((p.mb_per_s, p.us_per_mb));
             }
-            print_row(n, k, &p, tpc, load);
+            print_row(n, &name, k, &p, tpc, load);
         }
         n *= 4;
     }
 }
 
-fn print_row(n: usize, k: Kind, p: &Point, tpc: Option<(f64, f64)>, load: f64) {
+fn print_row(n: usize, name: &str, k: Kind, p: &Point, tpc: Option<(f64, f64)>, load: f64) {
     let vs = tpc.map_or(String::new(), |(mb, us)| {
         format!(
             " ratio {:.2} cpu ratio {:.2}",
@@ -405,9 +436,8 @@ fn print_row(n: usize, k: Kind, p: &Point, tpc: Option<(f64, f64)>, load: f64) {
         format!(" ({})", split(p))
     };
     println!(
-        "{n:>6} {:<6} {:>8.1} MB/s {:>6.0} us/MB server {:.2} cores{detail} \
+        "{n:>6} {name:<12} {:>8.1} MB/s {:>6.0} us/MB server {:.2} cores{detail} \
          client {:.2} cores{vs} load {load:.1}{notes}",
-        k.name(),
         p.mb_per_s,
         p.us_per_mb,
         p.threads.values().sum::<f64>(),
@@ -420,6 +450,6 @@ fn print_row(n: usize, k: Kind, p: &Point, tpc: Option<(f64, f64)>, load: f64) {
             .filter(|(_, c)| *c >= 0.05)
             .map(|(e, c)| format!("{e} {c:.1}"))
             .collect();
-        println!("{:>6} {:<6} per MB: {}", "", k.name(), list.join(", "));
+        println!("{:>6} {name:<12} per MB: {}", "", list.join(", "));
     }
 }

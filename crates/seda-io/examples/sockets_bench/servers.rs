@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use seda::{Batch, Context, Runtime};
-use seda_io::{ConnId, Outgoing, SocketConfig, SocketEvent, Sockets, Writer};
+use seda_io::{ConnId, IoBackend, Outgoing, SocketConfig, SocketEvent, Sockets, Writer};
 
 use super::{ACK, BURST, LISTEN_BACKLOG};
 
@@ -37,9 +37,10 @@ struct Counts {
     shards: Vec<Mutex<HashMap<ConnId, u64>>>,
 }
 
-/// The seda-io server; with `inline`, the loops and the application stage form one
-/// domain (reads handed over by a direct call when the stage is idle).
-pub(crate) fn seda_server(inline: bool) -> io::Result<Box<dyn Server>> {
+/// The seda-io server on socket backend `io`; with `inline`, the loops and the
+/// application stage form one domain (reads handed over by a direct call when the
+/// stage is idle).
+pub(crate) fn seda_server(inline: bool, io: IoBackend) -> io::Result<Box<dyn Server>> {
     let rt = Runtime::builder().name("bench").build();
     let domain = inline.then(|| rt.domain("bench"));
     let writer: Arc<OnceLock<Writer>> = Arc::default();
@@ -90,6 +91,7 @@ pub(crate) fn seda_server(inline: bool) -> io::Result<Box<dyn Server>> {
     let cfg = SocketConfig {
         max_connections: 1 << 20,
         listen_backlog: LISTEN_BACKLOG,
+        backend: io,
         domain,
         ..SocketConfig::default()
     };
