@@ -72,8 +72,6 @@ pub use crate::lifecycle::Lifecycle;
 pub use crate::runtime::{Runtime, RuntimeBuilder, RuntimeError, ShutdownReport, StageShutdown};
 pub use crate::sink::Sink;
 pub use crate::stage::{DEFAULT_CAPACITY, Declared, StageBuilder};
-pub use crate::stats::{
-    ClassCounts, LatencySummary, MetricKind, MetricValue, PrometheusText, RuntimeSnapshot,
-    StageSnapshot,
-};
+pub use crate::stats::prometheus::{MetricKind, MetricValue, PrometheusText};
+pub use crate::stats::{ClassCounts, LatencySummary, RuntimeSnapshot, StageSnapshot};
 pub use crate::timer::TimerId;

@@ -21,6 +21,7 @@
 //! [`MulticlassConfig`](crate::admission::MulticlassConfig)).
 
 mod batching;
+mod error;
 mod quality;
 #[cfg(test)]
 mod tests;
@@ -28,22 +29,8 @@ mod thread_pool;
 
 pub use batching::BatchingConfig;
 pub(crate) use batching::{BatchObservation, BatchingController};
+pub use error::ConfigError;
+pub(crate) use error::check;
 pub use quality::{QualityConfig, QualityController, QualityDecision};
 pub use thread_pool::ThreadPoolConfig;
 pub(crate) use thread_pool::{PoolAdjustment, PoolObservation, ThreadPoolController};
-
-/// A controller configuration that fails validation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError(String);
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-pub(crate) fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), ConfigError> {
-    if ok { Ok(()) } else { Err(ConfigError(msg())) }
-}

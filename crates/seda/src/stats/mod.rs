@@ -12,8 +12,7 @@
 //!   counted in exactly one of `admitted`, `rejected`, `full`, `closed`.
 
 mod graph;
-mod prometheus;
-pub use prometheus::{MetricKind, MetricValue, PrometheusText};
+pub(crate) mod prometheus;
 pub(crate) mod recorder;
 mod snapshot;
 
