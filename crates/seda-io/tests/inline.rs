@@ -192,3 +192,31 @@ fn stop_with_sends_in_flight_closes_every_connection_once() {
     }
     e.rt.shutdown(Duration::from_secs(5));
 }
+
+/// A handler that sends its last words and aborts the connection in the same call:
+/// the peer gets the words, then the close (the abort drops only what the socket
+/// would not take). Under io_uring the words were queued for the end of the loop's
+/// turn when the abort came, and the abort dropped them: the peer saw nothing.
+#[test]
+fn an_abort_right_after_a_send_from_the_loop_thread_keeps_the_output() {
+    let e = inline_echo(test_config());
+    let addr = e.sockets.local_addr();
+    for i in 0..20 {
+        let mut s = connect(addr);
+        let words = format!("last words {i}");
+        s.write_all(format!("ABORT {words}").as_bytes()).unwrap();
+        let mut got = Vec::new();
+        // A reset after the words may end the read with an error: what came before
+        // it is what counts.
+        let _ = s.read_to_end(&mut got);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            words,
+            "connection {i}: the peer got other bytes than the words sent before the abort"
+        );
+    }
+    assert!(wait_for(Duration::from_secs(5), || e.log.closed_total() == 20));
+    for (conn, s) in e.log.snapshot() {
+        assert_eq!(s.closed, vec![CloseReason::Local], "{conn:?}");
+    }
+}

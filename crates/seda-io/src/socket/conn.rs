@@ -81,6 +81,13 @@ pub(crate) struct Out {
     /// io_uring: the owning loop is responsible for sending the queue (see the
     /// invariants). Always false under epoll.
     pub(crate) armed: bool,
+    /// io_uring: the queue was empty with nothing in flight when the owning loop's
+    /// own thread (a handler it runs inline) queued output to it this turn; the
+    /// loop's end of turn sends it (and clears this). While it is set no send of the
+    /// connection is in flight, so the holder of the lock may write the queue
+    /// straight out: [`super::Writer::abort`] does, and so keeps what epoll would
+    /// have written at once. Always false under epoll.
+    pub(crate) batched: bool,
 }
 
 impl Out {
@@ -104,6 +111,7 @@ impl Out {
         self.queue = VecDeque::new();
         self.queued = 0;
         self.stalled_since = None;
+        self.batched = false;
     }
 
     /// The connection to resume now that the queue has drained to its watch's
@@ -414,6 +422,7 @@ impl Conn {
                 stalled_since: None,
                 drain_watch: None,
                 armed: false,
+                batched: false,
             }),
             read_paused: AtomicBool::new(false),
             backed_up: AtomicBool::new(false),

@@ -798,6 +798,7 @@ mod tests {
             stalled_since: None,
             drain_watch: None,
             armed: false,
+            batched: false,
         };
         out.push(seg);
         assert_eq!(out.queued, FILE_SEGMENT_COST);

@@ -150,6 +150,7 @@ fn put_on(shared: &Shared, c: &Conn, out: Put<'_>) -> Result<(), WriteError> {
         // The owning loop's own thread (a handler it ran inline): the output joins
         // the loop's sends of this turn, submitted with its next wait.
         o.armed = true;
+        o.batched = true;
         match out {
             Put::Bufs(bufs) => {
                 for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
@@ -307,7 +308,10 @@ impl Writer {
         }
     }
 
-    /// Closes `conn` now, dropping queued output.
+    /// Closes `conn` now, dropping queued output: what the socket has not taken.
+    /// Output the connection's loop would have sent at the end of its turn
+    /// (io_uring, sent from a handler the loop runs inline) is written first, as
+    /// far as the socket takes it at once, as it would have been under epoll.
     pub fn abort(&self, conn: ConnId) {
         let Some(c) = self.shared.conns.get(conn) else {
             return;
@@ -315,6 +319,11 @@ impl Writer {
         let mut o = c.out.lock();
         if o.state == WriteState::Closed {
             return;
+        }
+        if o.batched {
+            // No send of this connection is in flight (`Out::batched`): write it
+            // now, without waiting for room.
+            let _ = o.flush(&c.stream, &self.shared.counters(c.owner).bytes_written);
         }
         o.state = WriteState::Closed;
         o.clear();

@@ -44,7 +44,8 @@ impl Log {
 }
 
 /// An echo server: echoes every `Data`; a packet `FLOOD <n>` makes it send up to `n`
-/// blocks of 64 KiB, stopping at the first failed `send` (the slow-reader tests).
+/// blocks of 64 KiB, stopping at the first failed `send` (the slow-reader tests); a
+/// packet `ABORT <text>` makes it send `<text>` and abort the connection at once.
 pub struct Echo {
     pub rt: Runtime,
     pub sockets: SocketHandle,
@@ -103,6 +104,10 @@ pub fn echo_with(
                                     }
                                 }
                                 l.conns.lock().entry(conn).or_default().flood_result = res;
+                            } else if let Some(last) = bytes.strip_prefix(b"ABORT ") {
+                                drop(conns);
+                                let _ = w.send(conn, Outgoing::from(last.to_vec()));
+                                w.abort(conn);
                             } else {
                                 drop(conns);
                                 let _ = w.send(conn, Outgoing::from(bytes));

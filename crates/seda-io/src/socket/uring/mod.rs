@@ -960,6 +960,7 @@ impl EventLoop<'_> {
         }
         let conn = Arc::clone(&lc.conn);
         let mut o = conn.out.lock();
+        o.batched = false;
         if o.state == WriteState::Closed {
             o.armed = false;
             return;
