@@ -99,6 +99,11 @@ pub struct GnutellaArgs {
     /// 1000,5000 (drop probability up to 0.5 at MAX).
     #[arg(long)]
     pub router_red: Option<String>,
+    /// The router queue's bound in time, ms: the pings and queries of a read that
+    /// waited longer for the router are dropped unrouted (`router_late`); 0: no
+    /// bound.
+    #[arg(long, default_value_t = 5.0)]
+    pub router_max_delay_ms: f64,
     /// Socket event loops [default: one per core].
     #[arg(long)]
     pub event_loops: Option<usize>,
@@ -155,6 +160,14 @@ pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
         inline: a.inline,
         router_pool_controller: a.pool_controller,
         router_queue_threshold: a.queue_threshold,
+        max_queue_delay: if a.router_max_delay_ms == 0.0 {
+            None
+        } else {
+            Some(secs(
+                "--router-max-delay-ms",
+                a.router_max_delay_ms / 1000.0,
+            )?)
+        },
         event_loops: a.event_loops,
         ..RouterConfig::default()
     };
@@ -450,6 +463,13 @@ pub struct ThroughputArgs {
     /// socket loops, the server and the router (`seda gnutella --inline`).
     #[arg(long)]
     pub inline_too: bool,
+    /// Router stage threads of the staged router.
+    #[arg(long, default_value_t = 2)]
+    pub router_threads: usize,
+    /// The staged router's queue bound in time, ms (0: none); see `seda gnutella
+    /// --router-max-delay-ms`.
+    #[arg(long, default_value_t = 5.0)]
+    pub router_max_delay_ms: f64,
 }
 
 /// Runs `seda experiment gnutella-throughput`.
@@ -464,6 +484,15 @@ pub fn throughput(a: ThroughputArgs) -> CliResult {
         leaves: a.leaves,
         query_words: a.query_words,
         inline_too: a.inline_too,
+        router_threads: a.router_threads.max(1),
+        max_queue_delay: if a.router_max_delay_ms == 0.0 {
+            None
+        } else {
+            Some(secs(
+                "--router-max-delay-ms",
+                a.router_max_delay_ms / 1000.0,
+            )?)
+        },
     };
     if cfg.leaves >= cfg.peers {
         return Err("--leaves must leave at least one ultrapeer among --peers".into());

@@ -215,6 +215,18 @@ pub struct RouterConfig {
     pub router_capacity: usize,
     /// Admission control on the router stage's queue. Default none.
     pub router_admission: RouterAdmission,
+    /// The router's queue bound in time: while reads stand in the router's queue
+    /// (32 or more), the pings and queries of a read that waited longer than this
+    /// for the router (from the socket read to the router taking it) are dropped
+    /// unrouted and counted (`router_late`); its other messages (replies, pushes,
+    /// QRP, vendor messages) are still handled. A late read with no queue behind
+    /// it (a thread descheduled on a busy machine) is routed. A
+    /// stale read costs the router a header walk, so under a load past its
+    /// capacity it catches up instead of queueing: the queue's delay stays near
+    /// the bound (SEDA's response-time control at the router, 5.2.3), where a
+    /// queue bounded only in events (`router_capacity`) held 0.3-1 s of reads.
+    /// `None`: no bound (Fig. 14 measures the queue's growth). Default 5 ms.
+    pub max_queue_delay: Option<Duration>,
     /// Socket event loops. Default: one per core.
     pub event_loops: Option<usize>,
     /// `SO_SNDBUF` of connections; default: the kernel's (which grows to megabytes,
@@ -253,6 +265,7 @@ impl Default for RouterConfig {
             router_queue_threshold: 1000,
             router_capacity: 65_536,
             router_admission: RouterAdmission::None,
+            max_queue_delay: Some(Duration::from_millis(5)),
             event_loops: None,
             send_buffer: None,
         }
@@ -315,6 +328,11 @@ impl RouterConfig {
         check(
             self.router_capacity >= 1,
             "router queue capacity must be at least 1",
+        )?;
+        check(
+            self.max_queue_delay
+                .is_none_or(|d| d >= Duration::from_micros(100)),
+            "router queue delay bound must be at least 0.1 ms",
         )?;
         check(
             self.router_queue_threshold >= 1,

@@ -43,7 +43,8 @@ fn type_index(k: MsgType) -> usize {
     }
 }
 
-const DROPS: [Dropped; 8] = [
+const N_DROPS: usize = 9;
+const DROPS: [Dropped; N_DROPS] = [
     Dropped::Duplicate,
     Dropped::TtlExpired,
     Dropped::NoRoute,
@@ -52,6 +53,7 @@ const DROPS: [Dropped; 8] = [
     Dropped::NotRouted,
     Dropped::Overload,
     Dropped::Throttled,
+    Dropped::Late,
 ];
 const MALFORMED: [Malformed; 6] = [
     Malformed::TooShort,
@@ -145,7 +147,7 @@ pub(crate) struct Tally {
     pub(crate) received: [u64; 10],
     pub(crate) routed: [u64; 10],
     pub(crate) sent: [u64; 10],
-    pub(crate) dropped: [u64; 8],
+    pub(crate) dropped: [u64; N_DROPS],
     pub(crate) malformed: [u64; 6],
     pub(crate) slow: [u64; CLASSES],
     pub(crate) counts: [u64; N_COUNTS],
@@ -232,7 +234,7 @@ pub(crate) struct Counters {
     received: [AtomicU64; 10],
     routed: [AtomicU64; 10],
     sent: [AtomicU64; 10],
-    dropped: [AtomicU64; 8],
+    dropped: [AtomicU64; N_DROPS],
     malformed: [AtomicU64; 6],
     slow: [AtomicU64; CLASSES],
     events: [AtomicU64; N_EVENTS],

@@ -211,3 +211,45 @@ fn admission_on_the_router_queue_drops_and_counts_while_pings_still_flow() {
         p.guid
     );
 }
+
+/// The router's queue bound in time: while reads stand in its queue, the pings of
+/// a read that waited past the bound are dropped unrouted and counted
+/// (`router_late`); once the queue is gone, reads are routed again. The standing
+/// queue is made by a query the router sleeps 3 s on (one thread), behind which a
+/// peer sends 120 pings, one read each.
+#[test]
+fn a_standing_queue_sheds_late_pings_and_routing_resumes() {
+    const PINGS: u64 = 120;
+    let r = TestRouter::start(RouterConfig {
+        query_delay: Some(Duration::from_secs(3)),
+        router_threads: (1, 1),
+        pong_cache: None,
+        ..RouterConfig::default()
+    });
+    let mut v = peers(&r, 3);
+    v[0].send(&Msg::new(QUERY, 3, 0, query("hold the router")));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for i in 1..=PINGS {
+        v[1].send(&Msg::new(PING, 2, 0, vec![]));
+        // One read per ping: the next is sent once the server framed this one.
+        while r.router.stats().received.get("ping").copied().unwrap_or(0) < i {
+            assert!(Instant::now() < deadline, "ping {i} never framed");
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+    r.wait("every ping decided", |s| {
+        s.drops("router_late") + s.routed.get("ping").copied().unwrap_or(0) == PINGS
+    });
+    let s = r.router.stats();
+    assert!(s.drops("router_late") > 0, "no late ping shed: {s:#?}");
+    let got = v[2]
+        .drain(Duration::from_millis(500))
+        .iter()
+        .filter(|m| m.kind == PING && m.hops == 1)
+        .count() as u64;
+    assert_eq!(got, PINGS - s.drops("router_late"), "{s:#?}");
+    // No queue: a ping is routed at once.
+    let p = Msg::new(PING, 2, 0, vec![]);
+    v[1].send(&p);
+    assert_eq!(v[2].recv_kind(PING, T).expect("routed again").guid, p.guid);
+}

@@ -126,6 +126,8 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
             max_leaves: cfg.leaves + 4,
             min_outgoing: 0,
             query_delay: Some(cfg.query_delay),
+            // Fig. 14 shows the queue growing past one thread's capacity: no bound.
+            max_queue_delay: None,
             router_threads: (1, if controller { cfg.max_threads } else { 1 }),
             router_pool_controller: controller,
             router_queue_threshold: cfg.queue_threshold,

@@ -16,8 +16,10 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use seda_gnutella::proto::framing::Framer;
 use seda_gnutella::proto::handshake::Block;
-use seda_gnutella::proto::message::{DEFAULT_MAX_PAYLOAD, Header, MsgType, check, pong_payload};
-use seda_gnutella::routing::{Action, Routes, RoutingConfig};
+use seda_gnutella::proto::message::{
+    DEFAULT_MAX_PAYLOAD, HEADER_LEN, Header, MsgType, check, pong_payload,
+};
+use seda_gnutella::routing::{Action, Routed, Routes, RoutingConfig};
 use seda_io::ConnId;
 
 const LISTENER: Token = Token(usize::MAX);
@@ -199,14 +201,21 @@ fn route_chunk(
     chunk: seda_gnutella::proto::framing::Chunk,
     now: Instant,
 ) -> u64 {
+    // Decided at once, as the staged router decides a read (one lock per table
+    // shard for the chunk), then acted on in order.
+    let mut items: Vec<Routed> = chunk
+        .frames
+        .iter()
+        .filter(|f| check(&f.header, chunk.payload(f)).is_ok() && !f.header.kind.is_link_local())
+        .map(|f| Routed::new(f.at, f.header))
+        .collect();
+    routes.route_many(ConnId(from as u64), &chunk.buf, &mut items, now);
     let mut n = 0;
-    for f in &chunk.frames {
-        let h = f.header;
-        let p = chunk.payload(f);
-        if check(&h, p).is_err() || h.kind.is_link_local() {
-            continue;
-        }
-        match routes.route(ConnId(from as u64), &h, p, now) {
+    for it in &items {
+        let h = it.header;
+        let start = it.at + HEADER_LEN;
+        let p = &chunk.buf[start..start + h.len as usize];
+        match it.action {
             Action::Broadcast(next) => {
                 if h.kind == MsgType::Ping {
                     pong(conns, from, &h);

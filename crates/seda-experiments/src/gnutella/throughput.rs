@@ -38,6 +38,10 @@ pub struct ThroughputConfig {
     /// socket loops, the server and the router (`seda gnutella --inline`).
     /// Default false.
     pub inline_too: bool,
+    /// Router stage threads of the staged router. Default 2.
+    pub router_threads: usize,
+    /// The staged router's queue bound in time. Default 5 ms.
+    pub max_queue_delay: Option<Duration>,
 }
 
 impl Default for ThroughputConfig {
@@ -51,6 +55,8 @@ impl Default for ThroughputConfig {
             leaves: 0,
             query_words: 1,
             inline_too: false,
+            router_threads: 2,
+            max_queue_delay: Some(Duration::from_millis(5)),
         }
     }
 }
@@ -89,6 +95,10 @@ pub struct Round {
     pub query_p50_ms: f64,
     /// 90th percentile one-way query latency, ms.
     pub query_p90_ms: f64,
+    /// Pings and queries the staged router dropped unrouted per second because
+    /// their read waited past its queue's delay bound (`router_late`).
+    #[serde(default)]
+    pub late_per_s: f64,
     /// CPU the router's threads used, in cores (1.0: one core all the round).
     pub router_cores: f64,
     /// CPU the generator's threads used, in cores.
@@ -158,6 +168,7 @@ fn round(
         query_mean_ms: q.map_or(0.0, |k| k.mean_ms),
         query_p50_ms: q.map_or(0.0, |k| k.p50_ms),
         query_p90_ms: q.map_or(0.0, |k| k.p90_ms),
+        late_per_s: 0.0,
         router_cores: cpu.server,
         generator_cores: cpu.client,
         other_cores: cpu.others,
@@ -253,24 +264,31 @@ fn staged_round(
             advertise: Some(SocketAddr::from(BENCH_ADVERTISE)),
             pong_cache: None,
             inline,
+            router_threads: (cfg.router_threads, cfg.router_threads),
+            max_queue_delay: cfg.max_queue_delay,
             ..RouterConfig::default()
         },
     )
     .map_err(|e| e.to_string())?;
     rt.start().map_err(|e| e.to_string())?;
-    let before = GnutellaStats::total(&g.stats().routed);
+    let b = g.stats();
     let (r, cpu) = measured(cfg, g.local_addr())?;
     let stats = g.stats();
-    let routed = GnutellaStats::total(&stats.routed) - before;
+    let routed = GnutellaStats::total(&stats.routed) - GnutellaStats::total(&b.routed);
+    let late = stats
+        .drops("router_late")
+        .saturating_sub(b.drops("router_late"));
     g.stop();
     rt.shutdown(Duration::from_secs(2));
     let name = if inline { "staged-inline" } else { "staged" };
-    let s = round(name, routed, secs, &r, cpu, Some(stats));
+    let mut s = round(name, routed, secs, &r, cpu, Some(stats));
+    s.late_per_s = late as f64 / secs;
     log(&format!(
-        "round {}: {name} router {:.0} routed/s ({:.0} copies/s), query p50 {:.1} ms p90 {:.1} ms, cores {:.2} router + {:.2} generator",
+        "round {}: {name} router {:.0} routed/s ({:.0} copies/s, {:.0} late drops/s), query p50 {:.1} ms p90 {:.1} ms, cores {:.2} router + {:.2} generator",
         i + 1,
         s.routed_per_s,
         s.delivered_per_s,
+        s.late_per_s,
         s.query_p50_ms,
         s.query_p90_ms,
         s.router_cores,
@@ -294,6 +312,8 @@ fn ultrapeer_round(
             max_leaves: cfg.leaves + 4,
             min_outgoing: 0,
             advertise: Some(SocketAddr::from(BENCH_ADVERTISE)),
+            router_threads: (cfg.router_threads, cfg.router_threads),
+            max_queue_delay: cfg.max_queue_delay,
             ..RouterConfig::default()
         },
     )
@@ -306,6 +326,7 @@ fn ultrapeer_round(
     rt.shutdown(Duration::from_secs(2));
     let routed = GnutellaStats::total(&a.routed) - GnutellaStats::total(&b.routed);
     let per = |x: u64, y: u64| x.saturating_sub(y) as f64 / secs;
+    let late_per_s = per(a.drops("router_late"), b.drops("router_late"));
     let savings = Savings {
         leaf_copies_per_s: per(a.qrp.leaf_copies, b.qrp.leaf_copies),
         leaf_filtered_per_s: per(a.qrp.leaf_filtered, b.qrp.leaf_filtered),
@@ -315,6 +336,7 @@ fn ultrapeer_round(
         pings_throttled_per_s: per(a.pong_cache.throttled, b.pong_cache.throttled),
     };
     let mut s = round("ultrapeer", routed, secs, &r, cpu, Some(a));
+    s.late_per_s = late_per_s;
     log(&format!(
         "round {}: ultrapeer with {} leaves {:.0} routed/s ({:.0} copies/s), query p50 {:.1} ms, {:.0} leaf copies/s, {:.0} filtered/s, {:.0} ping copies saved/s",
         i + 1,
@@ -348,7 +370,7 @@ pub fn table(r: &Throughput, cfg: &ThroughputConfig, loadavg: &str) -> String {
         "Gnutella router throughput, {} ({}; load average at start {loadavg}).\n\
          {} simulated peers sending as fast as the router takes them (mix {:.0} % pings, \
          {:.0} % queries, {fanout}), generator and router in one process on the same cores, \
-         {} rounds of {:.0} s each{}. Latency is one way, sender to receiver; cores are CPU \
+         {} rounds of {:.0} s each{}; the staged router with {} router thread(s) and {}. Latency is one way, sender to receiver; cores are CPU \
          time per second of the round's threads (router: every thread but the generator's).\n\n",
         crate::harness::date_utc(),
         crate::harness::machine_summary(),
@@ -358,6 +380,14 @@ pub fn table(r: &Throughput, cfg: &ThroughputConfig, loadavg: &str) -> String {
         cfg.rounds,
         cfg.duration.as_secs_f64(),
         if cfg.leaves > 0 { "" } else { ", alternating" },
+        cfg.router_threads,
+        match cfg.max_queue_delay {
+            Some(d) => format!(
+                "a queue delay bound of {:.1} ms (`late drops`: pings and queries shed unrouted)",
+                d.as_secs_f64() * 1e3
+            ),
+            None => "no queue delay bound".to_owned(),
+        },
     );
     let per_round = if cfg.leaves > 0 {
         1
@@ -366,13 +396,14 @@ pub fn table(r: &Throughput, cfg: &ThroughputConfig, loadavg: &str) -> String {
     } else {
         2
     };
-    s.push_str("| round | router | routed msgs/s | delivered copies/s | sent msgs/s | query p50 ms | query p90 ms | query mean ms | router cores | router CPU us per routed msg | generator cores | other cores |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("| round | router | routed msgs/s | late drops/s | delivered copies/s | sent msgs/s | query p50 ms | query p90 ms | query mean ms | router cores | router CPU us per routed msg | generator cores | other cores |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (i, x) in r.rounds.iter().enumerate() {
         s.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.3} | {:.2} | {:.2} |\n",
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.3} | {:.2} | {:.2} |\n",
             i / per_round + 1,
             x.router,
             x.routed_per_s,
+            x.late_per_s,
             x.delivered_per_s,
             x.sent_per_s,
             x.query_p50_ms,

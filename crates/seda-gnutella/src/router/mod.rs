@@ -48,7 +48,7 @@ use crate::proto::message::{
 };
 use crate::proto::qrp::query_codes;
 use crate::proto::vendor::{self, VendorMsg};
-use crate::routing::{Action, Dropped, Routes};
+use crate::routing::{Action, Dropped, Routed, Routes};
 use crate::stats::{Count, Counters, Event, Gauge, Tally};
 
 use self::out::Dest;
@@ -59,6 +59,10 @@ use self::qrp::QueryRouting;
 
 /// Period of the router's tick.
 pub const TICK: Duration = Duration::from_millis(20);
+
+/// Reads queued at the router from which a read past the delay bound means a
+/// standing queue (see `RouterConfig::max_queue_delay`).
+const STANDING_QUEUE: usize = 32;
 
 /// A tick older than this many periods means the chain broke.
 const STALE_TICKS: u32 = 50;
@@ -101,6 +105,8 @@ struct Work {
     learned: Vec<SocketAddr>,
     /// Keyword codes of the query being routed (reused).
     codes: Vec<u32>,
+    /// The routable messages of the read being routed, and their decisions.
+    routed: Vec<Routed>,
 }
 
 impl Router {
@@ -157,6 +163,7 @@ impl Router {
             tally: Tally::default(),
             learned: Vec::new(),
             codes: Vec::new(),
+            routed: Vec::new(),
         }
     }
 
@@ -178,8 +185,23 @@ impl Router {
         w.dests.resize_with(w.snap.list.len(), Dest::default);
     }
 
-    /// Routes the messages of one read.
-    fn route(&self, w: &mut Work, from: ConnId, m: Messages, now: Instant) {
+    /// Whether the router decides message `h` with its routing tables (the rest
+    /// it consumes: vendor messages, QRP, pings the pong cache answers).
+    fn table_routed(&self, h: &Header) -> bool {
+        match h.kind {
+            MsgType::Vendor | MsgType::StdVendor | MsgType::Qrp => false,
+            MsgType::Ping => self.pongs.is_none(),
+            _ => true,
+        }
+    }
+
+    /// Routes the messages of one read; `late`: the read waited past the delay
+    /// bound, so its pings and queries are dropped unrouted.
+    ///
+    /// Two passes: the first collects the messages the routing tables decide and
+    /// decides them at once ([`Routes::route_many`]: one lock per table shard for
+    /// the read, not one per message); the second acts on each message in order.
+    fn route(&self, w: &mut Work, from: ConnId, m: Messages, late: bool, now: Instant) {
         let Messages {
             mut buf,
             skip,
@@ -189,6 +211,27 @@ impl Router {
         if let Some(i) = src {
             w.snap.list[i].received.fetch_add(u64::from(count), Relaxed);
         }
+        let shed = |h: &Header| late && matches!(h.kind, MsgType::Ping | MsgType::Query);
+        w.routed.clear();
+        let mut skipped = skip.iter().copied().peekable();
+        let mut off = 0;
+        while buf.len() - off >= HEADER_LEN {
+            let h = Header::parse(&buf[off..off + HEADER_LEN]);
+            let (at, end) = (off, off + HEADER_LEN + h.len as usize);
+            if end > buf.len() {
+                break;
+            }
+            off = end;
+            if skipped.peek() == Some(&(at as u32)) {
+                skipped.next();
+                continue;
+            }
+            if self.table_routed(&h) && !shed(&h) {
+                w.routed.push(Routed::new(at, h));
+            }
+        }
+        self.routes.route_many(from, &buf, &mut w.routed, now);
+        let mut decided = 0;
         let mut skip = skip.into_iter().peekable();
         let mut off = 0;
         while buf.len() - off >= HEADER_LEN {
@@ -200,6 +243,10 @@ impl Router {
             off = end;
             if skip.peek() == Some(&(at as u32)) {
                 skip.next();
+                continue;
+            }
+            if shed(&h) && self.table_routed(&h) {
+                w.tally.dropped(Dropped::Late);
                 continue;
             }
             let p = &buf[at + HEADER_LEN..end];
@@ -228,7 +275,8 @@ impl Router {
             {
                 std::thread::sleep(d);
             }
-            let action = self.routes.route(from, &h, p, now);
+            let action = w.routed[decided].action;
+            decided += 1;
             if h.kind == MsgType::Ping
                 && matches!(action, Action::Broadcast(_) | Action::Absorb)
                 && let (Some(i), Some((ph, pp))) = (src, self.pong_for(&h))
@@ -668,12 +716,22 @@ fn rewrite(buf: &mut [u8], at: usize, next: &Header) {
 }
 
 impl EventHandler<RouterEvent> for Router {
-    fn handle_events(&self, batch: Batch<'_, RouterEvent>, cx: &Context<'_>) {
+    fn handle_events(&self, mut batch: Batch<'_, RouterEvent>, cx: &Context<'_>) {
         let now = Instant::now();
         let mut w = self.work();
-        for ev in batch {
+        // A late read with no queue behind it was only descheduled (a busy
+        // machine), not held up by a standing queue: it is routed.
+        let standing = self.me.queue_len() >= STANDING_QUEUE;
+        while let Some((ev, meta)) = batch.next_with_meta() {
             match ev {
-                RouterEvent::Messages { from, messages } => self.route(&mut w, from, messages, now),
+                RouterEvent::Messages { from, messages } => {
+                    let late = standing
+                        && self
+                            .cfg
+                            .max_queue_delay
+                            .is_some_and(|d| now.saturating_duration_since(meta.born()) > d);
+                    self.route(&mut w, from, messages, late, now)
+                }
                 RouterEvent::Joined {
                     conn,
                     addr,
