@@ -77,7 +77,9 @@ pub(crate) struct Out {
     pub(crate) stalled_since: Option<Instant>,
     /// [`super::Writer::resume_on_drain`]: once `queued` is at most `.0`, resume
     /// reading connection `.1` (taken when it fires, or when this one closes).
-    pub(crate) drain_watch: Option<(usize, ConnId)>,
+    /// Boxed: rarely set (a proxy's upstream paused behind a slow client), and an
+    /// idle connection's record stays small.
+    pub(crate) drain_watch: Option<Box<(usize, ConnId)>>,
     /// io_uring: the owning loop is responsible for sending the queue (see the
     /// invariants). Always false under epoll.
     pub(crate) armed: bool,
@@ -117,8 +119,8 @@ impl Out {
     /// The connection to resume now that the queue has drained to its watch's
     /// low-water mark, if it has one (see [`Out::drain_watch`]).
     pub(crate) fn drained(&mut self) -> Option<ConnId> {
-        match self.drain_watch {
-            Some((low, other)) if self.queued <= low => {
+        match self.drain_watch.as_deref() {
+            Some(&(low, other)) if self.queued <= low => {
                 self.drain_watch = None;
                 Some(other)
             }

@@ -107,7 +107,7 @@ impl Writer {
             drop(o);
             self.resume_reading(paused);
         } else {
-            o.drain_watch = Some((low_water, paused));
+            o.drain_watch = Some(Box::new((low_water, paused)));
         }
     }
 }

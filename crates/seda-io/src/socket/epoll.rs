@@ -13,7 +13,6 @@
 //!   because reading is paused (by the application or a backed-up queue) is marked
 //!   `parked` and goes to `again` when reading resumes; no edge is lost.
 
-use std::collections::VecDeque;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -28,7 +27,7 @@ use seda::Sink;
 
 use super::conn::{Conn, WriteState};
 use super::inbox::{
-    ACCEPT_RETRY, Bucket, IDLE_WAIT, Offer, RETRY, STOP_DELIVERY, admit_socket, offer,
+    ACCEPT_RETRY, Backlog, Bucket, IDLE_WAIT, Offer, RETRY, STOP_DELIVERY, admit_socket, offer,
     send_check_period,
 };
 use super::{CloseReason, Cmd, ConnId, ConnMap, Shared, SocketEvent};
@@ -65,11 +64,12 @@ impl Parts {
 struct LocalConn {
     conn: Arc<Conn>,
     /// Events the application refused, oldest first, with their `born`.
-    pending: VecDeque<(SocketEvent, Instant)>,
+    pending: Backlog<(SocketEvent, Instant)>,
     dead: bool,
     /// Turn of the last read, so a connection is read at most once per turn.
     read_turn: u64,
-    bucket: Option<Bucket>,
+    /// Boxed: only with a read rate (`SocketConfig::read_rate`).
+    bucket: Option<Box<Bucket>>,
     /// A read was skipped because reading is paused: read again once it resumes.
     parked: bool,
     /// The peer shut down its sending side and `ReadClosed` was delivered
@@ -81,7 +81,8 @@ struct LocalConn {
     peer_fin: bool,
     /// An outbound connect in progress: the address it goes to, until the socket's
     /// first readiness says whether it succeeded.
-    connecting: Option<std::net::SocketAddr>,
+    /// Boxed: only outbound connections have one, and only until connected.
+    connecting: Option<Box<std::net::SocketAddr>>,
 }
 
 struct EventLoop<'a> {
@@ -302,12 +303,12 @@ impl EventLoop<'_> {
         shared.conns.insert(Arc::clone(&conn));
         shared.open.fetch_add(1, Relaxed);
         shared.counters(self.idx).accepted.fetch_add(1, Relaxed);
-        let bucket = cfg.read_rate.map(|_| Bucket::new(cfg.read_chunk));
+        let bucket = cfg.read_rate.map(|_| Box::new(Bucket::new(cfg.read_chunk)));
         self.conns.insert(
             id.0,
             LocalConn {
                 conn,
-                pending: VecDeque::new(),
+                pending: Backlog::default(),
                 dead: false,
                 read_turn: 0,
                 bucket,
@@ -623,14 +624,14 @@ impl EventLoop<'_> {
             id.0,
             LocalConn {
                 conn: Arc::clone(&conn),
-                pending: VecDeque::new(),
+                pending: Backlog::default(),
                 dead: false,
                 read_turn: 0,
                 bucket: None,
                 parked: false,
                 read_eof: false,
                 peer_fin: false,
-                connecting: Some(peer),
+                connecting: Some(Box::new(peer)),
             },
         );
         let fd = conn.stream.as_raw_fd();
@@ -650,7 +651,7 @@ impl EventLoop<'_> {
         let Some(lc) = self.conns.get_mut(&id) else {
             return;
         };
-        let Some(peer) = lc.connecting else {
+        let Some(peer) = lc.connecting.as_deref().copied() else {
             return;
         };
         let conn = Arc::clone(&lc.conn);
@@ -704,7 +705,7 @@ impl EventLoop<'_> {
             o.clear();
             o.drain_watch.take()
         };
-        if let Some((_, other)) = watcher {
+        if let Some(&(_, other)) = watcher.as_deref() {
             // Nothing will drain any more: let the paused side see it.
             self.resume_other(other);
         }
@@ -779,8 +780,22 @@ impl EventLoop<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+
     use super::super::conn::{FILE_SEGMENT_COST, Segment};
     use super::*;
+
+    /// The loop's entry and the shared record are what an idle connection costs
+    /// (bench/idle-memory, issue 29.5): a field added to either is paid by every
+    /// idle client; rarely used parts are boxed.
+    #[test]
+    fn an_idle_connection_costs_little() {
+        let sizes = (
+            std::mem::size_of::<LocalConn>(),
+            std::mem::size_of::<Conn>(),
+        );
+        assert!(sizes.0 <= 48 && sizes.1 <= 120, "{sizes:?}");
+    }
 
     #[test]
     fn file_segments_count_toward_the_threshold() {
