@@ -49,7 +49,7 @@ start_seda() { # name extra-args...
     local name=$1
     shift
     bench_spawn "$SEDA_BIN" serve --listen 127.0.0.1:0 --root "$WORK/www" --event-loops 2 \
-        --idle-timeout 65 --max-connections 20000 --admin-listen 127.0.0.1:0 "$@" \
+        --idle-timeout 65 --max-connections 4096 --admin-listen 127.0.0.1:0 "$@" \
         >"$WORK/$name.out" 2>"$WORK/$name.err"
     PID[$name]=$!
     PIDS+=("$!")

@@ -110,7 +110,7 @@ declare -A PID ADDR
 start_seda() { # name stage
     bench_spawn "$SEDA_BIN" serve --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 \
         --tls-cert "$WORK/pki/chain.pem" --tls-key "$WORK/pki/key.pem" --tls-stage "$2" \
-        --root "$WORK/www" --event-loops 2 --idle-timeout 65 --max-connections 20000 \
+        --root "$WORK/www" --event-loops 2 --idle-timeout 65 --max-connections 4096 \
         --admin-listen none >"$WORK/$1.out" 2>"$WORK/$1.err"
     PID[$1]=$!
     PIDS+=("$!")
