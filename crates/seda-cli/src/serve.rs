@@ -66,6 +66,20 @@ fn check(s: &Settings) -> Result<(), String> {
     // The demo site is written under the temporary directory at start.
     cfg.root = s.root.clone().unwrap_or_else(std::env::temp_dir);
     cfg.check().map_err(|e| e.to_string())?;
+    // The open-files check of the start: a `max-connections` that was set and does
+    // not fit is refused; the default is lowered at start, which `start` says.
+    match cfg.check_descriptors() {
+        Err(ServerError::Descriptors(b)) if !s.max_connections_set && b.per_listener() > 0 => {
+            eprintln!(
+                "seda serve: warning: the open-files limit ({}, `ulimit -n`) leaves room for \
+                 at most {} connections on each listener, not the default {}",
+                b.limit,
+                b.per_listener(),
+                b.wanted
+            );
+        }
+        r => r.map_err(|e| e.to_string())?,
+    }
     // As the server would at start (nginx -t opens its logs too).
     if let Some(log) = &cfg.access_log {
         std::fs::OpenOptions::new()

@@ -32,7 +32,7 @@
 use crate::cache::PathCache;
 
 use super::budget::DescriptorBudget;
-use super::config::ServerConfig;
+use super::config::{ServerConfig, ServerError};
 
 /// Most threads of CacheMiss's pool (each holds at most one file it is opening).
 /// Defined here, a leaf, so that the budget does not import `server/mod.rs`.
@@ -78,6 +78,24 @@ pub(crate) fn budget(cfg: &ServerConfig) -> std::io::Result<DescriptorBudget> {
         wanted: cfg.max_connections as u64,
         listeners: listeners(cfg),
     })
+}
+
+impl ServerConfig {
+    /// The open-files check of [`super::Server::start`], made ahead (`seda serve
+    /// --check`): raises the limit to the hard limit as the sockets do at start, and
+    /// refuses a `max_connections` that will not fit beside the reserve
+    /// ([`ServerError::Descriptors`], with the figures). What the server holds is
+    /// counted now, before its listeners and loops exist: a configuration within a
+    /// few descriptors of the limit may pass here and be refused at start.
+    pub fn check_descriptors(&self) -> Result<(), ServerError> {
+        seda_io::raise_fd_limit().map_err(ServerError::Io)?;
+        let b = budget(self).map_err(ServerError::Io)?;
+        if b.fits() {
+            Ok(())
+        } else {
+            Err(ServerError::Descriptors(b))
+        }
+    }
 }
 
 #[cfg(test)]
