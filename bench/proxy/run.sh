@@ -3,9 +3,11 @@
 # target in front of gunicorn (sync workers, bench/proxy/app.py) against nginx
 # proxy_pass, nginx limit_req + limit_conn and HAProxy maxconn + timeout queue, under a
 # closed-loop spike, open loops at 1.5x/3x/10x the capacity and half the workers lost
-# mid-run. Writes docs/proxy/full (about an hour) or, with --quick, docs/proxy/quick
-# (about five minutes). Extra arguments go to `seda experiment proxy` (e.g.
-# --shapes drop --fronts seda,haproxy, --repeats 1).
+# mid-run; the runtime's other admission policies at 3x; two classes at 3x. Writes
+# docs/proxy/full (about 100 minutes), with --medium docs/proxy/medium (one benchmark
+# window, about 23 minutes) or with --quick docs/proxy/quick (about eight minutes).
+# Extra arguments go to `seda experiment proxy` (e.g. --shapes drop --fronts
+# seda,haproxy, --repeats 1).
 #
 # It needs the whole machine: it takes the benchmark lock and waits for a quiet
 # machine (bench/lib.sh), and prints the load average, which the results record too.
@@ -14,7 +16,12 @@ cd "$(dirname "$0")/../.."
 . bench/lib.sh
 bench_lock
 OUT=docs/proxy/full
-for a in "$@"; do [[ $a == --quick ]] && OUT=docs/proxy/quick; done
+for a in "$@"; do
+    case $a in
+        --quick) OUT=docs/proxy/quick ;;
+        --medium) OUT=docs/proxy/medium ;;
+    esac
+done
 GUNICORN=$(bench/proxy/install.sh)
 bench_need nginx nginx >/dev/null
 bench_need haproxy haproxy >/dev/null

@@ -52,9 +52,10 @@ pub enum ExperimentCommand {
     /// `seda serve --proxy` with only a p90 target in front of gunicorn (sync
     /// workers, bench/proxy/app.py), against nginx proxy_pass, nginx limit_req +
     /// limit_conn and HAProxy maxconn + timeout queue: the knee, a closed-loop spike,
-    /// open loops at 1.5x/3x/10x the capacity, half the workers lost mid-run. Run it
-    /// alone (`bench/proxy/run.sh` takes the benchmark lock). About an hour; --quick
-    /// about five minutes.
+    /// open loops at 1.5x/3x/10x the capacity, half the workers lost mid-run; the
+    /// runtime's other admission policies; two classes. Run it alone
+    /// (`bench/proxy/run.sh` takes the benchmark lock). About 100 minutes; --medium
+    /// about 23; --quick about eight.
     Proxy(ProxyArgs),
 }
 
@@ -70,15 +71,25 @@ pub struct ProxyArgs {
     /// The directory of the WSGI app (app.py).
     #[arg(long, default_value = "bench/proxy")]
     pub app_dir: PathBuf,
-    /// Five minutes instead of an hour: 2 workers, 10 ms requests, 100 ms target,
-    /// 2/6/3 s phases, one repeat, 200 spike users.
-    #[arg(long)]
+    /// Eight minutes instead of 100: 2 workers, 10 ms requests, 100 ms target, 2/6/3 s
+    /// phases, one repeat, 200 spike users.
+    #[arg(long, conflicts_with = "medium")]
     pub quick: bool,
-    /// Fronts, comma-separated: nginx-proxy, nginx-limit, haproxy, seda [default: all].
+    /// One benchmark window (about 23 minutes): the quick run's backend and target,
+    /// 2/8/3 s phases, 3 repeats, 1,000 spike users.
+    #[arg(long)]
+    pub medium: bool,
+    /// Fronts, comma-separated: nginx-proxy, nginx-limit, haproxy, seda,
+    /// seda-response-time, seda-multiclass, seda-codel, seda-gradient, seda-aimd,
+    /// seda-queue-threshold. With --fronts or --shapes, every shape runs through
+    /// every front [default: every shape through nginx-proxy, nginx-limit, haproxy,
+    /// seda; open-3x through the other seda policies; classes-3x through
+    /// nginx-limit, haproxy, seda, seda-multiclass].
     #[arg(long, value_delimiter = ',')]
     pub fronts: Option<Vec<String>>,
-    /// Load shapes, comma-separated: spike, open-Fx (F times the capacity), drop
-    /// [default: spike, open-1.5x, open-3x, open-10x, drop].
+    /// Load shapes, comma-separated: spike, open-Fx (F times the capacity), drop,
+    /// classes-Fx (a high class at 0.2x the capacity beside open-Fx) [default: see
+    /// --fronts].
     #[arg(long, value_delimiter = ',')]
     pub shapes: Option<Vec<String>>,
     /// Runs of each (shape, front) [default: 3; quick: 1].
@@ -328,27 +339,34 @@ pub fn run(cmd: ExperimentCommand) -> CliResult {
 }
 
 fn proxy_cmd(a: ProxyArgs) -> Result<(), String> {
-    use seda_experiments::proxy::{self, Front, ProxyConfig, Shape};
+    use seda_experiments::proxy::{self, Front, Group, ProxyConfig, Shape};
     let seda = match a.seda {
         Some(p) => p,
         None => std::env::current_exe().map_err(|e| format!("cannot find the seda binary: {e}"))?,
     };
     let mut cfg = if a.quick {
         ProxyConfig::quick(a.out, seda, a.gunicorn, a.app_dir)
+    } else if a.medium {
+        ProxyConfig::medium(a.out, seda, a.gunicorn, a.app_dir)
     } else {
         ProxyConfig::full(a.out, seda, a.gunicorn, a.app_dir)
     };
-    if let Some(f) = a.fronts {
-        cfg.fronts = f
-            .iter()
-            .map(|n| Front::by_name(n.trim()))
-            .collect::<Result<_, _>>()?;
-    }
-    if let Some(s) = a.shapes {
-        cfg.shapes = s
-            .iter()
-            .map(|n| Shape::by_name(n.trim()))
-            .collect::<Result<_, _>>()?;
+    if a.fronts.is_some() || a.shapes.is_some() {
+        let fronts = match a.fronts {
+            Some(f) => f
+                .iter()
+                .map(|n| Front::by_name(n.trim()))
+                .collect::<Result<_, _>>()?,
+            None => Front::MAIN.to_vec(),
+        };
+        let shapes = match a.shapes {
+            Some(s) => s
+                .iter()
+                .map(|n| Shape::by_name(n.trim()))
+                .collect::<Result<_, _>>()?,
+            None => Shape::ALL.to_vec(),
+        };
+        cfg.groups = vec![Group { shapes, fronts }];
     }
     if let Some(v) = a.repeats {
         cfg.repeats = v;

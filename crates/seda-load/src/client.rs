@@ -35,7 +35,7 @@ use crate::error::LoadError;
 use crate::fileset::{Manifest, file_path};
 use crate::http::{Feed, HttpError, Response, ResponseReader};
 use crate::metrics::{cdf, jain_index, quantile_ms, record_us, rt_histogram};
-use crate::report::{ClassCount, LoadReport, PhaseSummary, TimePoint};
+use crate::report::{ClassCount, LoadReport, PhaseSummary, Tick, TimePoint};
 use crate::schedule::Schedule;
 
 /// Closed or open loop.
@@ -289,6 +289,8 @@ struct Recorder {
     ok: Histogram<u64>,
     rejected_rt: Histogram<u64>,
     seconds: Vec<Second>,
+    /// The same by tenths of a second.
+    tenths: Vec<Tenth>,
     issued: u64,
     completed: u64,
     rejected: u64,
@@ -301,6 +303,15 @@ struct Recorder {
     end_us: u64,
     /// Longest wait of a request that got no answer (timeout or unfinished), us.
     unanswered_age_us: u64,
+}
+
+/// A tenth of a second: counts and every completion's response time (us).
+#[derive(Default)]
+struct Tenth {
+    completed: u64,
+    rejected: u64,
+    errors: u64,
+    rts_us: Vec<u64>,
 }
 
 struct Second {
@@ -318,6 +329,7 @@ impl Recorder {
             ok: rt_histogram(3),
             rejected_rt: rt_histogram(2),
             seconds: Vec::new(),
+            tenths: Vec::new(),
             issued: 0,
             completed: 0,
             rejected: 0,
@@ -345,6 +357,14 @@ impl Recorder {
             });
         }
         &mut self.seconds[s]
+    }
+
+    fn tenth(&mut self, now_us: u64) -> &mut Tenth {
+        let t = (now_us / 100_000) as usize;
+        if self.tenths.len() <= t {
+            self.tenths.resize_with(t + 1, Tenth::default);
+        }
+        &mut self.tenths[t]
     }
 }
 
@@ -663,6 +683,7 @@ impl Worker {
             if n > 0 {
                 *self.rec.errors.entry("unfinished").or_default() += n;
                 self.rec.second(now).errors += n;
+                self.rec.tenth(now).errors += n;
                 self.progress.errors.fetch_add(n, Ordering::Relaxed);
             }
         }
@@ -1011,6 +1032,9 @@ impl Worker {
                 sec.completed += 1;
                 sec.within += u64::from(within);
                 record_us(&mut sec.hist, rt);
+                let tenth = self.rec.tenth(now);
+                tenth.completed += 1;
+                tenth.rts_us.push(rt);
                 record_us(&mut self.rec.ok, rt);
                 self.rec.completed += 1;
                 if let Some(c) = req.class {
@@ -1021,12 +1045,14 @@ impl Worker {
             }
             503 => {
                 self.rec.second(now).rejected += 1;
+                self.rec.tenth(now).rejected += 1;
                 record_us(&mut self.rec.rejected_rt, rt);
                 self.rec.rejected += 1;
                 self.progress.rejected.fetch_add(1, Ordering::Relaxed);
             }
             _ => {
                 self.rec.second(now).errors += 1;
+                self.rec.tenth(now).errors += 1;
                 *self.rec.errors.entry("status").or_default() += 1;
                 self.progress.errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -1053,6 +1079,7 @@ impl Worker {
             }
             *self.rec.errors.entry(kind).or_default() += 1;
             self.rec.second(now).errors += 1;
+            self.rec.tenth(now).errors += 1;
             self.progress.errors.fetch_add(1, Ordering::Relaxed);
         }
         self.close(j);
@@ -1115,6 +1142,7 @@ impl Worker {
             if n > 0 {
                 *self.rec.errors.entry("timeout").or_default() += n;
                 self.rec.second(now).errors += n;
+                self.rec.tenth(now).errors += n;
                 self.progress.errors.fetch_add(n, Ordering::Relaxed);
             }
         }
@@ -1153,6 +1181,13 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
             t.bytes += s.bytes;
             let _ = t.hist.add(&s.hist);
         }
+        for (i, s) in r.tenths.drain(..).enumerate() {
+            let t = total.tenth(i as u64 * 100_000);
+            t.completed += s.completed;
+            t.rejected += s.rejected;
+            t.errors += s.errors;
+            t.rts_us.extend(s.rts_us);
+        }
         per_user.append(&mut r.per_user);
     }
     let elapsed_s = (total.end_us as f64 / 1e6).max(1e-6);
@@ -1176,6 +1211,18 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
                 s.hist.mean() / 1000.0
             },
             mbps: s.bytes as f64 * 8.0 / 1e6,
+        })
+        .collect();
+    let ticks = total
+        .tenths
+        .iter_mut()
+        .enumerate()
+        .map(|(i, s)| Tick {
+            t_ms: i as u64 * 100,
+            completed: s.completed,
+            rejected: s.rejected,
+            errors: s.errors,
+            rt_p90_ms: exact_quantile_ms(&mut s.rts_us, 0.9),
         })
         .collect();
     LoadReport {
@@ -1224,6 +1271,7 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
         unanswered_wait_max_ms: total.unanswered_age_us as f64 / 1000.0,
         phases: phase_summaries(&cfg.schedule, &total.seconds),
         timeseries,
+        ticks,
         cdf: cdf(&total.ok, 200),
         by_class: matches!(cfg.requests, RequestMix::FileSet(_)).then(|| {
             (0..4)
@@ -1234,6 +1282,16 @@ fn merge(cfg: &LoadConfig, mut recs: Vec<Recorder>) -> LoadReport {
                 .collect()
         }),
     }
+}
+
+/// The `q` quantile of `us` (sorted here) in ms, nearest rank; 0 when empty.
+fn exact_quantile_ms(us: &mut [u64], q: f64) -> f64 {
+    if us.is_empty() {
+        return 0.0;
+    }
+    us.sort_unstable();
+    let rank = ((q * us.len() as f64).ceil() as usize).clamp(1, us.len());
+    us[rank - 1] as f64 / 1000.0
 }
 
 /// Per-phase totals: phase `i` covers the seconds from its start (rounded down) to the

@@ -1,5 +1,6 @@
-//! The result of a load run: totals, response-time statistics, per-second time series
-//! and the response-time CDF. Serialises to the JSON of `seda load http --json`.
+//! The result of a load run: totals, response-time statistics, time series per second
+//! and per 100 ms, and the response-time CDF. Serialises to the JSON of `seda load
+//! http --json`.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +31,23 @@ pub struct TimePoint {
     pub rt_mean_ms: f64,
     /// Received throughput, Mbit/s.
     pub mbps: f64,
+}
+
+/// A tenth of a second of a run (by completion time): the finer series of
+/// [`LoadReport::ticks`], for what happens within the first second of a spike.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Tick {
+    /// Milliseconds since the start; this point covers [t_ms, t_ms + 100).
+    pub t_ms: u64,
+    /// Requests completed with a 2xx/3xx response.
+    pub completed: u64,
+    /// Requests answered 503.
+    pub rejected: u64,
+    /// Requests that failed.
+    pub errors: u64,
+    /// 90th percentile response time of the completed requests, ms (0 if none;
+    /// exact, from every completion of the tenth).
+    pub rt_p90_ms: f64,
 }
 
 /// Totals of one phase of the schedule (by completion time, whole seconds).
@@ -124,6 +142,9 @@ pub struct LoadReport {
     pub phases: Vec<PhaseSummary>,
     /// Per-second series.
     pub timeseries: Vec<TimePoint>,
+    /// The same at 100 ms resolution (completed, rejected, errors, p90).
+    #[serde(default)]
+    pub ticks: Vec<Tick>,
     /// Response-time CDF of completed requests (log-spaced points).
     pub cdf: Vec<CdfPoint>,
     /// Completions per class (file-set loads only).

@@ -36,6 +36,30 @@ fn check_accounting(r: &LoadReport) {
     assert_eq!(ts_completed, r.completed);
     assert_eq!(ts_rejected, r.rejected);
     assert_eq!(ts_errors, r.errors);
+    // The 100 ms series adds up to the same totals, and each tenth lies within its
+    // second (ten tenths per second, the last second possibly short).
+    let tick_sum = |f: fn(&seda_load::report::Tick) -> u64| r.ticks.iter().map(f).sum::<u64>();
+    assert_eq!(tick_sum(|t| t.completed), r.completed);
+    assert_eq!(tick_sum(|t| t.rejected), r.rejected);
+    assert_eq!(tick_sum(|t| t.errors), r.errors);
+    assert!(
+        r.ticks.len() <= r.timeseries.len() * 10,
+        "{} ticks",
+        r.ticks.len()
+    );
+    for (s, p) in r.timeseries.iter().enumerate() {
+        let tenths = r.ticks.iter().skip(s * 10).take(10);
+        assert_eq!(
+            tenths.map(|t| t.completed).sum::<u64>(),
+            p.completed,
+            "second {s}"
+        );
+    }
+    for t in &r.ticks {
+        assert_eq!(t.t_ms % 100, 0);
+        assert!(t.completed > 0 || t.rt_p90_ms == 0.0);
+        assert!(t.rt_p90_ms <= r.rt_max_ms + 1.0, "{t:?}");
+    }
     assert_eq!(r.errors_by_kind.values().sum::<u64>(), r.errors);
     let statuses: u64 = r.status_counts.values().sum();
     assert_eq!(

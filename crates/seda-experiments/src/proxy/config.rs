@@ -15,17 +15,53 @@ pub enum Front {
     NginxLimit,
     /// HAProxy `maxconn` per server with `timeout queue`.
     Haproxy,
-    /// `seda serve --proxy` with `--rt-target-ms` only.
+    /// `seda serve --proxy` with `--rt-target-ms` only (delay-budget).
     Seda,
+    /// The same with `--admission response-time` (USITS'03 3.2).
+    SedaResponseTime,
+    /// The same with `--admission multiclass` (USITS'03 3.3).
+    SedaMulticlass,
+    /// The same with `--admission codel`.
+    SedaCodel,
+    /// The same with `--admission gradient`.
+    SedaGradient,
+    /// The same with `--admission aimd`.
+    SedaAimd,
+    /// The same with `--admission queue-threshold` (its default threshold).
+    SedaQueueThreshold,
 }
 
 impl Front {
     /// Every front, in table order.
-    pub const ALL: [Front; 4] = [
+    pub const ALL: [Front; 10] = [
         Front::NginxProxy,
         Front::NginxLimit,
         Front::Haproxy,
         Front::Seda,
+        Front::SedaResponseTime,
+        Front::SedaMulticlass,
+        Front::SedaCodel,
+        Front::SedaGradient,
+        Front::SedaAimd,
+        Front::SedaQueueThreshold,
+    ];
+
+    /// The fronts people put there today, and ours with its default policy.
+    pub const MAIN: [Front; 4] = [
+        Front::NginxProxy,
+        Front::NginxLimit,
+        Front::Haproxy,
+        Front::Seda,
+    ];
+
+    /// `seda serve` with the runtime's other admission policies.
+    pub const POLICIES: [Front; 6] = [
+        Front::SedaResponseTime,
+        Front::SedaMulticlass,
+        Front::SedaCodel,
+        Front::SedaGradient,
+        Front::SedaAimd,
+        Front::SedaQueueThreshold,
     ];
 
     /// Its name in tables, charts and `--fronts`.
@@ -35,7 +71,23 @@ impl Front {
             Front::NginxLimit => "nginx-limit",
             Front::Haproxy => "haproxy",
             Front::Seda => "seda",
+            Front::SedaResponseTime => "seda-response-time",
+            Front::SedaMulticlass => "seda-multiclass",
+            Front::SedaCodel => "seda-codel",
+            Front::SedaGradient => "seda-gradient",
+            Front::SedaAimd => "seda-aimd",
+            Front::SedaQueueThreshold => "seda-queue-threshold",
         }
+    }
+
+    /// `seda serve`'s `--admission` for a seda front other than the default one.
+    pub fn admission(self) -> Option<&'static str> {
+        self.name().strip_prefix("seda-")
+    }
+
+    /// Whether `seda serve` is the front.
+    pub fn is_seda(self) -> bool {
+        self == Front::Seda || self.admission().is_some()
     }
 
     /// The front called `name`.
@@ -44,7 +96,8 @@ impl Front {
             .into_iter()
             .find(|f| f.name() == name)
             .ok_or_else(|| {
-                format!("unknown front {name:?} (known: nginx-proxy, nginx-limit, haproxy, seda)")
+                let known: Vec<&str> = Front::ALL.iter().map(|f| f.name()).collect();
+                format!("unknown front {name:?} (known: {})", known.join(", "))
             })
     }
 }
@@ -60,7 +113,16 @@ pub enum Shape {
     /// Poisson arrivals at 0.8x the capacity; the backend loses half its workers in
     /// the middle phase.
     Drop,
+    /// Two classes: high-class requests (`X-Class: 1`) at [`HIGH_SHARE`] of the
+    /// capacity throughout, beside class-0 requests as in `Open` at this factor.
+    Classes(f64),
 }
+
+/// The high class's share of the capacity in [`Shape::Classes`].
+pub const HIGH_SHARE: f64 = 0.2;
+
+/// The header that carries a request's class in [`Shape::Classes`].
+pub const CLASS_HEADER: &str = "X-Class";
 
 impl Shape {
     /// The shapes of a full run.
@@ -78,27 +140,71 @@ impl Shape {
             Shape::Spike => "spike".into(),
             Shape::Open(f) => format!("open-{f}x"),
             Shape::Drop => "drop".into(),
+            Shape::Classes(f) => format!("classes-{f}x"),
         }
     }
 
-    /// The shape called `name` (`spike`, `open-Fx`, `drop`).
+    /// The shape called `name` (`spike`, `open-Fx`, `drop`, `classes-Fx`).
     pub fn by_name(name: &str) -> Result<Shape, String> {
-        match name {
-            "spike" => Ok(Shape::Spike),
-            "drop" => Ok(Shape::Drop),
-            _ => name
-                .strip_prefix("open-")
-                .and_then(|f| f.strip_suffix('x'))
+        let factor = |rest: &str| {
+            rest.strip_suffix('x')
                 .and_then(|f| f.parse::<f64>().ok())
                 .filter(|f| f.is_finite() && *f > 0.0 && *f <= 100.0)
+        };
+        let shape = match name {
+            "spike" => Some(Shape::Spike),
+            "drop" => Some(Shape::Drop),
+            _ => name
+                .strip_prefix("open-")
+                .and_then(factor)
                 .map(Shape::Open)
-                .ok_or_else(|| {
-                    format!(
-                        "unknown shape {name:?} (known: spike, open-Fx with F in (0, 100], drop)"
-                    )
+                .or_else(|| {
+                    name.strip_prefix("classes-")
+                        .and_then(factor)
+                        .map(Shape::Classes)
                 }),
-        }
+        };
+        shape.ok_or_else(|| {
+            format!(
+                "unknown shape {name:?} (known: spike, open-Fx, drop, classes-Fx with F in (0, 100])"
+            )
+        })
     }
+}
+
+/// Some shapes, each run through some fronts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    /// Load shapes.
+    pub shapes: Vec<Shape>,
+    /// Fronts, each through every shape of the group.
+    pub fronts: Vec<Front>,
+}
+
+/// The groups of a full or medium run: every load shape through the fronts people
+/// use and ours ([`Front::MAIN`]); the runtime's other policies at 3x the capacity;
+/// two classes at 3x through the fronts that hold a target (HAProxy gives the high
+/// class its queue's priority; nginx has no such thing) and ours.
+pub fn default_groups() -> Vec<Group> {
+    vec![
+        Group {
+            shapes: Shape::ALL.to_vec(),
+            fronts: Front::MAIN.to_vec(),
+        },
+        Group {
+            shapes: vec![Shape::Open(3.0)],
+            fronts: Front::POLICIES.to_vec(),
+        },
+        Group {
+            shapes: vec![Shape::Classes(3.0)],
+            fronts: vec![
+                Front::NginxLimit,
+                Front::Haproxy,
+                Front::Seda,
+                Front::SedaMulticlass,
+            ],
+        },
+    ]
 }
 
 /// What to run.
@@ -121,10 +227,8 @@ pub struct ProxyConfig {
     /// p90 target, ms (seda's `--rt-target-ms`, HAProxy's queue timeout, nginx's
     /// burst and connection limit).
     pub target_ms: f64,
-    /// Fronts to compare.
-    pub fronts: Vec<Front>,
-    /// Load shapes.
-    pub shapes: Vec<Shape>,
+    /// What runs: each group's shapes through its fronts.
+    pub groups: Vec<Group>,
     /// Runs of each (shape, front).
     pub repeats: usize,
     /// Before, overload, after.
@@ -154,7 +258,7 @@ pub struct ProxyConfig {
 
 impl ProxyConfig {
     /// The full run: 4 workers, 20 ms requests, 200 ms target, 10/30/20 s phases, 3
-    /// repeats, 1,000 spike users (about an hour).
+    /// repeats, 1,000 spike users (about 100 minutes with the default groups).
     pub fn full(out: PathBuf, seda: PathBuf, gunicorn: PathBuf, app_dir: PathBuf) -> Self {
         ProxyConfig {
             out,
@@ -165,8 +269,7 @@ impl ProxyConfig {
             work_ms: 20.0,
             dist: "fixed".into(),
             target_ms: 200.0,
-            fronts: Front::ALL.to_vec(),
-            shapes: Shape::ALL.to_vec(),
+            groups: default_groups(),
             repeats: 3,
             phases: [
                 Duration::from_secs(10),
@@ -184,6 +287,41 @@ impl ProxyConfig {
             seed: 1,
             iter_per_ms: None,
         }
+    }
+
+    /// One benchmark window (about 23 minutes): the quick run's backend (2 workers,
+    /// 10 ms requests, 100 ms target) with 2/8/3 s phases, a 1 s drain, 3 repeats
+    /// and 1,000 spike users who wait 5 s after a refusal; the same groups as the
+    /// full run.
+    pub fn medium(out: PathBuf, seda: PathBuf, gunicorn: PathBuf, app_dir: PathBuf) -> Self {
+        ProxyConfig {
+            phases: [
+                Duration::from_secs(2),
+                Duration::from_secs(8),
+                Duration::from_secs(3),
+            ],
+            drain: Duration::from_secs(1),
+            repeats: 3,
+            spike_users: 1000,
+            retry_wait: Duration::from_secs(5),
+            groups: default_groups(),
+            ..ProxyConfig::quick(out, seda, gunicorn, app_dir)
+        }
+    }
+
+    /// Every (shape, front) to run, in order, each once (a repeat runs them all).
+    pub fn plan(&self) -> Vec<(Shape, Front)> {
+        let mut v: Vec<(Shape, Front)> = Vec::new();
+        for g in &self.groups {
+            for &s in &g.shapes {
+                for &f in &g.fronts {
+                    if !v.contains(&(s, f)) {
+                        v.push((s, f));
+                    }
+                }
+            }
+        }
+        v
     }
 
     /// A few minutes: 2 workers, 10 ms requests, 100 ms target, 2/6/3 s phases, one
@@ -224,7 +362,7 @@ impl ProxyConfig {
         if !(self.target_ms >= 1.0 && self.target_ms <= 600_000.0) {
             return Err("--target-ms must be in [1, 600000]".into());
         }
-        if self.fronts.is_empty() || self.shapes.is_empty() {
+        if self.plan().is_empty() {
             return Err("no fronts or no shapes to run".into());
         }
         if self.repeats == 0 {
@@ -251,7 +389,7 @@ impl ProxyConfig {
     /// How long the plan takes, roughly (runs plus a few seconds each to start).
     pub fn eta(&self) -> Duration {
         let run: Duration = self.phases.iter().sum::<Duration>() + self.drain;
-        let runs = (self.fronts.len() * self.shapes.len() * self.repeats) as u32;
+        let runs = (self.plan().len() * self.repeats) as u32;
         self.knee_step * self.knee_users.len() as u32 + (run + Duration::from_secs(3)) * runs
     }
 }
@@ -268,6 +406,10 @@ mod tests {
         for f in Front::ALL {
             assert_eq!(Front::by_name(f.name()).unwrap(), f);
         }
+        assert_eq!(Shape::by_name("classes-3x").unwrap(), Shape::Classes(3.0));
+        assert_eq!(Front::SedaCodel.admission(), Some("codel"));
+        assert_eq!(Front::Seda.admission(), None);
+        assert!(Front::Seda.is_seda() && !Front::Haproxy.is_seda());
         assert!(Shape::by_name("open-0x").is_err());
         assert!(Shape::by_name("open-x").is_err());
         assert!(Front::by_name("envoy").unwrap_err().contains("known"));
@@ -276,7 +418,18 @@ mod tests {
     #[test]
     fn the_quick_run_fits_in_a_few_minutes_and_odd_workers_are_refused() {
         let q = ProxyConfig::quick("o".into(), "s".into(), "g".into(), "a".into());
-        assert!(q.eta() < Duration::from_secs(6 * 60), "{:?}", q.eta());
+        assert!(q.eta() < Duration::from_secs(9 * 60), "{:?}", q.eta());
+        let m = ProxyConfig::medium("o".into(), "s".into(), "g".into(), "a".into());
+        assert!(m.eta() < Duration::from_secs(26 * 60), "{:?}", m.eta());
+        // Every front and shape of the issue is in the plan.
+        let plan = m.plan();
+        for f in Front::ALL {
+            assert!(plan.iter().any(|p| p.1 == f), "{f:?}");
+        }
+        for s in Shape::ALL {
+            assert!(plan.iter().any(|p| p.0 == s), "{s:?}");
+        }
+        assert!(plan.iter().any(|p| matches!(p.0, Shape::Classes(_))));
         let f = ProxyConfig::full("o".into(), "s".into(), "g".into(), "a".into());
         assert!(f.eta() > Duration::from_secs(30 * 60));
         let mut bad = q.clone();

@@ -1,13 +1,14 @@
 //! `runs.json`, `table.md` (per shape, per front: median [min-max] over the repeats)
 //! and two charts per shape, one question each: `SHAPE-p90.svg` (does the served p90
-//! hold the target, second by second?) and `SHAPE-served.svg` (how much does each
-//! front serve, against the backend's capacity?). Charts show each front's first
-//! repeat.
+//! hold the target, 100 ms by 100 ms?) and `SHAPE-served.svg` (how much does each
+//! front serve, against the backend's capacity?), plus `SHAPE-high.svg` for a
+//! two-class shape (does the high class keep its service?). Charts show each front's
+//! first repeat, at 100 ms resolution (per second for runs recorded without it).
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::results::{ProxyResults, ProxyRun, ShapeMetrics};
+use super::results::{HighClass, ProxyResults, ProxyRun, ShapeMetrics};
 use crate::harness::plot::{Chart, Series, line_chart, tick};
 use crate::harness::write_runs_and_table;
 
@@ -23,25 +24,18 @@ pub fn write_outputs(out: &Path, r: &ProxyResults) -> Result<(), String> {
         if runs.is_empty() {
             continue;
         }
-        let series = |f: fn(&seda_load::report::TimePoint) -> f64| -> Vec<Series> {
-            runs.iter()
-                .map(|x| Series {
-                    name: x.front.clone(),
-                    points: x.series.iter().map(|p| (p.t as f64, f(p))).collect(),
-                })
-                .collect()
-        };
-        let mut p90 = series(|p| p.rt_p90_ms);
+        let mut p90: Vec<Series> = runs.iter().map(|x| p90_series(x)).collect();
+        let mut served: Vec<Series> = runs.iter().map(|x| served_series(x)).collect();
         let target = target_ms(r);
         let end = runs
             .iter()
-            .flat_map(|x| x.series.last().map(|p| p.t as f64))
+            .flat_map(|x| x.series.last().map(|p| p.t as f64 + 1.0))
             .fold(0.0, f64::max);
         p90.push(Series {
             name: format!("target {} ms", tick(target)),
             points: vec![(0.0, target), (end, target)],
         });
-        let title = format!("{shape}: p90 of served requests per second (log)");
+        let title = format!("{shape}: p90 of served requests per 100 ms (log)");
         line_chart(
             &out.join(format!("{shape}-p90.svg")),
             &Chart {
@@ -54,13 +48,12 @@ pub fn write_outputs(out: &Path, r: &ProxyResults) -> Result<(), String> {
             },
             &p90,
         )?;
-        let mut served = series(|p| p.completed as f64);
         let cap: Vec<(f64, f64)> = capacity_line(r, &runs[0].shape, end);
         served.push(Series {
             name: "backend capacity".into(),
             points: cap,
         });
-        let title = format!("{shape}: requests served (2xx) per second");
+        let title = format!("{shape}: requests served (2xx) per second, by 100 ms");
         line_chart(
             &out.join(format!("{shape}-served.svg")),
             &Chart {
@@ -73,8 +66,83 @@ pub fn write_outputs(out: &Path, r: &ProxyResults) -> Result<(), String> {
             },
             &served,
         )?;
+        if runs.iter().any(|x| x.high.is_some()) {
+            let mut high: Vec<Series> = runs
+                .iter()
+                .filter_map(|x| {
+                    let h = x.high.as_ref()?;
+                    Some(Series {
+                        name: x.front.clone(),
+                        points: h
+                            .series
+                            .iter()
+                            .map(|p| (p.t as f64, p.completed as f64))
+                            .collect(),
+                    })
+                })
+                .collect();
+            let offered = r.capacity_rps * r.setup["high_class_share"].as_f64().unwrap_or(0.0);
+            high.push(Series {
+                name: "high class offered".into(),
+                points: vec![(0.0, offered), (end, offered)],
+            });
+            let title = format!("{shape}: high-class (X-Class: 1) requests served per second");
+            line_chart(
+                &out.join(format!("{shape}-high.svg")),
+                &Chart {
+                    title: &title,
+                    x_label: "time, s",
+                    y_label: "served/s",
+                    x_log: false,
+                    y_log: false,
+                    y_range: None,
+                },
+                &high,
+            )?;
+        }
     }
     Ok(())
+}
+
+/// A run's p90 per 100 ms (tenths without a served request left out), or per second.
+fn p90_series(x: &ProxyRun) -> Series {
+    let points = if x.ticks.is_empty() {
+        x.series
+            .iter()
+            .filter(|p| p.completed > 0)
+            .map(|p| (p.t as f64, p.rt_p90_ms))
+            .collect()
+    } else {
+        x.ticks
+            .iter()
+            .filter(|p| p.completed > 0)
+            .map(|p| (p.t_ms as f64 / 1e3, p.rt_p90_ms))
+            .collect()
+    };
+    Series {
+        name: x.front.clone(),
+        points,
+    }
+}
+
+/// A run's served requests per second, by 100 ms (ten times a tenth's count), or
+/// per second.
+fn served_series(x: &ProxyRun) -> Series {
+    let points = if x.ticks.is_empty() {
+        x.series
+            .iter()
+            .map(|p| (p.t as f64, p.completed as f64))
+            .collect()
+    } else {
+        x.ticks
+            .iter()
+            .map(|p| (p.t_ms as f64 / 1e3, p.completed as f64 * 10.0))
+            .collect()
+    };
+    Series {
+        name: x.front.clone(),
+        points,
+    }
 }
 
 fn target_ms(r: &ProxyResults) -> f64 {
@@ -152,12 +220,30 @@ fn table(r: &ProxyResults) -> String {
     let target = target_ms(r);
     for shape in shapes(r) {
         let _ = writeln!(t, "## {shape}\n");
-        let _ = writeln!(
+        let classes = r.runs.iter().any(|x| x.shape == shape && x.high.is_some());
+        if classes {
+            let _ = writeln!(
+                t,
+                "Two classes: `{}: 1` at {} req/s throughout, class 0 as in open-Fx. \
+                 served/s and errors count both; p90, p99 and recovery are class 0's.\n",
+                r.setup["class_header"].as_str().unwrap_or("?"),
+                tick(r.capacity_rps * r.setup["high_class_share"].as_f64().unwrap_or(0.0)),
+            );
+        }
+        let _ = write!(
             t,
             "| front | served/s | of capacity | p90 ms (target {}) | p99 ms | 503/s | errors | recover s | after s |",
             tick(target)
         );
-        let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            t,
+            "{}",
+            if classes {
+                " high served/s | high lost % (target <= 10) | high p90 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            } else {
+                "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+            }
+        );
         let mut fronts: Vec<&str> = Vec::new();
         for x in r.runs.iter().filter(|x| x.shape == shape) {
             if !fronts.contains(&x.front.as_str()) {
@@ -172,9 +258,26 @@ fn table(r: &ProxyResults) -> String {
                 .map(|x| &x.metrics)
                 .collect();
             let col = |g: fn(&ShapeMetrics) -> f64, d| spread(ms.iter().map(|m| g(m)).collect(), d);
+            let hs: Vec<&HighClass> = r
+                .runs
+                .iter()
+                .filter(|x| x.shape == shape && x.front == f)
+                .filter_map(|x| x.high.as_ref())
+                .collect();
+            let high = if classes {
+                let h = |g: fn(&HighClass) -> f64, d| spread(hs.iter().map(|m| g(m)).collect(), d);
+                format!(
+                    " {} | {} | {} |",
+                    h(|m| m.served_rps, 1),
+                    h(|m| m.lost_fraction * 100.0, 1),
+                    h(|m| m.p90_ms, 0)
+                )
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 t,
-                "| {f} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {f} | {} | {} | {} | {} | {} | {} | {} | {} |{high}",
                 col(|m| m.served_rps, 1),
                 col(|m| m.served_of_capacity, 2),
                 col(|m| m.p90_ms, 0),

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use seda_load::report::{PhaseSummary, TimePoint};
+use seda_load::report::{PhaseSummary, Tick, TimePoint};
 use serde::{Deserialize, Serialize};
 
 /// One run's figures.
@@ -47,7 +47,34 @@ pub struct ProxyRun {
     pub metrics: ShapeMetrics,
     /// The client's per-phase totals.
     pub phases: Vec<PhaseSummary>,
-    /// The client's per-second series.
+    /// The client's per-second series (class 0's in a two-class run).
+    pub series: Vec<TimePoint>,
+    /// The same at 100 ms resolution.
+    #[serde(default)]
+    pub ticks: Vec<Tick>,
+    /// The high class of a two-class run.
+    #[serde(default)]
+    pub high: Option<HighClass>,
+}
+
+/// The high class of a two-class run (`classes-Fx`), in the overload phase. In such a
+/// run [`ShapeMetrics`]' served and errors count both classes, its p90 and p99 class
+/// 0's.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HighClass {
+    /// Its requests per second (completed, refused or failed).
+    pub offered_rps: f64,
+    /// Of which served (2xx) per second.
+    pub served_rps: f64,
+    /// Refused or failed, of those offered (the target: <= 0.1).
+    pub lost_fraction: f64,
+    /// p90 of its served requests, ms.
+    pub p90_ms: f64,
+    /// Its 503s.
+    pub refused: u64,
+    /// Its errors in the whole run.
+    pub errors: u64,
+    /// Its per-second series.
     pub series: Vec<TimePoint>,
 }
 

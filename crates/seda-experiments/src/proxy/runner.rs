@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
-use super::config::{Front, ProxyConfig, Shape};
+use super::config::{CLASS_HEADER, Front, HIGH_SHARE, ProxyConfig, Shape};
 use super::output::write_outputs;
-use super::results::{ProxyResults, ProxyRun, ShapeMetrics};
+use super::results::{HighClass, ProxyResults, ProxyRun, ShapeMetrics};
 use crate::harness::haproxy::process::signal_group;
 use crate::harness::haproxy::{HaproxyProcess, ensure_haproxy};
 use crate::harness::server::{ServerKind, ServerProcess, ServerSpec, free_port};
@@ -31,9 +31,22 @@ const REQS_PER_CONN: u32 = 100;
 /// Runs the experiment, logging progress through `log`.
 pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults, String> {
     cfg.check()?;
+    // gunicorn and its Python run with the app's directory as their working
+    // directory: a relative path given on the command line must not be read from
+    // there.
+    let absolute = |p: &Path| {
+        std::path::absolute(p).map_err(|e| format!("cannot resolve {}: {e}", p.display()))
+    };
+    let cfg = &ProxyConfig {
+        gunicorn: absolute(&cfg.gunicorn)?,
+        app_dir: absolute(&cfg.app_dir)?,
+        seda: absolute(&cfg.seda)?,
+        ..cfg.clone()
+    };
     fs::create_dir_all(&cfg.out)
         .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
-    let haproxy = if cfg.fronts.contains(&Front::Haproxy) {
+    let plan = cfg.plan();
+    let haproxy = if plan.iter().any(|p| p.1 == Front::Haproxy) {
         Some(ensure_haproxy(log)?)
     } else {
         None
@@ -42,7 +55,7 @@ pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults,
     let eta = cfg.eta();
     log(&format!(
         "plan: knee + {} runs; ETA {} min {} s; load average at start {}",
-        cfg.fronts.len() * cfg.shapes.len() * cfg.repeats,
+        plan.len() * cfg.repeats,
         eta.as_secs() / 60,
         eta.as_secs() % 60,
         loadavg.map_or("?".into(), |l| format!("{:.2}", l.0))
@@ -84,6 +97,10 @@ pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults,
             "retry_wait_ms": cfg.retry_wait.as_secs_f64() * 1e3,
             "max_conns": cfg.max_conns,
             "timeout_s": cfg.timeout.as_secs_f64(),
+            "drain_s": cfg.drain.as_secs_f64(),
+            "plan": plan.iter().map(|(s, f)| format!("{}/{}", s.name(), f.name())).collect::<Vec<_>>(),
+            "high_class_share": HIGH_SHARE,
+            "class_header": CLASS_HEADER,
             "seed": cfg.seed,
             "gunicorn": gunicorn_version(&cfg.gunicorn),
             "app_iter_per_ms": iter_per_ms,
@@ -93,37 +110,44 @@ pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults,
         runs: Vec::new(),
         failed: Vec::new(),
     };
-    let total = cfg.fronts.len() * cfg.shapes.len() * cfg.repeats;
+    let total = plan.len() * cfg.repeats;
     let mut i = 0;
     for repeat in 0..cfg.repeats {
-        for &shape in &cfg.shapes {
-            for &front in &cfg.fronts {
-                i += 1;
-                let id = format!("{}/{}/{}", shape.name(), front.name(), repeat + 1);
-                log(&format!("== [{i}/{total}] {id}"));
-                let index = (i - 1) as u64;
-                match run_one(
-                    cfg,
-                    shape,
-                    front,
-                    capacity,
-                    haproxy.as_deref(),
-                    root.path(),
-                    index,
-                ) {
-                    Ok(mut r) => {
-                        r.repeat = repeat;
-                        log(&format!("   {}", line(&r.metrics, cfg.target_ms)));
-                        results.runs.push(r);
+        for &(shape, front) in &plan {
+            i += 1;
+            let id = format!("{}/{}/{}", shape.name(), front.name(), repeat + 1);
+            log(&format!("== [{i}/{total}] {id}"));
+            let index = (i - 1) as u64;
+            match run_one(
+                cfg,
+                shape,
+                front,
+                capacity,
+                haproxy.as_deref(),
+                root.path(),
+                index,
+            ) {
+                Ok(mut r) => {
+                    r.repeat = repeat;
+                    log(&format!("   {}", line(&r.metrics, cfg.target_ms)));
+                    if let Some(h) = &r.high {
+                        log(&format!(
+                            "   high class: offered {:.1}/s, served {:.1}/s, lost {:.1} %, p90 {:.0} ms",
+                            h.offered_rps,
+                            h.served_rps,
+                            h.lost_fraction * 100.0,
+                            h.p90_ms
+                        ));
                     }
-                    Err(e) => {
-                        let e = e.split_whitespace().collect::<Vec<_>>().join(" ");
-                        log(&format!("   failed: {e}"));
-                        results.failed.push((id, e));
-                    }
+                    results.runs.push(r);
                 }
-                write_outputs(&cfg.out, &results)?;
+                Err(e) => {
+                    let e = e.split_whitespace().collect::<Vec<_>>().join(" ");
+                    log(&format!("   failed: {e}"));
+                    results.failed.push((id, e));
+                }
             }
+            write_outputs(&cfg.out, &results)?;
         }
     }
     log(&format!(
@@ -375,7 +399,9 @@ pub fn nginx_limits(capacity: f64, target_ms: f64, workers: u32) -> (String, Str
 }
 
 /// HAProxy in front of `upstream`: `maxconn` = the workers on the server, a request
-/// that waits longer than the target in HAProxy's queue gets 503.
+/// that waits longer than the target in HAProxy's queue gets 503. A request with
+/// `X-Class: 1` goes ahead of the others in that queue (`set-priority-class`), the
+/// nearest HAProxy has to the high class of [`Shape::Classes`].
 pub fn haproxy_config(
     bind: SocketAddr,
     upstream: SocketAddr,
@@ -387,6 +413,7 @@ pub fn haproxy_config(
          defaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n  \
          timeout queue {}ms\n  option http-keep-alive\n\
          frontend front\n  bind {bind}\n  default_backend gunicorn\n\
+         \x20 http-request set-priority-class int(-1) if {{ req.hdr({CLASS_HEADER}) -m str 1 }}\n\
          backend gunicorn\n  server g1 {upstream} maxconn {workers}\n",
         target_ms.round() as u64
     )
@@ -394,6 +421,7 @@ pub fn haproxy_config(
 
 fn start_front(
     cfg: &ProxyConfig,
+    shape: Shape,
     front: Front,
     upstream: SocketAddr,
     capacity: f64,
@@ -432,8 +460,8 @@ fn start_front(
                 d,
             ))
         }
-        Front::Seda => {
-            let extra: Vec<String> = vec![
+        _ => {
+            let mut extra: Vec<String> = vec![
                 "--proxy".into(),
                 format!("/work=http://{upstream}"),
                 "--rt-target-ms".into(),
@@ -441,9 +469,15 @@ fn start_front(
                 "--shutdown-grace".into(),
                 "1".into(),
             ];
+            if let Some(a) = front.admission() {
+                extra.extend(["--admission".into(), a.into()]);
+            }
+            if matches!(shape, Shape::Classes(_)) {
+                extra.extend(["--class-header".into(), CLASS_HEADER.into()]);
+            }
             let d = format!("seda serve {}", extra.join(" "));
             let spec = ServerSpec {
-                name: "seda".into(),
+                name: front.name().into(),
                 kind: ServerKind::Haboob {
                     seda: cfg.seda.clone(),
                     cache_mb: 16,
@@ -465,7 +499,8 @@ fn run_one(
     index: u64,
 ) -> Result<ProxyRun, String> {
     let backend = Backend::start(cfg)?;
-    let (running, front_config) = start_front(cfg, front, backend.addr, capacity, haproxy, root)?;
+    let (running, front_config) =
+        start_front(cfg, shape, front, backend.addr, capacity, haproxy, root)?;
     let [p0, p1, p2] = cfg.phases;
     let phase = |duration, level| Phase { duration, level };
     let open = Mode::Open {
@@ -485,8 +520,8 @@ fn run_one(
             ],
             capacity,
         ),
-        Shape::Open(f) => (
-            open,
+        Shape::Open(f) | Shape::Classes(f) => (
+            open.clone(),
             vec![
                 phase(p0, capacity * 0.5),
                 phase(p1, capacity * f),
@@ -495,7 +530,7 @@ fn run_one(
             capacity,
         ),
         Shape::Drop => (
-            open,
+            open.clone(),
             vec![
                 phase(p0, capacity * 0.8),
                 phase(p1, capacity * 0.8),
@@ -511,7 +546,24 @@ fn run_one(
         phases,
         cfg.seed.wrapping_add(index),
     );
-    let report: Result<LoadReport, seda_load::LoadError> = std::thread::scope(|s| {
+    // The high class of `Classes`: its own arrivals at a steady share of the
+    // capacity, with the class header.
+    let high_load = matches!(shape, Shape::Classes(_)).then(|| {
+        let level = capacity * HIGH_SHARE;
+        let mut h = load(
+            cfg,
+            running.addr(),
+            open,
+            vec![phase(p0, level), phase(p1, level), phase(p2, level)],
+            cfg.seed.wrapping_add(index).wrapping_add(1 << 32),
+        );
+        h.headers = vec![(CLASS_HEADER.into(), "1".into())];
+        h
+    });
+    let (report, high): (
+        Result<LoadReport, seda_load::LoadError>,
+        Option<Result<LoadReport, seda_load::LoadError>>,
+    ) = std::thread::scope(|s| {
         if shape == Shape::Drop {
             let b = &backend;
             let half = cfg.workers / 2;
@@ -522,14 +574,41 @@ fn run_one(
                 b.signal(Signal::TTIN, half);
             });
         }
-        seda_load::client::run(&l, |_, _| {})
+        let high = high_load
+            .as_ref()
+            .map(|h| s.spawn(move || seda_load::client::run(h, |_, _| {})));
+        let report = seda_load::client::run(&l, |_, _| {});
+        let high = high.map(|t| {
+            t.join().unwrap_or(Err(seda_load::LoadError::Panicked(
+                "the high class's load generator",
+            )))
+        });
+        (report, high)
     });
     let tail = backend.tail();
     running.stop();
     drop(backend);
     let report = report.map_err(|e| format!("{e}; gunicorn: {tail}"))?;
-    let metrics = shape_metrics(&report, cfg.target_ms, capacity_then)
+    let mut metrics = shape_metrics(&report, cfg.target_ms, capacity_then)
         .ok_or("the load report has fewer than three phases")?;
+    let high = match high {
+        Some(h) => {
+            let h = h.map_err(|e| format!("high class: {e}; gunicorn: {tail}"))?;
+            let c = high_class(&h).ok_or("the high class's report has fewer than three phases")?;
+            // Served counts both classes; the p90 columns stay class 0's.
+            metrics.served_rps += c.served_rps;
+            metrics.served_of_capacity = metrics.served_rps / capacity_then;
+            metrics.errors += h.errors;
+            for (k, v) in &h.errors_by_kind {
+                *metrics.error_kinds.entry(k.clone()).or_default() += v;
+            }
+            Some(HighClass {
+                series: h.timeseries.clone(),
+                ..c
+            })
+        }
+        None => None,
+    };
     Ok(ProxyRun {
         shape: shape.name(),
         front: front.name().into(),
@@ -538,6 +617,28 @@ fn run_one(
         metrics,
         phases: report.phases.clone(),
         series: report.timeseries.clone(),
+        ticks: report.ticks.clone(),
+        high,
+    })
+}
+
+/// The high class's figures in the overload phase (without its series).
+pub fn high_class(r: &LoadReport) -> Option<HighClass> {
+    let mid = r.phases.get(1)?;
+    let secs = mid.end_s.saturating_sub(mid.start_s).max(1) as f64;
+    let offered = mid.completed + mid.rejected + mid.errors;
+    Some(HighClass {
+        offered_rps: offered as f64 / secs,
+        served_rps: mid.completed as f64 / secs,
+        lost_fraction: if offered == 0 {
+            0.0
+        } else {
+            (mid.rejected + mid.errors) as f64 / offered as f64
+        },
+        p90_ms: mid.rt_p90_ms,
+        refused: mid.rejected,
+        errors: r.errors,
+        series: Vec::new(),
     })
 }
 
@@ -593,5 +694,9 @@ mod tests {
         );
         assert!(h.contains("server g1 127.0.0.1:2 maxconn 4"), "{h}");
         assert!(h.contains("timeout queue 200ms"), "{h}");
+        assert!(
+            h.contains("set-priority-class int(-1) if { req.hdr(X-Class) -m str 1 }"),
+            "{h}"
+        );
     }
 }
