@@ -21,7 +21,7 @@
 //!   own framing.
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use bytes::Bytes;
 
@@ -143,21 +143,32 @@ pub(crate) fn request_head(raw: &[u8], head: &RequestHead, f: &Forward<'_>) -> B
         out.extend_from_slice(v);
         out.extend_from_slice(b", ");
     }
-    let _ = write!(Text(&mut out), "{}", f.peer.ip());
-    let _ = write!(
-        Text(&mut out),
-        "\r\nX-Forwarded-Proto: {}\r\nVia: ",
-        f.scheme
-    );
+    match f.peer.ip() {
+        IpAddr::V4(ip) => {
+            let [a, b, c, d] = ip.octets();
+            push_decimal(&mut out, a.into());
+            for o in [b, c, d] {
+                out.push(b'.');
+                push_decimal(&mut out, o.into());
+            }
+        }
+        ip @ IpAddr::V6(_) => {
+            let _ = write!(Text(&mut out), "{ip}");
+        }
+    }
+    out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
+    out.extend_from_slice(f.scheme.as_bytes());
+    out.extend_from_slice(b"\r\nVia: ");
     for v in via.iter().filter(|v| !v.is_empty()) {
         out.extend_from_slice(v);
         out.extend_from_slice(b", ");
     }
-    let version = match head.version {
-        Version::Http10 => "1.0",
-        Version::Http11 => "1.1",
-    };
-    let _ = write!(Text(&mut out), "{version} {VIA}\r\n");
+    out.extend_from_slice(match head.version {
+        Version::Http10 => b"1.0 ",
+        Version::Http11 => b"1.1 ",
+    });
+    out.extend_from_slice(VIA.as_bytes());
+    out.extend_from_slice(b"\r\n");
     match f.body {
         RequestBody::None
             if matches!(
@@ -168,13 +179,33 @@ pub(crate) fn request_head(raw: &[u8], head: &RequestHead, f: &Forward<'_>) -> B
             out.extend_from_slice(b"Content-Length: 0\r\n");
         }
         RequestBody::None => {}
-        RequestBody::Length(n) => {
-            let _ = write!(Text(&mut out), "Content-Length: {n}\r\n");
-        }
+        RequestBody::Length(n) => content_length(&mut out, n),
         RequestBody::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
     }
     out.extend_from_slice(b"\r\n");
     Bytes::from(out)
+}
+
+/// `n` in decimal (the head writers' integers, without `core::fmt`).
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// A `Content-Length: n` field line.
+fn content_length(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(b"Content-Length: ");
+    push_decimal(out, n);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// `fmt::Write` into a byte vector.
@@ -410,20 +441,22 @@ pub(crate) fn client_head(r: &ResponseHead, body: ClientBody, close: bool) -> By
     } else {
         &r.reason
     };
-    let _ = write!(Text(&mut out), "HTTP/1.1 {} ", r.status);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_decimal(&mut out, r.status.into());
+    out.push(b' ');
     out.extend_from_slice(reason);
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&r.fields);
-    let _ = write!(Text(&mut out), "Via: 1.1 {VIA}\r\n");
+    out.extend_from_slice(b"Via: 1.1 ");
+    out.extend_from_slice(VIA.as_bytes());
+    out.extend_from_slice(b"\r\n");
     match body {
         ClientBody::None => {
             if let Some(n) = r.head_length {
-                let _ = write!(Text(&mut out), "Content-Length: {n}\r\n");
+                content_length(&mut out, n);
             }
         }
-        ClientBody::Length(n) => {
-            let _ = write!(Text(&mut out), "Content-Length: {n}\r\n");
-        }
+        ClientBody::Length(n) => content_length(&mut out, n),
         ClientBody::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
         ClientBody::Close => {}
     }
@@ -437,7 +470,19 @@ pub(crate) fn client_head(r: &ResponseHead, body: ClientBody, close: bool) -> By
 
 /// The chunk header of `len` bytes of data (`len` > 0).
 pub(crate) fn chunk_header(len: usize) -> Bytes {
-    Bytes::from(format!("{len:x}\r\n"))
+    let mut digits = [0u8; 18];
+    let mut i = 16;
+    let mut n = len;
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    digits[16..].copy_from_slice(b"\r\n");
+    Bytes::copy_from_slice(&digits[i..])
 }
 
 /// What follows a chunk's data.

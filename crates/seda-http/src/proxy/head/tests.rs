@@ -166,3 +166,50 @@ fn the_client_head_says_one_framing_and_our_connection() {
         h.starts_with(b"HTTP/1.1 204 No Content\r\n") && h.ends_with(b"Connection: close\r\n\r\n")
     );
 }
+
+#[test]
+fn integers_are_written_without_fmt_as_fmt_would() {
+    for n in [0u64, 7, 9, 10, 99, 100, 1024, 65_535, 1 << 40, u64::MAX] {
+        let mut out = b"x".to_vec();
+        push_decimal(&mut out, n);
+        assert_eq!(out, format!("x{n}").into_bytes());
+    }
+    for n in [1usize, 9, 10, 15, 16, 255, 0xabc, 65_536, usize::MAX] {
+        assert_eq!(&chunk_header(n)[..], format!("{n:x}\r\n").as_bytes());
+    }
+    let r = parse_response(b"HTTP/1.1 404 Nope\r\nContent-Length: 12345\r\n\r\n", false)
+        .unwrap()
+        .unwrap();
+    let h = client_head(&r, ClientBody::of(r.body, Version::Http11), false);
+    assert_eq!(
+        &h[..],
+        b"HTTP/1.1 404 Nope\r\nVia: 1.1 seda\r\nContent-Length: 12345\r\nConnection: keep-alive\r\n\r\n"
+    );
+}
+
+#[test]
+fn the_forwarded_for_address_is_written_for_both_families() {
+    let raw = b"POST /api HTTP/1.0\r\nHost: h\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n";
+    let head = parse_head(raw, &Limits::default()).unwrap().unwrap();
+    for (peer, want) in [
+        ("0.0.0.0:1", "0.0.0.0"),
+        ("255.10.0.99:2", "255.10.0.99"),
+        ("[2001:db8::7]:3", "2001:db8::7"),
+    ] {
+        let f = Forward {
+            prefix: "/api",
+            base: None,
+            authority: "up",
+            peer: peer.parse().unwrap(),
+            scheme: "https",
+            body: RequestBody::Length(300),
+        };
+        let got = String::from_utf8(request_head(raw, &head, &f).to_vec()).unwrap();
+        assert!(
+            got.contains(&format!(
+                "X-Forwarded-For: 10.0.0.1, {want}\r\nX-Forwarded-Proto: https\r\nVia: 1.0 seda\r\nContent-Length: 300\r\n\r\n"
+            )),
+            "{got}"
+        );
+    }
+}
