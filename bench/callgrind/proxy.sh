@@ -7,7 +7,9 @@
 # (Ir(N2) - Ir(N1)) / (N2 - N1). Instruction counts do not depend on the load (run it
 # through /work/coord/heavy, not in a benchmark window). Leaves the callgrind.out
 # files in the printed directory for callgrind_annotate.
-#   bench/callgrind/proxy.sh SEDA_BIN seda|nginx     (env: N1 2000, N2 6000, CONNS 4)
+# seda runs on the epoll backend unless IO=uring (valgrind's support of io_uring is
+# partial, and the figures before 2026-11-27 were taken on epoll).
+#   bench/callgrind/proxy.sh SEDA_BIN seda|nginx     (env: N1 2000, N2 6000, CONNS 4, IO)
 set -euo pipefail
 SEDA=$1; WHICH=$2; N1=${N1:-2000}; N2=${N2:-6000}; CONNS=${CONNS:-4}
 W=$(mktemp -d -t seda-cg-proxy.XXXXXX); chmod 755 $W
@@ -31,7 +33,7 @@ C
 nginx -c $W/up/nginx.conf -p $W/up & UPPID=$!
 sleep 0.5
 if [[ $WHICH == seda ]]; then
-  valgrind --tool=callgrind --callgrind-out-file=$W/cg.out $SEDA serve --listen 127.0.0.1:$FR --root $W/www --event-loops 2 --proxy /=http://127.0.0.1:$UP > $W/s.out 2> $W/s.err & SP=$!
+  valgrind --tool=callgrind --callgrind-out-file=$W/cg.out $SEDA serve --listen 127.0.0.1:$FR --root $W/www --event-loops 2 --io ${IO:-epoll} --proxy /=http://127.0.0.1:$UP > $W/s.out 2> $W/s.err & SP=$!
 else
   valgrind --tool=callgrind --callgrind-out-file=$W/cg.out nginx -c $W/front/nginx.conf -p $W/front > $W/s.out 2> $W/s.err & SP=$!
 fi
