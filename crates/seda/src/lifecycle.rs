@@ -60,11 +60,21 @@ impl Lifecycle {
     }
 }
 
+/// The calling thread's frame and the event it handles now, in one `const` cell:
+/// every thread-local access is a call of ~24 instructions (callgrind; `LocalKey`
+/// reaches its slot through a function pointer), and an inline hop reads both and
+/// saves and restores both, so one cell costs half the accesses of two (measured
+/// 2026-11-27: about 70 instructions per hop).
+#[derive(Clone, Copy)]
+struct State {
+    frame: Frame,
+    meta: Option<Meta>,
+}
+
 thread_local! {
-    static CURRENT: Cell<Frame> = const { Cell::new(Frame::OUTSIDE) };
-    /// The event being handled, kept apart: a batch sets it once per event, and a
-    /// small cell is cheaper to write than the whole frame.
-    static META: Cell<Option<Meta>> = const { Cell::new(None) };
+    static CURRENT: Cell<State> = const {
+        Cell::new(State { frame: Frame::OUTSIDE, meta: None })
+    };
 }
 
 /// No stage.
@@ -104,7 +114,7 @@ impl Frame {
     /// The calling thread's frame.
     #[inline]
     pub(crate) fn get() -> Frame {
-        CURRENT.with(Cell::get)
+        CURRENT.with(Cell::get).frame
     }
 
     /// The stage of the frame, if any.
@@ -116,29 +126,30 @@ impl Frame {
     /// state, restoring the previous one after (also if `f` panics).
     #[inline]
     pub(crate) fn scope<R>(frame: Frame, meta: Option<Meta>, f: impl FnOnce() -> R) -> R {
-        struct Restore(Frame, Option<Meta>);
+        struct Restore(State);
         impl Drop for Restore {
             fn drop(&mut self) {
                 CURRENT.with(|c| c.set(self.0));
-                META.with(|m| m.set(self.1));
             }
         }
-        let _restore = Restore(
-            CURRENT.with(|c| c.replace(frame)),
-            META.with(|m| m.replace(meta)),
-        );
+        let _restore = Restore(CURRENT.with(|c| c.replace(State { frame, meta })));
         f()
     }
 
     /// Makes `meta` the current event's metadata (a batch yielding its next event).
     #[inline]
     pub(crate) fn set_meta(meta: Meta) {
-        META.with(|m| m.set(Some(meta)));
+        CURRENT.with(|c| {
+            c.set(State {
+                meta: Some(meta),
+                ..c.get()
+            });
+        });
     }
 
     /// The current event's metadata, if a batch yielded one.
     pub(crate) fn meta() -> Option<Meta> {
-        META.with(Cell::get)
+        CURRENT.with(Cell::get).meta
     }
 
     /// Runs `f` as the timer thread of `runtime`, with `meta` for the event it fires.
@@ -167,8 +178,8 @@ impl Origin {
     /// The calling thread's origin and the metadata a new event inherits from it.
     #[inline]
     pub(crate) fn current() -> (Meta, Origin) {
-        let cur = Frame::get();
-        match META.with(Cell::get) {
+        let State { frame: cur, meta } = CURRENT.with(Cell::get);
+        match meta {
             Some(meta) => (meta, Origin { cur, fresh: false }),
             None => {
                 // A fresh request: born at the batch clock inside a batch, else now.

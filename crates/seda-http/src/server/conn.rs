@@ -60,7 +60,7 @@ fn with_out<R>(f: impl FnOnce(&mut Vec<Bytes>) -> R) -> R {
     let mut out = OUT.take();
     let r = f(&mut out);
     out.clear();
-    OUT.set(out);
+    OUT.with(|c| c.set(out));
     r
 }
 

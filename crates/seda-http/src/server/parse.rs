@@ -148,7 +148,7 @@ impl EventHandler<SocketEvent> for HttpParse {
                 self.dispatch(step, meta);
             }
         }
-        STEPS.set(steps);
+        STEPS.with(|c| c.set(steps));
     }
 }
 

@@ -22,7 +22,7 @@ use crate::exec::StageObj;
 use crate::handler::{Batch, Context, Items};
 use crate::lifecycle::Frame;
 use crate::loom::{fence, spin};
-use crate::stats::Run;
+use crate::stats::{Run, Tally};
 
 use super::{Exec, StageCore, defer};
 
@@ -166,11 +166,11 @@ impl<E: Send + 'static> StageCore<E> {
     /// Whether an inline run here must be timed, and with what weight; `hint` is
     /// the caller's notion of now (see `Origin::clock_hint`).
     #[inline]
-    pub(super) fn inline_timing(&self, hint: u64) -> Timing {
+    pub(super) fn inline_timing(&self, hint: u64, t: Tally<'_>) -> Timing {
         if self.policy_on() {
             return Timing::Inline { weight: 1 };
         }
-        match self.stats.tally().sample(hint) {
+        match t.sample(hint) {
             Some(weight) => Timing::Inline { weight },
             None => Timing::Untimed,
         }
@@ -247,7 +247,7 @@ impl<E: Send + 'static> StageCore<E> {
         let first = s.envs[0].meta;
         let outer = defer::open(n);
         self.invoke(Items::Drain(s.envs.drain(..)), first, start, 0);
-        let end = self.complete(start, n, &s.stamps, Timing::Queued);
+        let end = self.complete(start, n, &s.stamps, Timing::Queued, self.stats.tally());
         LAST_END.with(|c| c.set(end));
         for (color, last) in s.held.drain(..) {
             self.colors.release(color, last);
@@ -260,16 +260,17 @@ impl<E: Send + 'static> StageCore<E> {
     }
 
     /// Runs events already entered inline on this thread. `clock` is the caller's
-    /// batch clock (the start of an untimed run).
+    /// batch clock (the start of an untimed run); `t` the thread's counters here
+    /// (looked up once per hop).
     pub(super) fn run_inline(
         &self,
         items: Items<'_, E>,
         n: usize,
         meta: Meta,
-        depth: u8,
-        clock: u64,
+        (depth, clock): (u8, u64),
+        t: Tally<'_>,
     ) {
-        let timing = self.inline_timing(clock.max(meta.born_nanos()));
+        let timing = self.inline_timing(clock.max(meta.born_nanos()), t);
         let start = if timing == Timing::Untimed {
             clock
         } else {
@@ -283,7 +284,7 @@ impl<E: Send + 'static> StageCore<E> {
         };
         let outer = defer::open(n);
         self.invoke(items, meta, start, depth);
-        let end = self.complete(start, n, &[stamp], timing);
+        let end = self.complete(start, n, &[stamp], timing, t);
         defer::flush(outer, end);
     }
 
@@ -316,9 +317,16 @@ impl<E: Send + 'static> StageCore<E> {
 
     /// Records a finished run (counts always; samples and policy completions when
     /// timed). Returns its end instant (`start` for an untimed run).
-    pub(super) fn complete(&self, start: u64, n: usize, stamps: &[Stamp], timing: Timing) -> u64 {
+    pub(super) fn complete(
+        &self,
+        start: u64,
+        n: usize,
+        stamps: &[Stamp],
+        timing: Timing,
+        t: Tally<'_>,
+    ) -> u64 {
         let inline = timing != Timing::Queued;
-        self.stats.tally().processed(n as u64, inline);
+        t.processed(n as u64, inline);
         let weight = match timing {
             Timing::Untimed => return start,
             // A queued batch reads the clock (its end starts the worker's next
@@ -327,7 +335,7 @@ impl<E: Send + 'static> StageCore<E> {
             Timing::Queued if self.policy_on() => 1,
             Timing::Queued => {
                 let end = clock::now();
-                match self.stats.tally().sample(end) {
+                match t.sample(end) {
                     Some(weight) => return self.record_run(start, end, n, stamps, timing, weight),
                     None => return end,
                 }

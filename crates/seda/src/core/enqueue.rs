@@ -376,8 +376,8 @@ impl<E: Send + 'static> StageCore<E> {
             Items::Drain(envs.drain(..)),
             n,
             meta,
-            entered.depth,
-            entered.clock,
+            (entered.depth, entered.clock),
+            entered.tally,
         );
         self.leave_inline(entered);
         Inline::Done
@@ -398,7 +398,13 @@ impl<E: Send + 'static> StageCore<E> {
             enqueued: meta.born_nanos(),
             ticket: entered.ticket(),
         });
-        self.run_inline(Items::One(&mut slot), 1, meta, entered.depth, entered.clock);
+        self.run_inline(
+            Items::One(&mut slot),
+            1,
+            meta,
+            (entered.depth, entered.clock),
+            entered.tally,
+        );
         self.leave_inline(entered);
         Inline::Done
     }
@@ -455,9 +461,11 @@ impl<E: Send + 'static> StageCore<E> {
             done(self);
             return Err(Inline::Refused(()));
         }
-        self.stats.tally().admitted(meta.class(), n as u64);
+        let tally = self.stats.tally();
+        tally.admitted(meta.class(), n as u64);
         self.record_edge(origin);
         Ok(Entered {
+            tally,
             _serial: serial,
             counted,
             n,
@@ -488,6 +496,8 @@ struct Entered<'a> {
     held: Option<(crate::Color, crate::color::Ticket)>,
     depth: u8,
     clock: u64,
+    /// The thread's counters in the callee (one lookup per hop).
+    tally: crate::stats::Tally<'a>,
 }
 
 impl Entered<'_> {
