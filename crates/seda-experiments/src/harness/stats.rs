@@ -116,11 +116,10 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Fetch
     s.set_read_timeout(Some(timeout))
         .and_then(|()| s.set_write_timeout(Some(timeout)))
         .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| format!("write: {e}"))?;
+    // One write of the whole request (`write!` on the stream may issue several).
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
     let mut buf = Vec::with_capacity(16 * 1024);
     let mut chunk = [0u8; 16 * 1024];
     let mut head_end = None;
@@ -336,8 +335,17 @@ mod tests {
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
-            let mut req = [0u8; 1024];
-            let _ = s.read(&mut req);
+            // The whole request head before answering: closing with unread bytes
+            // makes the kernel reset the connection, and the client may then lose
+            // the answer (CI saw "Connection reset by peer" once).
+            let mut req = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
             s.write_all(response).unwrap();
         });
         addr
