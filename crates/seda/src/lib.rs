@@ -43,6 +43,25 @@
 //! assert_eq!(seen.load(Ordering::Relaxed), 100);
 //! ```
 
+/// `with_FIELD(value) -> Self` setters, one per listed field, for the
+/// `#[non_exhaustive]` configurations (code outside the crate cannot write their
+/// struct literals): `setters!(Config { with_x: x: f64, ... })`.
+macro_rules! setters {
+    ($ty:ident { $($setter:ident: $field:ident: $t:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                #[doc = concat!("Sets [`", stringify!($field), "`](Self::", stringify!($field), ").")]
+                #[must_use]
+                pub fn $setter(mut self, $field: $t) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+pub(crate) use setters;
+
 mod clock;
 mod color;
 mod core;

@@ -120,79 +120,20 @@ pub struct DelayBudgetConfig {
     pub class_memory: Duration,
 }
 
-/// Setters, one per field, for code outside the crate (the struct is
-/// `#[non_exhaustive]`: a new parameter is not a breaking change).
-impl DelayBudgetConfig {
-    /// Sets [`setpoint`](Self::setpoint).
-    #[must_use]
-    pub fn with_setpoint(mut self, setpoint: f64) -> Self {
-        self.setpoint = setpoint;
-        self
-    }
-
-    /// Sets [`nreq`](Self::nreq).
-    #[must_use]
-    pub fn with_nreq(mut self, nreq: usize) -> Self {
-        self.nreq = nreq;
-        self
-    }
-
-    /// Sets [`timeout`](Self::timeout).
-    #[must_use]
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Sets [`gain`](Self::gain).
-    #[must_use]
-    pub fn with_gain(mut self, gain: f64) -> Self {
-        self.gain = gain;
-        self
-    }
-
-    /// Sets [`initial_budget`](Self::initial_budget).
-    #[must_use]
-    pub fn with_initial_budget(mut self, initial_budget: f64) -> Self {
-        self.initial_budget = initial_budget;
-        self
-    }
-
-    /// Sets [`min_budget`](Self::min_budget).
-    #[must_use]
-    pub fn with_min_budget(mut self, min_budget: f64) -> Self {
-        self.min_budget = min_budget;
-        self
-    }
-
-    /// Sets [`max_budget`](Self::max_budget).
-    #[must_use]
-    pub fn with_max_budget(mut self, max_budget: f64) -> Self {
-        self.max_budget = max_budget;
-        self
-    }
-
-    /// Sets [`max_step`](Self::max_step).
-    #[must_use]
-    pub fn with_max_step(mut self, max_step: f64) -> Self {
-        self.max_step = max_step;
-        self
-    }
-
-    /// Sets [`lower_share`](Self::lower_share).
-    #[must_use]
-    pub fn with_lower_share(mut self, lower_share: f64) -> Self {
-        self.lower_share = lower_share;
-        self
-    }
-
-    /// Sets [`class_memory`](Self::class_memory).
-    #[must_use]
-    pub fn with_class_memory(mut self, class_memory: Duration) -> Self {
-        self.class_memory = class_memory;
-        self
-    }
-}
+// Setters, one per field, for code outside the crate (the struct is
+// `#[non_exhaustive]`: a new parameter is not a breaking change).
+crate::setters!(DelayBudgetConfig {
+    with_setpoint: setpoint: f64,
+    with_nreq: nreq: usize,
+    with_timeout: timeout: Duration,
+    with_gain: gain: f64,
+    with_initial_budget: initial_budget: f64,
+    with_min_budget: min_budget: f64,
+    with_max_budget: max_budget: f64,
+    with_max_step: max_step: f64,
+    with_lower_share: lower_share: f64,
+    with_class_memory: class_memory: Duration,
+});
 
 impl DelayBudgetConfig {
     /// The defaults of the module docs with this target.

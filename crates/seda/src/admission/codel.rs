@@ -35,23 +35,12 @@ pub struct CoDelConfig {
     pub interval: Duration,
 }
 
-/// Setters, one per field, for code outside the crate (the struct is
-/// `#[non_exhaustive]`: a new parameter is not a breaking change).
-impl CoDelConfig {
-    /// Sets [`target`](Self::target).
-    #[must_use]
-    pub fn with_target(mut self, target: Duration) -> Self {
-        self.target = target;
-        self
-    }
-
-    /// Sets [`interval`](Self::interval).
-    #[must_use]
-    pub fn with_interval(mut self, interval: Duration) -> Self {
-        self.interval = interval;
-        self
-    }
-}
+// Setters, one per field, for code outside the crate (the struct is
+// `#[non_exhaustive]`: a new parameter is not a breaking change).
+crate::setters!(CoDelConfig {
+    with_target: target: Duration,
+    with_interval: interval: Duration,
+});
 
 impl Default for CoDelConfig {
     fn default() -> Self {

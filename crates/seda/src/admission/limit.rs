@@ -42,58 +42,17 @@ pub struct GradientLimitConfig {
     pub window: Duration,
 }
 
-/// Setters, one per field, for code outside the crate (the struct is
-/// `#[non_exhaustive]`: a new parameter is not a breaking change).
-impl GradientLimitConfig {
-    /// Sets [`initial`](Self::initial).
-    #[must_use]
-    pub fn with_initial(mut self, initial: f64) -> Self {
-        self.initial = initial;
-        self
-    }
-
-    /// Sets [`min`](Self::min).
-    #[must_use]
-    pub fn with_min(mut self, min: f64) -> Self {
-        self.min = min;
-        self
-    }
-
-    /// Sets [`max`](Self::max).
-    #[must_use]
-    pub fn with_max(mut self, max: f64) -> Self {
-        self.max = max;
-        self
-    }
-
-    /// Sets [`tolerance`](Self::tolerance).
-    #[must_use]
-    pub fn with_tolerance(mut self, tolerance: f64) -> Self {
-        self.tolerance = tolerance;
-        self
-    }
-
-    /// Sets [`smoothing`](Self::smoothing).
-    #[must_use]
-    pub fn with_smoothing(mut self, smoothing: f64) -> Self {
-        self.smoothing = smoothing;
-        self
-    }
-
-    /// Sets [`long_window`](Self::long_window).
-    #[must_use]
-    pub fn with_long_window(mut self, long_window: f64) -> Self {
-        self.long_window = long_window;
-        self
-    }
-
-    /// Sets [`window`](Self::window).
-    #[must_use]
-    pub fn with_window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
-}
+// Setters, one per field, for code outside the crate (the struct is
+// `#[non_exhaustive]`: a new parameter is not a breaking change).
+crate::setters!(GradientLimitConfig {
+    with_initial: initial: f64,
+    with_min: min: f64,
+    with_max: max: f64,
+    with_tolerance: tolerance: f64,
+    with_smoothing: smoothing: f64,
+    with_long_window: long_window: f64,
+    with_window: window: Duration,
+});
 
 impl Default for GradientLimitConfig {
     fn default() -> Self {
@@ -262,37 +221,14 @@ pub struct AimdLimitConfig {
     pub timeout: Duration,
 }
 
-/// Setters, one per field, for code outside the crate (the struct is
-/// `#[non_exhaustive]`: a new parameter is not a breaking change).
-impl AimdLimitConfig {
-    /// Sets [`initial`](Self::initial).
-    #[must_use]
-    pub fn with_initial(mut self, initial: f64) -> Self {
-        self.initial = initial;
-        self
-    }
-
-    /// Sets [`min`](Self::min).
-    #[must_use]
-    pub fn with_min(mut self, min: f64) -> Self {
-        self.min = min;
-        self
-    }
-
-    /// Sets [`max`](Self::max).
-    #[must_use]
-    pub fn with_max(mut self, max: f64) -> Self {
-        self.max = max;
-        self
-    }
-
-    /// Sets [`backoff`](Self::backoff).
-    #[must_use]
-    pub fn with_backoff(mut self, backoff: f64) -> Self {
-        self.backoff = backoff;
-        self
-    }
-}
+// Setters, one per field, for code outside the crate (the struct is
+// `#[non_exhaustive]`: a new parameter is not a breaking change).
+crate::setters!(AimdLimitConfig {
+    with_initial: initial: f64,
+    with_min: min: f64,
+    with_max: max: f64,
+    with_backoff: backoff: f64,
+});
 
 impl AimdLimitConfig {
     /// Defaults (initial 20, 1..1000, backoff 0.9) with this latency bound.

@@ -41,58 +41,17 @@ pub struct BatchingConfig {
     pub drop_ratio: f64,
 }
 
-/// Setters, one per field, for code outside the crate (the struct is
-/// `#[non_exhaustive]`: a new parameter is not a breaking change).
-impl BatchingConfig {
-    /// Sets [`min_batch`](Self::min_batch).
-    #[must_use]
-    pub fn with_min_batch(mut self, min_batch: usize) -> Self {
-        self.min_batch = min_batch;
-        self
-    }
-
-    /// Sets [`max_batch`](Self::max_batch).
-    #[must_use]
-    pub fn with_max_batch(mut self, max_batch: usize) -> Self {
-        self.max_batch = max_batch;
-        self
-    }
-
-    /// Sets [`alpha`](Self::alpha).
-    #[must_use]
-    pub fn with_alpha(mut self, alpha: f64) -> Self {
-        self.alpha = alpha;
-        self
-    }
-
-    /// Sets [`tolerance`](Self::tolerance).
-    #[must_use]
-    pub fn with_tolerance(mut self, tolerance: f64) -> Self {
-        self.tolerance = tolerance;
-        self
-    }
-
-    /// Sets [`decrease`](Self::decrease).
-    #[must_use]
-    pub fn with_decrease(mut self, decrease: f64) -> Self {
-        self.decrease = decrease;
-        self
-    }
-
-    /// Sets [`increase`](Self::increase).
-    #[must_use]
-    pub fn with_increase(mut self, increase: usize) -> Self {
-        self.increase = increase;
-        self
-    }
-
-    /// Sets [`drop_ratio`](Self::drop_ratio).
-    #[must_use]
-    pub fn with_drop_ratio(mut self, drop_ratio: f64) -> Self {
-        self.drop_ratio = drop_ratio;
-        self
-    }
-}
+// Setters, one per field, for code outside the crate (the struct is
+// `#[non_exhaustive]`: a new parameter is not a breaking change).
+crate::setters!(BatchingConfig {
+    with_min_batch: min_batch: usize,
+    with_max_batch: max_batch: usize,
+    with_alpha: alpha: f64,
+    with_tolerance: tolerance: f64,
+    with_decrease: decrease: f64,
+    with_increase: increase: usize,
+    with_drop_ratio: drop_ratio: f64,
+});
 
 impl Default for BatchingConfig {
     fn default() -> Self {

@@ -59,58 +59,17 @@ pub struct QualityConfig {
     pub with_admission: bool,
 }
 
-/// Setters, one per field, for code outside the crate (the struct is
-/// `#[non_exhaustive]`: a new parameter is not a breaking change).
-impl QualityConfig {
-    /// Sets [`q_min`](Self::q_min).
-    #[must_use]
-    pub fn with_q_min(mut self, q_min: f64) -> Self {
-        self.q_min = q_min;
-        self
-    }
-
-    /// Sets [`q_max`](Self::q_max).
-    #[must_use]
-    pub fn with_q_max(mut self, q_max: f64) -> Self {
-        self.q_max = q_max;
-        self
-    }
-
-    /// Sets [`decrease`](Self::decrease).
-    #[must_use]
-    pub fn with_decrease(mut self, decrease: f64) -> Self {
-        self.decrease = decrease;
-        self
-    }
-
-    /// Sets [`increase`](Self::increase).
-    #[must_use]
-    pub fn with_increase(mut self, increase: f64) -> Self {
-        self.increase = increase;
-        self
-    }
-
-    /// Sets [`err_i`](Self::err_i).
-    #[must_use]
-    pub fn with_err_i(mut self, err_i: f64) -> Self {
-        self.err_i = err_i;
-        self
-    }
-
-    /// Sets [`reenable_after`](Self::reenable_after).
-    #[must_use]
-    pub fn with_reenable_after(mut self, reenable_after: Option<u32>) -> Self {
-        self.reenable_after = reenable_after;
-        self
-    }
-
-    /// Sets [`with_admission`](Self::with_admission).
-    #[must_use]
-    pub fn with_admission(mut self, with_admission: bool) -> Self {
-        self.with_admission = with_admission;
-        self
-    }
-}
+// Setters, one per field, for code outside the crate (the struct is
+// `#[non_exhaustive]`: a new parameter is not a breaking change).
+crate::setters!(QualityConfig {
+    with_q_min: q_min: f64,
+    with_q_max: q_max: f64,
+    with_decrease: decrease: f64,
+    with_increase: increase: f64,
+    with_err_i: err_i: f64,
+    with_reenable_after: reenable_after: Option<u32>,
+    with_admission: with_admission: bool,
+});
 
 impl QualityConfig {
     /// Defaults for a target: quality 0.05..1, x0.8 down, +0.02 up, err_i -0.2, admission

@@ -31,44 +31,15 @@ pub struct ThreadPoolConfig {
     pub interval: Duration,
 }
 
-/// Setters, one per field, for code outside the crate (the struct is
-/// `#[non_exhaustive]`: a new parameter is not a breaking change).
-impl ThreadPoolConfig {
-    /// Sets [`min_threads`](Self::min_threads).
-    #[must_use]
-    pub fn with_min_threads(mut self, min_threads: usize) -> Self {
-        self.min_threads = min_threads;
-        self
-    }
-
-    /// Sets [`max_threads`](Self::max_threads).
-    #[must_use]
-    pub fn with_max_threads(mut self, max_threads: usize) -> Self {
-        self.max_threads = max_threads;
-        self
-    }
-
-    /// Sets [`queue_threshold`](Self::queue_threshold).
-    #[must_use]
-    pub fn with_queue_threshold(mut self, queue_threshold: usize) -> Self {
-        self.queue_threshold = queue_threshold;
-        self
-    }
-
-    /// Sets [`idle_timeout`](Self::idle_timeout).
-    #[must_use]
-    pub fn with_idle_timeout(mut self, idle_timeout: Duration) -> Self {
-        self.idle_timeout = idle_timeout;
-        self
-    }
-
-    /// Sets [`interval`](Self::interval).
-    #[must_use]
-    pub fn with_interval(mut self, interval: Duration) -> Self {
-        self.interval = interval;
-        self
-    }
-}
+// Setters, one per field, for code outside the crate (the struct is
+// `#[non_exhaustive]`: a new parameter is not a breaking change).
+crate::setters!(ThreadPoolConfig {
+    with_min_threads: min_threads: usize,
+    with_max_threads: max_threads: usize,
+    with_queue_threshold: queue_threshold: usize,
+    with_idle_timeout: idle_timeout: Duration,
+    with_interval: interval: Duration,
+});
 
 impl Default for ThreadPoolConfig {
     fn default() -> Self {

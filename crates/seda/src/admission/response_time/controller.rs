@@ -69,100 +69,23 @@ pub struct ResponseTimeConfig {
     pub burst: Duration,
 }
 
-/// Setters, one per field, for code outside the crate (the struct is
-/// `#[non_exhaustive]`: a new parameter is not a breaking change).
-impl ResponseTimeConfig {
-    /// Sets [`nreq`](Self::nreq).
-    #[must_use]
-    pub fn with_nreq(mut self, nreq: usize) -> Self {
-        self.nreq = nreq;
-        self
-    }
-
-    /// Sets [`timeout`](Self::timeout).
-    #[must_use]
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Sets [`alpha`](Self::alpha).
-    #[must_use]
-    pub fn with_alpha(mut self, alpha: f64) -> Self {
-        self.alpha = alpha;
-        self
-    }
-
-    /// Sets [`err_d`](Self::err_d).
-    #[must_use]
-    pub fn with_err_d(mut self, err_d: f64) -> Self {
-        self.err_d = err_d;
-        self
-    }
-
-    /// Sets [`err_i`](Self::err_i).
-    #[must_use]
-    pub fn with_err_i(mut self, err_i: f64) -> Self {
-        self.err_i = err_i;
-        self
-    }
-
-    /// Sets [`adj_i`](Self::adj_i).
-    #[must_use]
-    pub fn with_adj_i(mut self, adj_i: f64) -> Self {
-        self.adj_i = adj_i;
-        self
-    }
-
-    /// Sets [`adj_d`](Self::adj_d).
-    #[must_use]
-    pub fn with_adj_d(mut self, adj_d: f64) -> Self {
-        self.adj_d = adj_d;
-        self
-    }
-
-    /// Sets [`c_i`](Self::c_i).
-    #[must_use]
-    pub fn with_c_i(mut self, c_i: f64) -> Self {
-        self.c_i = c_i;
-        self
-    }
-
-    /// Sets [`rate_min`](Self::rate_min).
-    #[must_use]
-    pub fn with_rate_min(mut self, rate_min: f64) -> Self {
-        self.rate_min = rate_min;
-        self
-    }
-
-    /// Sets [`rate_max`](Self::rate_max).
-    #[must_use]
-    pub fn with_rate_max(mut self, rate_max: f64) -> Self {
-        self.rate_max = rate_max;
-        self
-    }
-
-    /// Sets [`initial_rate`](Self::initial_rate).
-    #[must_use]
-    pub fn with_initial_rate(mut self, initial_rate: f64) -> Self {
-        self.initial_rate = initial_rate;
-        self
-    }
-
-    /// Sets [`bucket_depth`](Self::bucket_depth).
-    #[must_use]
-    pub fn with_bucket_depth(mut self, bucket_depth: f64) -> Self {
-        self.bucket_depth = bucket_depth;
-        self
-    }
-
-    /// Sets [`burst`](Self::burst).
-    #[must_use]
-    pub fn with_burst(mut self, burst: Duration) -> Self {
-        self.burst = burst;
-        self
-    }
-}
+// Setters, one per field, for code outside the crate (the struct is
+// `#[non_exhaustive]`: a new parameter is not a breaking change).
+crate::setters!(ResponseTimeConfig {
+    with_nreq: nreq: usize,
+    with_timeout: timeout: Duration,
+    with_alpha: alpha: f64,
+    with_err_d: err_d: f64,
+    with_err_i: err_i: f64,
+    with_adj_i: adj_i: f64,
+    with_adj_d: adj_d: f64,
+    with_c_i: c_i: f64,
+    with_rate_min: rate_min: f64,
+    with_rate_max: rate_max: f64,
+    with_initial_rate: initial_rate: f64,
+    with_bucket_depth: bucket_depth: f64,
+    with_burst: burst: Duration,
+});
 
 impl ResponseTimeConfig {
     /// The paper's defaults with this target.

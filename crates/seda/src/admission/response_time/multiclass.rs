@@ -42,37 +42,14 @@ pub struct MulticlassConfig {
     pub lc_thresh: u32,
 }
 
-/// Setters, one per field, for code outside the crate (the struct is
-/// `#[non_exhaustive]`: a new parameter is not a breaking change).
-impl MulticlassConfig {
-    /// Sets [`base`](Self::base).
-    #[must_use]
-    pub fn with_base(mut self, base: ResponseTimeConfig) -> Self {
-        self.base = base;
-        self
-    }
-
-    /// Sets [`targets`](Self::targets).
-    #[must_use]
-    pub fn with_targets(mut self, targets: BTreeMap<Class, Duration>) -> Self {
-        self.targets = targets;
-        self
-    }
-
-    /// Sets [`adjlo_d`](Self::adjlo_d).
-    #[must_use]
-    pub fn with_adjlo_d(mut self, adjlo_d: f64) -> Self {
-        self.adjlo_d = adjlo_d;
-        self
-    }
-
-    /// Sets [`lc_thresh`](Self::lc_thresh).
-    #[must_use]
-    pub fn with_lc_thresh(mut self, lc_thresh: u32) -> Self {
-        self.lc_thresh = lc_thresh;
-        self
-    }
-}
+// Setters, one per field, for code outside the crate (the struct is
+// `#[non_exhaustive]`: a new parameter is not a breaking change).
+crate::setters!(MulticlassConfig {
+    with_base: base: ResponseTimeConfig,
+    with_targets: targets: BTreeMap<Class, Duration>,
+    with_adjlo_d: adjlo_d: f64,
+    with_lc_thresh: lc_thresh: u32,
+});
 
 impl MulticlassConfig {
     /// Paper defaults with one target for every class.
