@@ -179,6 +179,31 @@ trap bench__exit EXIT
 # before the end line.
 bench_at_exit() { BENCH__AT_EXIT+=("$1"); }
 
+# bench_seda_bin: the `seda` binary to measure in SEDA_BIN: as given, else a release
+# build of this checkout, built now.
+bench_seda_bin() {
+    if [[ -z "${SEDA_BIN:-}" ]]; then
+        (cd "$BENCH_REPO" && cargo build --release -q -p seda-cli)
+        SEDA_BIN="${CARGO_TARGET_DIR:-$BENCH_REPO/target}/release/seda"
+    fi
+}
+
+# bench_workdir NAME: raises the open-files limit to the hard limit, makes WORK (a
+# new temporary directory named after NAME) and empties PIDS; at exit every process
+# in PIDS is killed and reaped and WORK removed.
+bench_workdir() {
+    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+    WORK=$(mktemp -d -t "$1.XXXXXX")
+    PIDS=()
+    bench_at_exit bench__workdir_cleanup
+}
+bench__workdir_cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+
 # Run a command in the background without the lock's descriptor, so that a process
 # that outlives the script cannot keep the lock; `$!` is its pid afterwards.
 bench_spawn() {

@@ -20,24 +20,9 @@ REPO=$(cd "$HERE/../.." && pwd)
 bench_lock
 
 WRK=$(bench_need wrk wrk)
-if [[ -z "${SEDA_BIN:-}" ]]; then
-    (cd "$REPO" && cargo build --release -q -p seda-cli)
-    SEDA_BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/seda"
-fi
+bench_seda_bin
 
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-WORK=$(mktemp -d -t seda-access-log-bench.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${PIDS[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-bench_at_exit cleanup
+bench_workdir seda-access-log-bench
 mkdir -p "$WORK/www"
 head -c 1024 /dev/urandom >"$WORK/www/1k.bin"
 

@@ -50,10 +50,7 @@ for w in "${WHICH[@]}"; do
     case $w in
     nginx) NGINX=$(bench_need nginx nginx) ;;
     h2o) H2O=$(bench_need h2o h2o) ;;
-    seda) if [[ -z "${SEDA_BIN:-}" ]]; then
-        (cd "$REPO" && cargo build --release -q -p seda-cli)
-        SEDA_BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/seda"
-    fi ;;
+    seda) bench_seda_bin ;;
     ceiling)
         (cd "$REPO/bench/ceiling" && cargo build --release -q)
         CEILING_BIN="$REPO/bench/ceiling/target/release/ceiling"

@@ -32,10 +32,7 @@ ROUNDS=${ROUNDS:-3}
 bench_lock
 NGINX=$(bench_need nginx nginx)
 PYTHON=$(bench_need python3 python3)
-if [[ -z "${SEDA_BIN:-}" ]]; then
-    cargo build --release -q -p seda-cli
-    SEDA_BIN="${CARGO_TARGET_DIR:-target}/release/seda"
-fi
+bench_seda_bin
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 if (($(ulimit -n) < CONNS + 200)); then
     echo "run.sh: CONNS=$CONNS needs an open-files limit of at least $((CONNS + 200)) (ulimit -n is $(ulimit -n))" >&2

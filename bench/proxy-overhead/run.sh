@@ -36,24 +36,9 @@ bench_lock
 WRK=$(bench_need wrk wrk)
 NGINX=$(bench_need nginx nginx)
 
-if [[ -z "${SEDA_BIN:-}" ]]; then
-    (cd "$REPO" && cargo build --release -q -p seda-cli)
-    SEDA_BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/seda"
-fi
+bench_seda_bin
 
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-WORK=$(mktemp -d -t seda-proxy-overhead.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${PIDS[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-bench_at_exit cleanup
+bench_workdir seda-proxy-overhead
 bench_begin proxy-overhead
 echo "# ${ROUNDS} rounds x ${DURATION} s, wrk -t$THREADS, 1 KiB file, connections: $CONNS, EXTRA='$EXTRA', $($NGINX -v 2>&1 | sed 's/.*: //')"
 

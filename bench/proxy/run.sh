@@ -25,9 +25,6 @@ done
 GUNICORN=$(bench/proxy/install.sh)
 bench_need nginx nginx >/dev/null
 bench_need haproxy haproxy >/dev/null
-if [[ -z "${SEDA_BIN:-}" ]]; then
-    cargo build --release -q -p seda-cli
-    SEDA_BIN="${CARGO_TARGET_DIR:-target}/release/seda"
-fi
+bench_seda_bin
 bench_begin proxy
 "$SEDA_BIN" experiment proxy --gunicorn "$GUNICORN" --app-dir bench/proxy --out "$OUT" "$@"

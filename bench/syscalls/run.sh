@@ -24,21 +24,10 @@ REPO=$(cd "$HERE/../.." && pwd)
 bench_lock
 WRK=$(bench_need wrk wrk)
 PERF=$(command -v perf) || { echo "run.sh: needs perf (linux-perf)" >&2; exit 2; }
-if [[ -z "${SEDA_BIN:-}" ]]; then
-    (cd "$REPO" && cargo build --release -q -p seda-cli)
-    SEDA_BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/seda"
-fi
+bench_seda_bin
 (cd "$REPO/bench/ceiling" && cargo build --release -q)
 CEILING_BIN="$REPO/bench/ceiling/target/release/ceiling"
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-WORK=$(mktemp -d -t seda-syscalls.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-bench_at_exit cleanup
+bench_workdir seda-syscalls
 bench_begin syscalls
 EVENTS=raw_syscalls:sys_enter,io_uring:io_uring_submit_req,io_uring:io_uring_complete
 "$PERF" stat -x, -e "$EVENTS" -- true >/dev/null 2>&1 || {

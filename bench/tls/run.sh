@@ -30,24 +30,9 @@ WRK=$(bench_need wrk wrk)
 NGINX=$(bench_need nginx nginx)
 OPENSSL=$(bench_need openssl openssl)
 
-if [[ -z "${SEDA_BIN:-}" ]]; then
-    (cd "$REPO" && cargo build --release -q -p seda-cli)
-    SEDA_BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/seda"
-fi
+bench_seda_bin
 
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-WORK=$(mktemp -d -t seda-tls-bench.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${PIDS[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-bench_at_exit cleanup
+bench_workdir seda-tls-bench
 
 mkdir -p "$WORK/www" "$WORK/nginx/logs" "$WORK/pki"
 chmod 755 "$WORK"

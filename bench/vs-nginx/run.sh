@@ -63,26 +63,11 @@ WRK=$(bench_need wrk wrk)
 NGINX=$(bench_need nginx nginx)
 H2O=$(bench_need h2o h2o)
 
-if [[ -z "${SEDA_BIN:-}" ]]; then
-    (cd "$REPO" && cargo build --release -q -p seda-cli)
-    SEDA_BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/seda"
-fi
+bench_seda_bin
 (cd "$REPO/bench/ceiling" && cargo build --release -q)
 CEILING_BIN="$REPO/bench/ceiling/target/release/ceiling"
 
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-WORK=$(mktemp -d -t seda-vs-nginx.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${PIDS[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-bench_at_exit cleanup
+bench_workdir seda-vs-nginx
 bench_begin vs-nginx
 echo "# ${ROUNDS} rounds x ${DURATION} s, wrk -t$THREADS, files: $FILES, connections: $CONNS, QUEUED=$QUEUED, URING=$URING, EXTRA='$EXTRA', $($NGINX -v 2>&1 | sed 's/.*: //'), $($H2O --version 2>&1 | head -1), h2o threads $H2O_THREADS"
 
