@@ -122,9 +122,7 @@ thread_local! {
 /// Adds a group on top of this thread's stack.
 fn push_group(g: Box<dyn Group>) {
     GROUPS.with(|gs| gs.borrow_mut().push(g));
-    let mut f = FRAME.get();
-    f.len += 1;
-    FRAME.with(|c| c.set(f));
+    set_len(|len| len + 1);
 }
 
 /// Takes the group at `i` off this thread's stack.
@@ -134,11 +132,20 @@ fn take_group(i: usize) -> Option<Box<dyn Group>> {
         (i < gs.len()).then(|| gs.remove(i))
     });
     if g.is_some() {
-        let mut f = FRAME.get();
-        f.len -= 1;
-        FRAME.with(|c| c.set(f));
+        set_len(|len| len - 1);
     }
     g
+}
+
+/// Updates the frame's count of groups (one thread-local access).
+fn set_len(f: impl FnOnce(usize) -> usize) {
+    FRAME.with(|c| {
+        let frame = c.get();
+        c.set(Frame {
+            len: f(frame.len),
+            ..frame
+        });
+    });
 }
 
 /// The frame of the batch that ran before [`open`]: [`flush`] restores it.
@@ -201,12 +208,7 @@ pub(super) fn flush(outer: Mark, end: u64) -> u64 {
                 // `len` mirrors the stack's length, so this cannot happen; if it
                 // did, forget the phantom groups rather than loop.
                 debug_assert!(false, "frame length out of step with its groups");
-                FRAME.with(|c| {
-                    c.set(Frame {
-                        len: base,
-                        ..c.get()
-                    })
-                });
+                set_len(|_| base);
             }
         }
     }
