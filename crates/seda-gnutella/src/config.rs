@@ -182,8 +182,8 @@ pub struct RouterConfig {
     /// Bytes we let wait in a connection's socket queue before holding messages in
     /// our own queue (where they can be dropped by value). Default 256 KiB.
     pub socket_budget: usize,
-    /// A peer whose outgoing queue stays over its threshold this long is closed.
-    /// Default 5 s.
+    /// A peer whose outgoing queue stays over its threshold this long, or that reads
+    /// none of its queue this long, is closed. Default 5 s.
     pub slow_grace: Duration,
     /// Artificial cost of each query in the router stage (SEDA Fig. 14 sleeps 20 ms
     /// per query). Default none.

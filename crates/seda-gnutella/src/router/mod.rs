@@ -19,7 +19,8 @@
 //! each destination's output lock.
 //!
 //! Every [`TICK`] the router drains the held-back queues of slow peers, closes a
-//! peer whose queue has stayed over its threshold for `slow_grace`, and sends a
+//! peer whose queue has stayed over its threshold, or has read none of its queue,
+//! for `slow_grace`, and sends a
 //! keep-alive ping on links it has been quiet on. Ticks form a chain (each
 //! schedules the next); a chain broken by a refused tick is re-armed by the next
 //! batch that finds the last tick stale, with a new generation (the old one, if it

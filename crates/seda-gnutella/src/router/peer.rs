@@ -50,6 +50,9 @@ struct Out {
     deflate: Option<Deflater>,
     /// Since when the queue has been over its threshold (dropping).
     over_since: Option<Instant>,
+    /// Since when the router's ticks found the queue not empty and could move none
+    /// of it to the socket (the peer reads nothing).
+    stalled_since: Option<Instant>,
 }
 
 /// An established connection.
@@ -108,6 +111,7 @@ impl Peer {
                 queue: OutQueue::new(out_queue_bytes),
                 deflate: info.deflate_out.then(Deflater::default),
                 over_since: None,
+                stalled_since: None,
             }),
             info,
             socket_budget,
@@ -231,11 +235,22 @@ impl Peer {
     }
 
     /// Moves queued messages to the socket while it has room. Returns how long the
-    /// queue has been over its threshold, if it still is.
+    /// peer has been slow, if it still is: its queue over its threshold, or not
+    /// empty with none of it moved to the socket, whichever began first.
     pub(crate) fn drain(&self, w: &Writer, now: Instant) -> Option<std::time::Duration> {
         let mut o = self.out.lock();
+        let before = o.queue.bytes();
         self.drain_locked(&mut o, w);
-        o.over_since.map(|t| now.saturating_duration_since(t))
+        // A backlog that sank under half the threshold by dropping ends `over_since`,
+        // but a peer that reads nothing must still go: a queue no tick can move any
+        // of counts as stalled, and the longer of the two is the peer's slowness.
+        if o.queue.is_empty() || o.queue.bytes() < before {
+            o.stalled_since = None;
+        } else {
+            o.stalled_since.get_or_insert(now);
+        }
+        let since = |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t));
+        since(o.over_since).max(since(o.stalled_since))
     }
 
     fn drain_locked(&self, o: &mut Out, w: &Writer) {
