@@ -43,25 +43,6 @@
 //! assert_eq!(seen.load(Ordering::Relaxed), 100);
 //! ```
 
-/// `with_FIELD(value) -> Self` setters, one per listed field, for the
-/// `#[non_exhaustive]` configurations (code outside the crate cannot write their
-/// struct literals): `setters!(Config { with_x: x: f64, ... })`.
-macro_rules! setters {
-    ($ty:ident { $($setter:ident: $field:ident: $t:ty),* $(,)? }) => {
-        impl $ty {
-            $(
-                #[doc = concat!("Sets [`", stringify!($field), "`](Self::", stringify!($field), ").")]
-                #[must_use]
-                pub fn $setter(mut self, $field: $t) -> Self {
-                    self.$field = $field;
-                    self
-                }
-            )*
-        }
-    };
-}
-pub(crate) use setters;
-
 mod clock;
 mod color;
 mod core;
@@ -74,6 +55,7 @@ mod lifecycle;
 mod loom;
 mod queue;
 mod runtime;
+mod setters;
 mod sink;
 mod stage;
 mod stats;
@@ -81,6 +63,8 @@ mod timer;
 
 pub mod admission;
 pub mod control;
+
+pub(crate) use crate::setters::setters;
 
 pub use crate::domain::{Domain, MAX_INLINE_DEPTH};
 pub use crate::envelope::{Class, Color, Meta};

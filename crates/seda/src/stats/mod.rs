@@ -28,7 +28,23 @@ use crate::admission::AdmissionState;
 use recorder::draw_sample;
 use recorder::{Pending, Recorder, Totals};
 pub(crate) use recorder::{Run, TRACKED_CLASSES, Tally};
-pub(crate) use snapshot::SnapshotInput;
+
+/// What a stage knows of itself beyond its stats.
+#[derive(Debug)]
+pub(crate) struct SnapshotInput<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) state: &'static str,
+    pub(crate) thread_model: &'static str,
+    pub(crate) domain: Option<&'a str>,
+    pub(crate) queue_len: usize,
+    pub(crate) capacity: usize,
+    /// `(threads, busy, idle)`.
+    pub(crate) threads: (usize, usize, usize),
+    pub(crate) batch_size: usize,
+    pub(crate) admission: Option<AdmissionState>,
+    pub(crate) admission_enabled: bool,
+    pub(crate) p90: Option<Duration>,
+}
 
 /// Histogram bounds: 1 microsecond to 1 hour, 3 significant digits.
 fn new_hist() -> Histogram<u64> {

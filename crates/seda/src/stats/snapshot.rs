@@ -2,27 +2,10 @@
 //! admission policy.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
 
-use super::{ClassCounts, LatencySummary, StageSnapshot, StageStats, TRACKED_CLASSES};
-use crate::admission::AdmissionState;
-
-/// What a stage knows of itself beyond its stats.
-#[derive(Debug)]
-pub(crate) struct SnapshotInput<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) state: &'static str,
-    pub(crate) thread_model: &'static str,
-    pub(crate) domain: Option<&'a str>,
-    pub(crate) queue_len: usize,
-    pub(crate) capacity: usize,
-    /// `(threads, busy, idle)`.
-    pub(crate) threads: (usize, usize, usize),
-    pub(crate) batch_size: usize,
-    pub(crate) admission: Option<AdmissionState>,
-    pub(crate) admission_enabled: bool,
-    pub(crate) p90: Option<Duration>,
-}
+use super::{
+    ClassCounts, LatencySummary, SnapshotInput, StageSnapshot, StageStats, TRACKED_CLASSES,
+};
 
 impl StageStats {
     /// The snapshot; merges pending samples first, so its histograms are exact.
