@@ -1,4 +1,5 @@
-//! The chunked body decoder (`proto::ChunkedDecoder`). Properties checked beyond "no
+//! The chunked body decoder (`seda_chunked::ChunkedDecoder`, the one decoder of the
+//! servers, the proxy and the load generator). Properties checked beyond "no
 //! panic":
 //! - the same bytes fed whole, one byte at a time, or cut at arbitrary points give the
 //!   same body, the same bytes consumed, the same end and the same error;
@@ -10,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use seda_http::proto::{ChunkLimits, ChunkedDecoder, ChunkedError};
+use seda_chunked::{ChunkLimits, ChunkedDecoder, ChunkedError};
 
 fuzz_target!(|data: &[u8]| {
     for limits in [

@@ -1,18 +1,30 @@
 //! The crate's one HTTP/1.1 response reader, incremental: status and headers by
-//! `httparse`, bodies framed by Content-Length, chunked transfer coding, or the end of
-//! the connection. The load generator's reader ([`ResponseReader::new`]) counts body
+//! `httparse`, bodies framed by Content-Length, chunked transfer coding (decoded by
+//! `seda_chunked`, the decoder the server uses and `fuzz/` fuzzes), or the end of the
+//! connection. The load generator's reader ([`ResponseReader::new`]) counts body
 //! bytes and drops them; the mail readers' client ([`ResponseReader::keeping`]) keeps
 //! the header fields and the body, up to a bound.
 
+use seda_chunked::{ChunkLimits, ChunkedDecoder};
+
 /// Largest response head accepted, in bytes.
 pub const MAX_HEAD: usize = 64 * 1024;
+
+/// The chunked decoder's bounds: the body is unbounded here (a keeping reader
+/// bounds what it keeps itself, as [`HttpError::BodyTooLarge`]); a size line holds
+/// at most 4 KiB, the trailers 16 KiB.
+fn chunk_limits() -> ChunkLimits {
+    ChunkLimits::new(u64::MAX)
+}
 
 /// Why a response could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HttpError {
     /// The head is not valid HTTP or exceeds [`MAX_HEAD`].
     BadHead(String),
-    /// A chunk-size line is not hexadecimal or a chunk is not followed by CRLF.
+    /// The chunked framing is malformed (RFC 9112 7.1, as strictly as the server
+    /// reads request bodies: lines end with CRLF) or a size line or the trailers
+    /// pass their bound (4 KiB, 16 KiB).
     BadChunk,
     /// The connection ended before the response did.
     Truncated,
@@ -56,10 +68,8 @@ pub enum Feed {
 enum State {
     Head,
     Fixed(u64),
-    ChunkSize,
-    ChunkData(u64),
-    ChunkEnd,
-    Trailers,
+    /// A chunked body, read by `ResponseReader::chunked`.
+    Chunked,
     UntilClose,
 }
 
@@ -76,7 +86,8 @@ struct Kept {
 pub struct ResponseReader {
     state: State,
     head: Vec<u8>,
-    line: Vec<u8>,
+    /// The decoder of the current chunked body (reset at each one).
+    chunked: ChunkedDecoder,
     head_request: bool,
     status: u16,
     close: bool,
@@ -96,7 +107,7 @@ impl ResponseReader {
         ResponseReader {
             state: State::Head,
             head: Vec::with_capacity(1024),
-            line: Vec::new(),
+            chunked: ChunkedDecoder::new(chunk_limits()),
             head_request: false,
             status: 0,
             close: false,
@@ -148,7 +159,6 @@ impl ResponseReader {
     pub fn start(&mut self, head_request: bool) {
         self.state = State::Head;
         self.head.clear();
-        self.line.clear();
         self.head_request = head_request;
         self.status = 0;
         self.close = false;
@@ -239,50 +249,32 @@ impl ResponseReader {
                     self.bytes += rest.len() as u64;
                     i = data.len();
                 }
-                State::ChunkData(n) => {
-                    let take = (rest.len() as u64).min(n);
-                    self.keep_body(&rest[..take as usize])?;
-                    self.bytes += take;
-                    i += take as usize;
-                    self.state = if n == take {
-                        State::ChunkEnd
-                    } else {
-                        State::ChunkData(n - take)
-                    };
-                }
-                State::ChunkSize | State::ChunkEnd | State::Trailers => {
-                    let (line_done, used) = take_line(&mut self.line, rest);
-                    self.bytes += used as u64;
-                    i += used;
-                    if !line_done {
-                        if self.line.len() > 4096 {
-                            return Err(HttpError::BadChunk);
-                        }
-                        continue;
-                    }
-                    let line = trim_crlf(&self.line).to_vec();
-                    self.line.clear();
-                    match self.state {
-                        State::ChunkSize => {
-                            let size = parse_chunk_size(&line)?;
-                            self.state = if size == 0 {
-                                State::Trailers
-                            } else {
-                                State::ChunkData(size)
-                            };
-                        }
-                        State::ChunkEnd => {
-                            if !line.is_empty() {
-                                return Err(HttpError::BadChunk);
+                State::Chunked => {
+                    let kept = &mut self.kept;
+                    let mut over = false;
+                    let fed = self
+                        .chunked
+                        .feed(rest, |bytes| {
+                            if let Some(k) = kept {
+                                if over || k.body.len() + bytes.len() > k.max_body {
+                                    over = true;
+                                } else {
+                                    k.body.extend_from_slice(bytes);
+                                }
                             }
-                            self.state = State::ChunkSize;
-                        }
-                        _ => {
-                            if line.is_empty() {
-                                return Ok(self.done(i));
-                            }
-                        }
+                        })
+                        .map_err(|_| HttpError::BadChunk)?;
+                    if over {
+                        return Err(HttpError::BodyTooLarge);
                     }
+                    self.bytes += fed.consumed as u64;
+                    i += fed.consumed;
+                    if fed.done {
+                        return Ok(self.done(i));
+                    }
+                    // Short of the end, the decoder consumes all it is given.
+                    debug_assert_eq!(fed.consumed, rest.len());
+                    i = data.len();
                 }
             }
         }
@@ -361,7 +353,8 @@ impl ResponseReader {
         } else if self.head_request || matches!(status, 204 | 304) {
             self.state = State::Fixed(0);
         } else if chunked {
-            self.state = State::ChunkSize;
+            self.chunked = ChunkedDecoder::new(chunk_limits());
+            self.state = State::Chunked;
         } else if let Some(n) = length {
             self.state = State::Fixed(n);
         } else {
@@ -377,36 +370,6 @@ fn find_crlfcrlf(buf: &[u8], from: usize) -> Option<usize> {
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .map(|p| p + from)
-}
-
-/// Append bytes up to and including the first `\n`; (line complete, bytes used).
-fn take_line(line: &mut Vec<u8>, data: &[u8]) -> (bool, usize) {
-    match data.iter().position(|&b| b == b'\n') {
-        Some(p) => {
-            line.extend_from_slice(&data[..=p]);
-            (true, p + 1)
-        }
-        None => {
-            line.extend_from_slice(data);
-            (false, data.len())
-        }
-    }
-}
-
-fn trim_crlf(line: &[u8]) -> &[u8] {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    line.strip_suffix(b"\r").unwrap_or(line)
-}
-
-fn parse_chunk_size(line: &[u8]) -> Result<u64, HttpError> {
-    let hex = line.split(|&b| b == b';').next().unwrap_or(&[]);
-    let s = std::str::from_utf8(hex)
-        .map_err(|_| HttpError::BadChunk)?
-        .trim();
-    if s.is_empty() {
-        return Err(HttpError::BadChunk);
-    }
-    u64::from_str_radix(s, 16).map_err(|_| HttpError::BadChunk)
 }
 
 #[cfg(test)]
@@ -535,6 +498,11 @@ mod tests {
             Err(HttpError::BodyTooLarge)
         );
         r.start(false);
+        assert_eq!(
+            r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nWik\r\n3\r\nipe"),
+            Err(HttpError::BodyTooLarge)
+        );
+        r.start(false);
         assert_eq!(r.feed(b"HTTP/1.0 200 OK\r\n\r\nabc").unwrap(), Feed::More);
         assert!(r.eof().unwrap().close);
         assert_eq!(r.take_body(), b"abc");
@@ -557,13 +525,47 @@ mod tests {
         );
         r.start(false);
         assert_eq!(
-            r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX")
+            r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab")
                 .unwrap(),
             Feed::More
         );
-        assert_eq!(r.feed(b"\r\n"), Err(HttpError::BadChunk));
+        assert_eq!(r.feed(b"X\r\n"), Err(HttpError::BadChunk));
         r.start(false);
         let big = vec![b'a'; MAX_HEAD + 10];
         assert!(r.feed(&big).is_err());
+    }
+
+    #[test]
+    fn chunked_framing_is_read_as_strictly_as_the_server_reads_it() {
+        // The decoder is seda-http's (seda_chunked): lines end with CRLF, the size has
+        // no leading whitespace, a size line holds at most 4 KiB.
+        let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let long_extension = format!("1;{}\r\na\r\n0\r\n\r\n", "e".repeat(5000));
+        for body in [
+            &b"5\nhello\r\n0\r\n\r\n"[..],
+            b" 5\r\nhello\r\n0\r\n\r\n",
+            b"5\r\nhello\r\n0\r\n\n",
+            long_extension.as_bytes(),
+        ] {
+            let mut r = ResponseReader::new();
+            r.start(false);
+            let msg = [&head[..], body].concat();
+            assert_eq!(
+                r.feed(&msg),
+                Err(HttpError::BadChunk),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        let mut r = ResponseReader::new();
+        r.start(false);
+        let msg = [&head[..], b"5 ; a=b\r\nhello\r\n00\r\nT: 1\r\n\r\nNEXT"].concat();
+        match r.feed(&msg).unwrap() {
+            Feed::Done { response, used } => {
+                assert_eq!((response.status, used), (200, msg.len() - 4));
+                assert_eq!(response.bytes, used as u64);
+            }
+            Feed::More => panic!("incomplete"),
+        }
     }
 }

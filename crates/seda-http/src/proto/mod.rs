@@ -1,5 +1,5 @@
 //! The HTTP/1.x protocol layer, pure and free of the runtime: request parsing with
-//! limits, chunked body decoding, path translation, MIME types, the cached `Date`
+//! limits, chunked body decoding (the `seda-chunked` crate, re-exported here), path translation, MIME types, the cached `Date`
 //! header, validators (ETag, Last-Modified), conditional GET, byte ranges, and
 //! response heads.
 //!
@@ -7,7 +7,6 @@
 //! system, for [`translate`]), so the stages of the server are thin and the protocol
 //! is unit-tested, property-tested and fuzzed on its own.
 
-mod chunked;
 mod date;
 mod mime;
 mod path;
@@ -15,7 +14,6 @@ mod request;
 mod response;
 mod status;
 
-pub use chunked::{ChunkLimits, ChunkedDecoder, ChunkedError, Fed};
 pub use date::{DateCache, http_date};
 pub use mime::content_type;
 pub use path::{
@@ -30,4 +28,5 @@ pub use response::{
     ByteRange, Conditional, RangeRequest, Validators, etag_matches, evaluate_conditional,
     parse_range, write_head,
 };
+pub use seda_chunked::{ChunkLimits, ChunkedDecoder, ChunkedError, Fed};
 pub use status::Status;

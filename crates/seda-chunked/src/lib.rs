@@ -1,4 +1,11 @@
-//! Incremental decoder of chunked request bodies (RFC 9112 7.1), with limits.
+//! # seda-chunked: the one decoder of HTTP/1.1 chunked bodies
+//!
+//! An incremental decoder of chunked bodies (RFC 9112 7.1), with limits. The
+//! server's request bodies and the proxy's upstream responses (`seda-http`, which
+//! re-exports it as `seda_http::proto::ChunkedDecoder`), the load generator's response
+//! reader (`seda-load`) and the experiments' stats reader all decode with it, and
+//! `fuzz/fuzz_targets/chunked.rs` fuzzes it. It depends on nothing, so that
+//! `seda-load`, which shares no code with the servers it measures, can use it too.
 //!
 //! ```text
 //! chunked-body = *chunk last-chunk trailer-section CRLF
@@ -10,6 +17,24 @@
 //! callback (which may keep or drop it) and says how many input bytes it consumed and
 //! whether the body ended. It is a pure state machine over bytes, so it is fuzzed on
 //! its own.
+//!
+//! # Examples
+//!
+//! ```
+//! use seda_chunked::{ChunkLimits, ChunkedDecoder};
+//!
+//! let mut decoder = ChunkedDecoder::new(ChunkLimits::new(1024));
+//! let mut body = Vec::new();
+//! // A body that arrives in two reads, followed by the next message.
+//! let first = decoder.feed(b"5\r\nhel", |data| body.extend_from_slice(data)).unwrap();
+//! assert_eq!((first.consumed, first.done), (6, false));
+//! let second = decoder
+//!     .feed(b"lo\r\n0\r\n\r\nGET /next", |data| body.extend_from_slice(data))
+//!     .unwrap();
+//! assert!(second.done);
+//! assert_eq!(body, b"hello");
+//! assert_eq!(second.consumed, 9, "the next message is not consumed");
+//! ```
 //!
 //! # Strictness
 //! Lines end with CRLF only (a bare LF or CR is an error, as in the head); the size is
@@ -24,6 +49,8 @@
 //!   past it the decoder fails with [`ChunkedError::TooLarge`] before handing any of
 //!   the chunk that would cross it.
 //! - After `done` or an error, further input is never consumed.
+
+#![forbid(unsafe_code)]
 
 use std::fmt;
 
