@@ -260,6 +260,10 @@ fn a_quiet_link_gets_keepalive_pings_and_their_pongs_count_as_ours() {
         ..Msg::new(PONG, 1, 0, pong([10, 0, 0, 3], 6346))
     });
     r.wait("host learned from the pong", |s| s.known_hosts >= 1);
+    // The opening ping and the keep-alive, both ours, in the per-type counter.
+    r.wait("the keep-alive counted as sent", |s| {
+        s.sent.get("ping").copied().unwrap_or(0) >= 2
+    });
 }
 
 #[test]

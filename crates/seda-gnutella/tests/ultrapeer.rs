@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use seda_gnutella::{HandshakeLimit, PongCacheConfig, QrpConfig, RouterConfig};
@@ -211,6 +212,56 @@ fn leaves_past_the_limit_are_refused_and_the_headers_say_so() {
     });
 }
 
+/// The default (`--max-leaves 32`) takes 32 leaves; while only leaf slots are
+/// free our answers say `X-Ultrapeer-Needed: False` (be our leaf), and `X-Degree`
+/// carries our ultrapeer degree (at least 16), as gtk-gnutella's do.
+#[test]
+fn the_default_takes_32_leaves_and_the_headers_say_which_slots_are_free() {
+    let r = TestRouter::start(RouterConfig {
+        max_peers: 1,
+        ..RouterConfig::default()
+    });
+    let up = Peer::connect(r.addr());
+    assert_eq!(up.head.get("X-Ultrapeer-Needed"), Some("True"));
+    assert_eq!(up.head.get("X-Degree"), Some("16"));
+    let leaves: Vec<Peer> = (0..32)
+        .map(|i| {
+            let l = Peer::connect_with(r.addr(), &leaf_opts());
+            assert_eq!(l.head.get("X-Ultrapeer-Needed"), Some("False"), "leaf {i}");
+            l
+        })
+        .collect();
+    let mut full = Peer::try_connect(r.addr(), &leaf_opts()).expect("an answer");
+    assert_eq!(full.head.code(), 503, "{}", full.head.start);
+    assert!(full.closed_within(T).0);
+    r.wait("32 leaves, the 33rd refused", |s| {
+        s.leaves == 32 && s.peers == 33 && s.event("refused_leaves_full") == 1
+    });
+    drop(leaves);
+}
+
+/// With the pong cache (the default) a ping is answered, and the cache refilled
+/// by pinging our ultrapeers: never our leaves, who did not ask.
+#[test]
+fn a_leaf_gets_no_cache_refill_ping() {
+    let r = TestRouter::start(RouterConfig {
+        advertise: Some("10.0.0.1:6346".parse().unwrap()),
+        ..RouterConfig::default()
+    });
+    let mut l = leaf(&r);
+    let mut up = peers(&r, 2);
+    r.wait("a leaf and two ultrapeers", |s| {
+        s.peers == 3 && s.leaves == 1
+    });
+    up[0].send(&Msg::new(PING, 3, 0, vec![]));
+    let refill = up[1].recv_kind(PING, T).expect("the refill ping");
+    assert_eq!(refill.hops, 0);
+    assert!(refill.ttl > 1, "{refill:?}");
+    r.wait("the refill counted", |s| s.pong_cache.refreshes == 1);
+    let seen = l.drain(QUIET);
+    assert!(seen.iter().all(|m| m.kind != PING), "{seen:?}");
+}
+
 #[test]
 fn ultrapeers_that_ask_get_the_union_of_our_leaves_tables() {
     let r = TestRouter::start(RouterConfig {
@@ -415,20 +466,42 @@ fn a_hammering_address_gets_429_with_retry_after() {
     });
 }
 
+/// Hosts of one /24, each under its own limit: the network's limit bans them
+/// together, and a host of another network is not held back.
 #[test]
 fn a_hammering_network_gets_429_too() {
     let r = TestRouter::start(RouterConfig {
         handshake_limit: HandshakeLimit {
             exempt_loopback: false,
-            per_addr: 0,
+            per_addr: 2,
             per_net: 3,
             ..HandshakeLimit::default()
         },
         ..RouterConfig::default()
     });
-    let _v: Vec<Peer> = (0..3).map(|_| Peer::connect(r.addr())).collect();
-    let late = Peer::try_connect(r.addr(), &Opts::default()).expect("an answer");
+    let from = |ip: [u8; 4]| {
+        Peer::try_connect_from(IpAddr::from(ip), r.addr(), &Opts::default()).expect("an answer")
+    };
+    let _v: Vec<Peer> = (2..5)
+        .map(|host| {
+            let p = from([127, 0, 0, host]);
+            assert_eq!(p.head.code(), 200, "127.0.0.{host}: {}", p.head.start);
+            p
+        })
+        .collect();
+    let mut late = from([127, 0, 0, 5]);
     assert_eq!(late.head.code(), 429);
-    assert!(late.head.get("Retry-After").is_some());
-    r.wait("counted", |s| s.event("refused_rate_limit_net") == 1);
+    let secs: u64 = late.head.get("Retry-After").unwrap().parse().unwrap();
+    assert!((1..=300).contains(&secs), "{secs}");
+    assert!(late.closed_within(T).0);
+    let other = from([127, 0, 1, 2]);
+    assert_eq!(
+        other.head.code(),
+        200,
+        "another network: {}",
+        other.head.start
+    );
+    r.wait("counted", |s| {
+        s.event("refused_rate_limit_net") == 1 && s.event("refused_rate_limit") == 0 && s.peers == 4
+    });
 }

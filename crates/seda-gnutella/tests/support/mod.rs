@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
@@ -208,11 +208,37 @@ pub fn connect_raw(addr: SocketAddr) -> TcpStream {
     s
 }
 
+/// A connection to `addr` from the local address `src` (any of 127.0.0.0/8 on
+/// loopback: hosts of one network, or of several, for the rate limit's tests).
+pub fn connect_raw_from(src: IpAddr, addr: SocketAddr) -> TcpStream {
+    use rustix::net::{AddressFamily, SocketType};
+    let family = if src.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket(family, SocketType::STREAM, None).expect("socket");
+    rustix::net::bind(&fd, &SocketAddr::new(src, 0)).expect("bind the source address");
+    rustix::net::connect(&fd, &addr).expect("connect to router");
+    let s = TcpStream::from(fd);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
 impl Peer {
     /// Handshakes as a client; returns the router's answer whatever its code (the
     /// final 200 is sent only after a 200).
     pub fn try_connect(addr: SocketAddr, o: &Opts) -> io::Result<Peer> {
-        let mut s = connect_raw(addr);
+        Self::handshake(connect_raw(addr), o)
+    }
+
+    /// As [`Peer::try_connect`], from the local address `src`.
+    pub fn try_connect_from(src: IpAddr, addr: SocketAddr, o: &Opts) -> io::Result<Peer> {
+        Self::handshake(connect_raw_from(src, addr), o)
+    }
+
+    fn handshake(mut s: TcpStream, o: &Opts) -> io::Result<Peer> {
         let mut headers = o.headers.clone();
         if o.accept_deflate {
             headers.push(("Accept-Encoding".into(), "deflate".into()));
