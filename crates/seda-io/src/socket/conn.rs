@@ -30,7 +30,7 @@ use bytes::{Buf, Bytes};
 use mio::net::TcpStream;
 use parking_lot::Mutex;
 
-use super::ConnId;
+use super::event::ConnId;
 use crate::sys;
 
 /// What a queued file segment counts toward the write threshold: its bytes are not

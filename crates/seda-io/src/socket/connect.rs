@@ -16,7 +16,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use seda::Sink;
 
 use super::conn::Conn;
-use super::{Cmd, ConnId, SocketEvent, Writer};
+use super::event::{ConnId, SocketEvent};
+use super::shared::Cmd;
+use super::writer::Writer;
 
 impl Writer {
     /// Opens a connection to `addr` without blocking; its events go to `sink` (see

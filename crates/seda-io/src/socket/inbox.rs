@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use seda::{Color, EnqueueError, Meta, Sink};
 
-use super::{Shared, SocketEvent};
+use super::event::SocketEvent;
+use super::shared::Shared;
 
 /// Retry period of refused deliveries (backpressure).
 pub(super) const RETRY: Duration = Duration::from_millis(1);

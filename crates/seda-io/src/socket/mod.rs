@@ -8,7 +8,11 @@
 //! with the next wait, in one system call; `uring/`). Everything below holds for
 //! both; the tests run once per backend (`SEDA_TEST_IO`). `Auto` takes
 //! [`IoBackend::PREFERRED`] where the kernel offers io_uring, and says which runs and
-//! why in one log line ([`SocketHandle::backend_reason`]).
+//! why in one log line ([`SocketHandle::backend_reason`]). The bookkeeping of
+//! connections both loops do alike (events in order with the refused ones held,
+//! admission, teardown, outbound connects, commands, the send timeout, the stop) is
+//! written once (`book`); each backend adds only its system calls and their state
+//! (`epoll`, `uring/`).
 //!
 //! # How the loops map onto stages
 //! One stage, `sock-io` by default ([`SocketConfig::stage_name`]), with one fixed
@@ -93,224 +97,32 @@
 //! connection gets one best-effort flush, is closed, and its `Closed { reason:
 //! Shutdown }` is delivered. Every accepted or outbound connection gets exactly one `Closed`.
 
+mod book;
 mod config;
 mod conn;
 mod connect;
 mod epoll;
+mod event;
 mod inbox;
+mod shared;
 mod uring;
 mod writer;
 
-use std::collections::HashMap;
-use std::fmt;
-use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use mio::Waker;
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex};
 use seda::{Batch, Context, Runtime, Sink, ThreadModel};
 use serde::{Deserialize, Serialize};
 
 pub use config::{BacklogAction, DEFAULT_STAGE, IoBackend, SocketConfig};
-use conn::Conn;
+pub use event::{CloseReason, ConnId, Outgoing, SocketEvent, WriteError};
+use shared::{ConnTable, Counters, LoopRun, LoopSlot, Shared, Wake};
 pub use writer::{ConnWriter, Writer};
-
-static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
-
-/// A connection's identity: unique in the process, never reused. Events of one
-/// connection carry `Color(conn.0)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub u64);
-
-impl ConnId {
-    pub(crate) fn next() -> Self {
-        ConnId(NEXT_CONN.fetch_add(1, Relaxed))
-    }
-}
-
-impl fmt::Display for ConnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "conn#{}", self.0)
-    }
-}
-
-/// Why a connection closed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CloseReason {
-    /// The peer closed its side (read returned end of file).
-    PeerClosed,
-    /// A read or write failed.
-    Error(io::ErrorKind),
-    /// The outgoing queue passed the write threshold ([`BacklogAction::Close`]).
-    Backlog,
-    /// The application called [`Writer::close`] or [`Writer::abort`].
-    Local,
-    /// The socket stages stopped.
-    Shutdown,
-}
-
-/// An event the socket stages deliver to the application's sink. Each carries
-/// `Color(conn.0)`; `born` is the time the event arose (bytes read, connection
-/// accepted). More kinds may be added: match with a wildcard arm.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum SocketEvent {
-    /// A new connection from the listener. The first event of an accepted
-    /// connection.
-    Accepted {
-        /// The connection.
-        conn: ConnId,
-        /// The peer's address.
-        peer: SocketAddr,
-    },
-    /// A connection the application opened itself and handed over with
-    /// [`Writer::adopt`] (an outgoing connection): its first event, in place of
-    /// `Accepted`, so that the application tells the two directions apart
-    /// without keeping a table of its own dials.
-    Adopted {
-        /// The connection (the id `adopt` returned).
-        conn: ConnId,
-        /// The peer's address (the address connected to).
-        peer: SocketAddr,
-    },
-    /// An outbound connection ([`Writer::connect`]) is established. Always its first
-    /// event; a connection whose connect fails gets only `Closed`.
-    Connected {
-        /// The connection.
-        conn: ConnId,
-        /// The address connected to.
-        peer: SocketAddr,
-    },
-    /// Bytes read, at most `read_chunk` of them.
-    Data {
-        /// The connection.
-        conn: ConnId,
-        /// The bytes, in stream order.
-        bytes: Vec<u8>,
-    },
-    /// The outgoing queue passed its threshold ([`BacklogAction::Notify`] only); sent
-    /// once per crossing.
-    WriteBacklog {
-        /// The connection.
-        conn: ConnId,
-        /// Bytes queued when the threshold was passed.
-        queued: usize,
-    },
-    /// Reading resumed after [`Writer::pause_reading`]: input the application held
-    /// back meanwhile can be processed now. One per [`Writer::resume_reading`] that
-    /// found reading paused, in order with the connection's other events.
-    Resumed {
-        /// The connection.
-        conn: ConnId,
-    },
-    /// The peer shut down its sending side (read returned end of file) and
-    /// [`SocketConfig::half_close`] is set: nothing more will be read, but the
-    /// connection stays open for output until the application closes it. At most
-    /// once, after every `Data` of the connection.
-    ReadClosed {
-        /// The connection.
-        conn: ConnId,
-    },
-    /// The connection is closed. Exactly once per accepted connection, and last.
-    Closed {
-        /// The connection.
-        conn: ConnId,
-        /// Why.
-        reason: CloseReason,
-    },
-}
-
-impl SocketEvent {
-    /// The connection the event is about.
-    pub fn conn(&self) -> ConnId {
-        match self {
-            SocketEvent::Accepted { conn, .. }
-            | SocketEvent::Adopted { conn, .. }
-            | SocketEvent::Connected { conn, .. }
-            | SocketEvent::Data { conn, .. }
-            | SocketEvent::WriteBacklog { conn, .. }
-            | SocketEvent::ReadClosed { conn }
-            | SocketEvent::Resumed { conn }
-            | SocketEvent::Closed { conn, .. } => *conn,
-        }
-    }
-}
-
-/// What one piece of output is.
-#[derive(Clone, Debug)]
-pub enum Outgoing {
-    /// A buffer.
-    Bytes(Bytes),
-    /// Several buffers, written with one `writev` where possible.
-    Vectored(Vec<Bytes>),
-    /// `len` bytes of `file` from `offset`, sent with `sendfile`.
-    File {
-        /// The file.
-        file: Arc<File>,
-        /// Where the range starts.
-        offset: u64,
-        /// How many bytes.
-        len: u64,
-    },
-}
-
-impl From<Bytes> for Outgoing {
-    fn from(b: Bytes) -> Self {
-        Outgoing::Bytes(b)
-    }
-}
-
-impl From<Vec<u8>> for Outgoing {
-    fn from(v: Vec<u8>) -> Self {
-        Outgoing::Bytes(Bytes::from(v))
-    }
-}
-
-impl From<&'static [u8]> for Outgoing {
-    fn from(s: &'static [u8]) -> Self {
-        Outgoing::Bytes(Bytes::from_static(s))
-    }
-}
-
-/// Why [`Writer::send`] did not take the output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteError {
-    /// No open connection has this id (never existed, or closed and gone).
-    NoConnection,
-    /// The connection is closing or closed: `close`/`abort` was called, or it is
-    /// being torn down.
-    Closed,
-    /// This output took the queue past the write threshold and the connection is
-    /// being closed (`Closed { reason: Backlog }` follows).
-    Backlog,
-    /// A file range lies outside the file: `offset + len` beyond its size.
-    InvalidRange,
-    /// The socket failed; the connection is being closed (`Closed { reason:
-    /// Error(kind) }` follows).
-    Io(io::ErrorKind),
-}
-
-impl fmt::Display for WriteError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WriteError::NoConnection => f.write_str("no such connection"),
-            WriteError::Closed => f.write_str("connection closed"),
-            WriteError::Backlog => {
-                f.write_str("outgoing queue passed its threshold; connection closed")
-            }
-            WriteError::InvalidRange => f.write_str("file range beyond the end of the file"),
-            WriteError::Io(k) => write!(f, "socket error: {k}"),
-        }
-    }
-}
-
-impl std::error::Error for WriteError {}
 
 /// Counters of the socket stages since start.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -356,190 +168,6 @@ pub struct SocketStats {
     /// Events that could not be delivered because the application's stage had
     /// stopped (only at runtime shutdown).
     pub undelivered: u64,
-}
-
-/// One event loop's counters (a writer counts on its connection's loop). Each
-/// loop's block has its own cache lines, so two loops on two cores do not pass a
-/// line back and forth on every read and write; [`SocketHandle::stats`] sums them.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Counters {
-    accepted: AtomicU64,
-    refused: AtomicU64,
-    connects: AtomicU64,
-    connect_failures: AtomicU64,
-    closed: AtomicU64,
-    backlog_closes: AtomicU64,
-    backlog_pauses: AtomicU64,
-    send_timeouts: AtomicU64,
-    backlog_notices: AtomicU64,
-    packets_read: AtomicU64,
-    bytes_read: AtomicU64,
-    bytes_written: AtomicU64,
-    deferred_writes: AtomicU64,
-    stalls: AtomicU64,
-    undelivered: AtomicU64,
-}
-
-const SHARDS: usize = 64;
-
-/// A map keyed by connection id. Ids are the server's own sequence numbers, never a
-/// client's choice, so a fast non-cryptographic hash is safe here (SipHash cost two
-/// hashings of ~100 instructions on every event and every write).
-pub(crate) type ConnMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
-
-/// Open connections by id, sharded to keep writers on different connections apart.
-#[derive(Debug)]
-struct ConnTable {
-    shards: Vec<Shard>,
-}
-
-/// One shard, on cache lines of its own: the lock word of a shard that one core
-/// takes must not share a line with the shard another core takes.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Shard(RwLock<ConnMap<Arc<Conn>>>);
-
-impl ConnTable {
-    fn new() -> Self {
-        ConnTable {
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-        }
-    }
-
-    fn shard(&self, id: ConnId) -> &RwLock<ConnMap<Arc<Conn>>> {
-        &self.shards[(id.0 % SHARDS as u64) as usize].0
-    }
-
-    fn get(&self, id: ConnId) -> Option<Arc<Conn>> {
-        self.shard(id).read().get(&id.0).cloned()
-    }
-
-    fn insert(&self, conn: Arc<Conn>) {
-        self.shard(conn.id).write().insert(conn.id.0, conn);
-    }
-
-    fn remove(&self, id: ConnId) {
-        self.shard(id).write().remove(&id.0);
-    }
-}
-
-/// A command from a writer (any thread) to the loop owning a connection.
-#[derive(Debug)]
-pub(crate) enum Cmd {
-    Close(ConnId, CloseReason),
-    Backlog(ConnId, usize),
-    /// An already connected stream handed over by [`Writer::adopt`].
-    Adopt(ConnId, mio::net::TcpStream, SocketAddr),
-    /// An outbound connect in progress ([`Writer::connect`]), whose events go to
-    /// `sink`.
-    Connect {
-        conn: Arc<Conn>,
-        peer: SocketAddr,
-        sink: Sink<SocketEvent>,
-    },
-    /// The application resumed reading: deliver `Resumed`, then read.
-    Resume(ConnId),
-    /// io_uring only: a write from another thread left output queued; the loop
-    /// sends the rest (epoll's loop has `EPOLLOUT` for that).
-    Flush(ConnId),
-}
-
-/// What interrupts a loop's wait when a command arrives.
-#[derive(Debug)]
-enum Wake {
-    /// epoll: mio's waker (an eventfd registered with the poller).
-    Epoll(Waker),
-    /// io_uring: an eventfd the loop keeps a read submitted on.
-    Uring(Arc<std::os::fd::OwnedFd>),
-}
-
-impl Wake {
-    fn wake(&self) -> io::Result<()> {
-        match self {
-            Wake::Epoll(w) => w.wake(),
-            Wake::Uring(fd) => uring::wake(fd),
-        }
-    }
-}
-
-/// What a loop needs that is created before its thread runs.
-#[derive(Debug)]
-enum LoopParts {
-    Epoll(epoll::Parts),
-    Uring(uring::Parts),
-}
-
-/// One loop's mailbox: commands from writers, and what interrupts its wait.
-#[derive(Debug)]
-struct LoopSlot {
-    cmds: Mutex<Vec<Cmd>>,
-    waker: Wake,
-    /// The loop's poller (or ring's eventfd) and listener until its thread takes them.
-    parts: Mutex<Option<LoopParts>>,
-}
-
-/// State shared by the loops, the writers and the handle.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    cfg: SocketConfig,
-    /// `cfg.max_connections`, changeable while running
-    /// ([`SocketHandle::set_max_connections`]).
-    max_connections: AtomicUsize,
-    /// The application's sink, set once by [`BoundSockets::start`] before any loop
-    /// runs (loops deliver nothing before).
-    app: OnceLock<Sink<SocketEvent>>,
-    conns: ConnTable,
-    loops: Vec<LoopSlot>,
-    stopping: AtomicBool,
-    open: AtomicUsize,
-    /// Loops running now.
-    active: Mutex<usize>,
-    idle: Condvar,
-    /// Per event loop, see [`Counters`].
-    counters: Box<[Counters]>,
-    /// The backend the loops run (never `Auto`) and why it was chosen.
-    backend: IoBackend,
-    backend_reason: String,
-}
-
-impl Shared {
-    fn command(&self, owner: usize, cmd: Cmd) {
-        let Some(slot) = self.loops.get(owner) else {
-            return;
-        };
-        slot.cmds.lock().push(cmd);
-        if let Err(e) = slot.waker.wake() {
-            tracing::warn!("cannot wake event loop {owner}: {e}");
-        }
-    }
-
-    fn begin_stop(&self) {
-        if self.stopping.swap(true, AcqRel) {
-            return;
-        }
-        for (i, slot) in self.loops.iter().enumerate() {
-            // A loop that never ran gives up its listener now.
-            drop(slot.parts.lock().take());
-            if let Err(e) = slot.waker.wake() {
-                tracing::warn!("cannot wake event loop {i}: {e}");
-            }
-        }
-    }
-
-    fn stopping(&self) -> bool {
-        self.stopping.load(Acquire)
-    }
-
-    /// The counters of event loop `idx`.
-    fn counters(&self, idx: usize) -> &Counters {
-        &self.counters[idx % self.counters.len()]
-    }
-
-    /// A counter summed over the loops.
-    fn total(&self, counter: impl Fn(&Counters) -> &AtomicU64) -> u64 {
-        self.counters.iter().map(|c| counter(c).load(Relaxed)).sum()
-    }
 }
 
 /// The event of the event-loop stage: run event loop `.0` until the sockets stop.
@@ -597,14 +225,16 @@ impl Sockets {
         );
         let mut loops = Vec::with_capacity(n);
         for l in listeners {
-            let (parts, waker) = match backend {
+            let (parts, waker): (LoopRun, Wake) = match backend {
                 IoBackend::Uring => {
                     let (parts, fd) = uring::Parts::new(l)?;
-                    (LoopParts::Uring(parts), Wake::Uring(fd))
+                    let run = move |s: &Shared, i: usize| uring::run(s, i, parts);
+                    (Box::new(run), Wake::Uring(fd))
                 }
                 _ => {
                     let (parts, waker) = epoll::Parts::new(l)?;
-                    (LoopParts::Epoll(parts), Wake::Epoll(waker))
+                    let run = move |s: &Shared, i: usize| epoll::run(s, i, parts);
+                    (Box::new(run), Wake::Epoll(waker))
                 }
             };
             loops.push(LoopSlot {
@@ -734,14 +364,11 @@ impl BoundSockets {
 /// Runs event loop `idx` on the calling thread (a handler of the event-loop stage)
 /// until the sockets stop, in the configured domain if any.
 fn run_loop(shared: &Shared, idx: usize) {
-    let Some(parts) = shared.loops.get(idx).and_then(|s| s.parts.lock().take()) else {
+    let Some(run) = shared.loops.get(idx).and_then(|s| s.parts.lock().take()) else {
         return;
     };
     *shared.active.lock() += 1;
-    let body = || match parts {
-        LoopParts::Epoll(p) => epoll::run(shared, idx, p),
-        LoopParts::Uring(p) => uring::run(shared, idx, p),
-    };
+    let body = || run(shared, idx);
     match shared.cfg.domain.clone() {
         Some(d) => d.enter(body),
         None => body(),

@@ -9,10 +9,11 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 
+use super::config::{BacklogAction, IoBackend};
 use super::conn::{Conn, Segment, WriteState};
-use super::{
-    BacklogAction, CloseReason, Cmd, ConnId, IoBackend, Outgoing, Shared, WriteError, uring,
-};
+use super::event::{CloseReason, ConnId, Outgoing, WriteError};
+use super::shared::{Cmd, Shared};
+use super::uring;
 
 /// Sends output on connections. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
