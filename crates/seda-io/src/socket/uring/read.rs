@@ -6,7 +6,6 @@
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use super::super::book::Bookkeeping;
@@ -31,9 +30,8 @@ impl EventLoop<'_> {
         }
         let read = match c.res {
             n if n > 0 => {
-                let counters = self.book.shared.counters(self.book.idx);
-                counters.bytes_read.fetch_add(n as u64, Relaxed);
-                counters.packets_read.fetch_add(1, Relaxed);
+                self.tally.bytes_read += n as u64;
+                self.tally.packets_read += 1;
                 Read::Data(c.data)
             }
             0 => match self.confirm_eof(id) {

@@ -6,14 +6,13 @@
 
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 
 use super::super::book::Bookkeeping;
-use super::super::conn::WriteState;
-use super::super::event::CloseReason;
+use super::super::conn::{Conn, Out, WriteState};
+use super::super::event::{CloseReason, ConnId};
 use super::ring::{Completion, Kind};
 use super::{EventLoop, MAX_IOV, ON_LOOP};
 
@@ -47,26 +46,30 @@ impl EventLoop<'_> {
     /// Sends connection `id`'s queue: files with `sendfile` (a `POLLOUT` poll when
     /// the socket is full), memory with one send operation; when the queue is empty,
     /// ends the loop's responsibility for it (and closes a closing connection).
+    ///
+    /// The connection's record is borrowed from the loop's table, not cloned: an
+    /// `Arc` clone and drop are two atomic operations, as costly here as the lock.
     pub(super) fn start_send(&mut self, id: u64) {
         let threshold = self.book.shared.cfg.write_threshold;
+        let now = self.book.now;
+        let written = &self.book.shared.counters(self.book.idx).bytes_written;
         let Some(lc) = self.book.conns.get_mut(&id) else {
             return;
         };
         if lc.base.dead || lc.sending || lc.polling {
             return;
         }
-        let conn = Arc::clone(&lc.base.conn);
+        let conn = &lc.base.conn;
         let mut o = conn.out.lock();
         o.batched = false;
         if o.state == WriteState::Closed {
             o.armed = false;
             return;
         }
-        let written = &self.book.shared.counters(self.book.idx).bytes_written;
         match o.flush_files(&conn.stream, written) {
             Ok(true) => {}
             Ok(false) => {
-                o.stalled_since.get_or_insert(self.book.now);
+                o.stalled_since.get_or_insert(now);
                 o.armed = true;
                 drop(o);
                 let events = libc::POLLOUT as u32;
@@ -86,30 +89,11 @@ impl EventLoop<'_> {
             }
         }
         if o.queue.is_empty() {
-            o.release_queue();
-            o.armed = false;
-            o.stalled_since = None;
-            if o.queued <= threshold {
-                o.notified = false;
-            }
-            if o.state == WriteState::Closing {
-                o.state = WriteState::Closed;
-                drop(o);
-                self.close(id, CloseReason::Local);
-                return;
-            }
-            let unpaused = conn.backed_up.load(Relaxed) && conn.backed_up.swap(false, Relaxed);
-            let drained = o.drained();
+            let done = emptied(conn, &mut o, threshold);
             drop(o);
-            if let Some(other) = drained {
-                self.book.resume_other(other);
-            }
-            if unpaused {
-                self.unpark(id);
-            }
-            return;
+            return self.after_emptied(id, done);
         }
-        o.stalled_since.get_or_insert(self.book.now);
+        o.stalled_since.get_or_insert(now);
         o.armed = true;
         let mut bufs = self.ring.spare_bufs();
         o.take_bufs(MAX_IOV, &mut bufs);
@@ -120,17 +104,35 @@ impl EventLoop<'_> {
         }
     }
 
+    /// What the queue's end asks of the loop (see [`emptied`]).
+    fn after_emptied(&mut self, id: u64, done: Emptied) {
+        if done.close {
+            return self.close(id, CloseReason::Local);
+        }
+        if let Some(other) = done.drained {
+            self.book.resume_other(other);
+        }
+        if done.unpaused {
+            self.unpark(id);
+        }
+    }
+
     /// A send completed: what it did not write goes back to the front of the queue,
-    /// and the rest of the queue follows.
+    /// and the rest of the queue follows. A send that wrote everything queued ends
+    /// the loop's responsibility here, under the one lock (no second pass through
+    /// [`EventLoop::start_send`]).
     pub(super) fn on_sent(&mut self, c: Completion) {
         let id = c.key;
         let mut bufs = c.sent;
+        let threshold = self.book.shared.cfg.write_threshold;
+        let now = self.book.now;
+        let counters = self.book.shared.counters(self.book.idx);
         let Some(lc) = self.book.conns.get_mut(&id) else {
             self.ring.reuse_bufs(bufs);
             return;
         };
         lc.sending = false;
-        let conn = Arc::clone(&lc.base.conn);
+        let conn = &lc.base.conn;
         let mut o = conn.out.lock();
         if lc.base.dead || o.state == WriteState::Closed {
             bufs.clear();
@@ -139,26 +141,32 @@ impl EventLoop<'_> {
             self.settle(id);
             return;
         }
-        let counters = self.book.shared.counters(self.book.idx);
         match c.res {
             n if n >= 0 => {
                 let n = n as usize;
                 let total: usize = bufs.iter().map(Bytes::len).sum();
-                counters.bytes_written.fetch_add(n as u64, Relaxed);
+                self.tally.bytes_written += n as u64;
                 if n < total {
                     counters.deferred_writes.fetch_add(1, Relaxed);
                 }
                 if n > 0 {
-                    o.stalled_since = Some(self.book.now);
+                    o.stalled_since = Some(now);
                 }
                 o.sent(n, &mut bufs);
                 let drained = o.drained();
+                let done = o.queue.is_empty().then(|| {
+                    o.batched = false;
+                    emptied(conn, &mut o, threshold)
+                });
                 drop(o);
                 self.ring.reuse_bufs(bufs);
                 if let Some(other) = drained {
                     self.book.resume_other(other);
                 }
-                self.start_send(id);
+                match done {
+                    Some(done) => self.after_emptied(id, done),
+                    None => self.start_send(id),
+                }
             }
             e if -e == libc::EINTR || -e == libc::EAGAIN => {
                 o.sent(0, &mut bufs);
@@ -178,5 +186,40 @@ impl EventLoop<'_> {
                 );
             }
         }
+    }
+}
+
+/// What the loop does once a connection's queue is empty (see [`emptied`]).
+struct Emptied {
+    /// The application closed the connection with output queued: close it now.
+    close: bool,
+    /// Reading was paused by a backed-up queue: resume it.
+    unpaused: bool,
+    /// The connection a drain watch resumes.
+    drained: Option<ConnId>,
+}
+
+/// A connection's queue is empty: the loop is no longer responsible for it, its
+/// buffer goes, and what that means for the connection (closing it, resuming
+/// reading it or another) is handed back to do once the lock is released.
+fn emptied(conn: &Conn, o: &mut Out, threshold: usize) -> Emptied {
+    o.release_queue();
+    o.armed = false;
+    o.stalled_since = None;
+    if o.queued <= threshold {
+        o.notified = false;
+    }
+    if o.state == WriteState::Closing {
+        o.state = WriteState::Closed;
+        return Emptied {
+            close: true,
+            unpaused: false,
+            drained: None,
+        };
+    }
+    Emptied {
+        close: false,
+        unpaused: conn.backed_up.load(Relaxed) && conn.backed_up.swap(false, Relaxed),
+        drained: o.drained(),
     }
 }
