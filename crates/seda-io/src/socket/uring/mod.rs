@@ -593,6 +593,6 @@ mod tests {
     #[test]
     fn an_idle_connection_costs_little() {
         let size = std::mem::size_of::<super::LocalConn>();
-        assert!(size <= 56, "{size}");
+        assert!(size <= 48, "{size}");
     }
 }
