@@ -173,7 +173,7 @@ pub fn overload_of(a: &ServeArgs) -> Result<OverloadControl, String> {
     Ok(oc)
 }
 
-fn serve(a: ServeArgs) -> Result<(), String> {
+fn serve(a: ServeArgs) -> CliResult {
     if !a.grace_s.is_finite() || !(0.0..=3600.0).contains(&a.grace_s) {
         return Err("--grace-s must be between 0 and 3600".into());
     }
@@ -223,7 +223,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn import(a: ImportArgs) -> Result<(), String> {
+fn import(a: ImportArgs) -> CliResult {
     let plan = a.seed.plan()?;
     let data = DataDir::new(&a.data);
     let progress = Activity::new("seda arashi import", false);
@@ -389,7 +389,7 @@ pub struct ExperimentArgs {
 }
 
 /// `seda experiment arashi`.
-pub fn experiment(a: ExperimentArgs) -> Result<(), String> {
+pub fn experiment(a: ExperimentArgs) -> CliResult {
     use seda_experiments::arashi::{ExperimentConfig, ExperimentResults, run, write_outputs};
     if a.replot {
         let path = a.out.join("runs.json");
@@ -424,7 +424,7 @@ pub fn experiment(a: ExperimentArgs) -> Result<(), String> {
         ("--spike-target-ms", a.spike_target_ms),
     ] {
         if !(v.is_finite() && v > 0.0) {
-            return Err(format!("{flag} must be positive"));
+            return Err(format!("{flag} must be positive").into());
         }
     }
     cfg.target_ms = a.target_ms;

@@ -338,7 +338,7 @@ pub fn run(cmd: ExperimentCommand) -> CliResult {
     }
 }
 
-fn proxy_cmd(a: ProxyArgs) -> Result<(), String> {
+fn proxy_cmd(a: ProxyArgs) -> CliResult {
     use seda_experiments::proxy::{self, Front, Group, ProxyConfig, Shape};
     let seda = match a.seda {
         Some(p) => p,
@@ -383,10 +383,11 @@ fn proxy_cmd(a: ProxyArgs) -> Result<(), String> {
     cfg.dist = a.dist;
     cfg.seed = a.seed;
     let progress = Activity::new("seda experiment proxy", false);
-    proxy::run(&cfg, &mut |l| progress.log(l)).map(|_| ())
+    proxy::run(&cfg, &mut |l| progress.log(l))?;
+    Ok(())
 }
 
-fn flash_cmd(a: FlashArgs) -> Result<(), String> {
+fn flash_cmd(a: FlashArgs) -> CliResult {
     let seda = match a.seda {
         Some(p) => p,
         None => std::env::current_exe().map_err(|e| format!("cannot find the seda binary: {e}"))?,
@@ -455,7 +456,7 @@ fn flash_cmd(a: FlashArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn colors_cmd(a: ColorsArgs) -> Result<(), String> {
+fn colors_cmd(a: ColorsArgs) -> CliResult {
     // The server logs shed connections and overlaps as warnings and errors.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
@@ -483,10 +484,7 @@ fn colors_cmd(a: ColorsArgs) -> Result<(), String> {
         return Err("--client-threads must not exceed --connections".into());
     }
     if !(1..=16 * 1024).contains(&a.block_kib) {
-        return Err(format!(
-            "--block-kib must be in 1..=16384, got {}",
-            a.block_kib
-        ));
+        return Err(format!("--block-kib must be in 1..=16384, got {}", a.block_kib).into());
     }
     if !(1..=1024).contains(&a.file_mib) || (a.file_mib as u64) * 1024 < u64::from(a.block_kib) {
         return Err("--file-mib must be in 1..=1024 and hold at least one block".into());
@@ -518,7 +516,7 @@ fn colors_cmd(a: ColorsArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn overload_cmd(a: OverloadArgs) -> Result<(), String> {
+fn overload_cmd(a: OverloadArgs) -> CliResult {
     // The server is `seda serve` from the same build as this binary unless told.
     let seda = match a.seda {
         Some(p) => p,
@@ -530,7 +528,7 @@ fn overload_cmd(a: OverloadArgs) -> Result<(), String> {
     }
     if let Some(f) = a.scale {
         if !(f.is_finite() && f > 0.0 && f <= 100.0) {
-            return Err(format!("--scale must be in (0, 100], got {f}"));
+            return Err(format!("--scale must be in (0, 100], got {f}").into());
         }
         cfg = cfg.scaled(f);
     }
@@ -582,7 +580,7 @@ fn overload_cmd(a: OverloadArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn fig12_cmd(a: Fig12Args) -> Result<(), String> {
+fn fig12_cmd(a: Fig12Args) -> CliResult {
     if a.clients.is_empty() || a.clients.contains(&0) {
         return Err("--clients must be positive counts".into());
     }
@@ -650,7 +648,7 @@ pub struct SoakArgs {
     pub seda: Option<PathBuf>,
 }
 
-fn soak_cmd(a: SoakArgs) -> Result<(), String> {
+fn soak_cmd(a: SoakArgs) -> CliResult {
     let seda = match a.seda {
         Some(p) => p,
         None => std::env::current_exe().map_err(|e| format!("cannot find the seda binary: {e}"))?,
@@ -662,7 +660,7 @@ fn soak_cmd(a: SoakArgs) -> Result<(), String> {
     };
     if let Some(m) = a.minutes {
         if !(m.is_finite() && m > 0.0 && m <= 7.0 * 24.0 * 60.0) {
-            return Err(format!("--minutes must be in (0, 10080], got {m}"));
+            return Err(format!("--minutes must be in (0, 10080], got {m}").into());
         }
         cfg.duration = Duration::from_secs_f64(m * 60.0);
     }
@@ -709,6 +707,6 @@ fn soak_cmd(a: SoakArgs) -> Result<(), String> {
         println!("soak passed ({} cycles)", r.cycles.len());
         Ok(())
     } else {
-        Err(format!("soak failed: {}", v.failures.join("; ")))
+        Err(format!("soak failed: {}", v.failures.join("; ")).into())
     }
 }

@@ -199,7 +199,7 @@ pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
 }
 
 /// Runs the router until SIGINT, SIGTERM or `--duration-s`.
-pub fn run(a: GnutellaArgs) -> Result<(), String> {
+pub fn run(a: GnutellaArgs) -> CliResult {
     let cfg = config(&a)?;
     // Connection events on stderr (RUST_LOG=debug adds every handshake block).
     let _ = tracing_subscriber::fmt()
@@ -403,7 +403,7 @@ pub struct Fig14Args {
 }
 
 /// Runs `seda experiment gnutella`.
-pub fn fig14(a: Fig14Args) -> Result<(), String> {
+pub fn fig14(a: Fig14Args) -> CliResult {
     use seda_experiments::gnutella::fig14 as experiment;
     let cfg = experiment::Fig14Config {
         rates: a.rates,

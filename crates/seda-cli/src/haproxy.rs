@@ -8,6 +8,7 @@ use seda_experiments::harness::haproxy::process as proxy;
 use seda_experiments::harness::haproxy::{Balance, HaproxyConfig, replicas};
 use seda_experiments::scale_out::{self, ScaleOutConfig, Scenario};
 
+use crate::error::CliResult;
 use crate::progress::Activity;
 
 /// Arguments of `seda haproxy-config`.
@@ -63,7 +64,7 @@ pub struct HaproxyConfigArgs {
 }
 
 /// Prints the configuration (and checks it with `--check`).
-pub fn config_cmd(a: HaproxyConfigArgs) -> Result<(), String> {
+pub fn config_cmd(a: HaproxyConfigArgs) -> CliResult {
     let mut c = HaproxyConfig::new(&a.listen, replicas(&a.replicas, &a.agent_port)?);
     c.balance = a.balance;
     c.agent_inter = Duration::from_millis(a.agent_inter_ms);
@@ -80,8 +81,12 @@ pub fn config_cmd(a: HaproxyConfigArgs) -> Result<(), String> {
     if a.check {
         let bin =
             proxy::find_haproxy().ok_or("--check needs haproxy (apt-get install -y haproxy)")?;
-        proxy::check_config(&bin, &text)
-            .map_err(|e| format!("haproxy -c refused the configuration: {}", e.trim()))?;
+        proxy::check_config(&bin, &text).map_err(|e| {
+            format!(
+                "haproxy -c refused the configuration: {}",
+                e.to_string().trim()
+            )
+        })?;
         eprintln!("seda haproxy-config: {} accepts it", bin.display());
     }
     print!("{text}");
@@ -137,7 +142,7 @@ pub struct ScaleOutArgs {
 }
 
 /// Runs the experiment; installs haproxy first if it is missing.
-pub fn scale_out_cmd(a: ScaleOutArgs) -> Result<(), String> {
+pub fn scale_out_cmd(a: ScaleOutArgs) -> CliResult {
     let seda = match a.seda {
         Some(p) => p,
         None => std::env::current_exe().map_err(|e| format!("cannot find the seda binary: {e}"))?,

@@ -112,13 +112,13 @@ fn main() -> ExitCode {
     };
     // The one place an error is reported.
     let result: error::CliResult = match cli.command {
-        Command::Serve(args) => serve::run(*args).map_err(Into::into),
+        Command::Serve(args) => serve::run(*args),
         Command::Arashi(args) => arashi::run(args),
-        Command::Gnutella(args) => gnutella::run(args).map_err(Into::into),
+        Command::Gnutella(args) => gnutella::run(args),
         Command::Load(cmd) => load::run(cmd),
         Command::Fileset(args) => load::fileset(args),
         Command::Experiment(cmd) => experiment::run(cmd),
-        Command::HaproxyConfig(args) => haproxy::config_cmd(args).map_err(Into::into),
+        Command::HaproxyConfig(args) => haproxy::config_cmd(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -35,6 +35,7 @@ use seda_http::{AgentServer, DemoSite, Server, ServerConfig, ServerError};
 mod config;
 mod mount;
 mod reload;
+use crate::error::CliResult;
 use config::{ConfigError, ServeConfig, Settings};
 use mount::{mount_overload, warnings};
 use reload::{Running, reload, reopen_log};
@@ -128,7 +129,7 @@ fn start(cfg: ServerConfig, max_connections_set: bool) -> Result<Server, String>
 }
 
 /// Runs the server until SIGINT or SIGTERM.
-pub fn run(args: ServeArgs) -> Result<(), String> {
+pub fn run(args: ServeArgs) -> CliResult {
     let settings = resolve(&args).map_err(|e| e.to_string())?;
     if args.check {
         check(&settings)?;

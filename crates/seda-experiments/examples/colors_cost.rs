@@ -12,17 +12,17 @@
 use seda::ThreadModel;
 use seda_experiments::colors::cost::{CostConfig, Kind, measure};
 
-fn main() -> Result<(), String> {
+fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [kind, stages, model, events] = args.as_slice() else {
-        return Err("usage: colors_cost KIND STAGES MODEL EVENTS".to_owned());
+        return Err("usage: colors_cost KIND STAGES MODEL EVENTS".into());
     };
     let kind: Kind = kind.parse()?;
     let stages: usize = stages.parse().map_err(|e| format!("stages: {e}"))?;
     let model: ThreadModel = model.parse()?;
     let events: u64 = events.parse().map_err(|e| format!("events: {e}"))?;
     if stages == 0 {
-        return Err("stages must be at least 1".to_owned());
+        return Err("stages must be at least 1".into());
     }
     let cfg = CostConfig {
         events,

@@ -21,6 +21,8 @@
 //! cgroups, charts, the machine's description and the output files.
 #![forbid(unsafe_code)]
 
+mod error;
+
 pub mod arashi;
 pub mod colors;
 pub mod fig12;
@@ -31,3 +33,5 @@ pub mod overload;
 pub mod proxy;
 pub mod scale_out;
 pub mod soak;
+
+pub use error::ExperimentError;

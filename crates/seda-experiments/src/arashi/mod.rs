@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use seda_load::Schedule;
 
+use crate::ExperimentError;
 use seda_arashi::{Arashi, ArashiConfig, DataDir, SeedPlan};
 use seda_load::arashi::{ArashiLoadConfig, LoadProgress, UserGroup};
 
@@ -199,11 +200,11 @@ impl ExperimentConfig {
     }
 }
 
-fn copy_db(from: &DataDir, to: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+fn copy_db(from: &DataDir, to: &Path) -> Result<(), ExperimentError> {
+    std::fs::create_dir_all(to).map_err(|e| ExperimentError::step(to.display().to_string(), e))?;
     std::fs::copy(from.db_path(), to.join("arashi.db"))
         .map(|_| ())
-        .map_err(|e| format!("cannot copy the database: {e}"))
+        .map_err(|e| ExperimentError::step("cannot copy the database", e))
 }
 
 fn run_one(
@@ -211,7 +212,7 @@ fn run_one(
     seeded: &DataDir,
     work: &Path,
     spec: &RunSpec,
-) -> Result<RunResult, String> {
+) -> Result<RunResult, ExperimentError> {
     let dir = work.join(&spec.id);
     let _ = std::fs::remove_dir_all(&dir);
     copy_db(seeded, &dir)?;
@@ -228,11 +229,12 @@ fn run_one(
             ..ArashiConfig::default()
         },
         &mut |_| {},
-    )?;
+    )
+    .map_err(ExperimentError::other)?;
     let mut groups = Vec::new();
     for (s, class) in &spec.groups {
         groups.push(UserGroup {
-            schedule: Schedule::parse(s).map_err(|e| e.to_string())?,
+            schedule: Schedule::parse(s).map_err(ExperimentError::other)?,
             class: *class,
         });
     }
@@ -280,20 +282,24 @@ fn run_one(
     let _ = std::fs::remove_dir_all(&dir);
     Ok(RunResult {
         spec: spec.clone(),
-        report: report.map_err(|e| e.to_string())?,
+        report: report.map_err(ExperimentError::other)?,
         stage,
         server_rejected,
     })
 }
 
 /// Seeds once, then runs the plan; `log` gets a line per step.
-pub fn run(cfg: &ExperimentConfig, log: &mut dyn FnMut(&str)) -> Result<ExperimentResults, String> {
+pub fn run(
+    cfg: &ExperimentConfig,
+    log: &mut dyn FnMut(&str),
+) -> Result<ExperimentResults, ExperimentError> {
     let t0 = Instant::now();
-    std::fs::create_dir_all(&cfg.out).map_err(|e| format!("{}: {e}", cfg.out.display()))?;
+    std::fs::create_dir_all(&cfg.out)
+        .map_err(|e| ExperimentError::step(cfg.out.display().to_string(), e))?;
     let work = tempfile::Builder::new()
         .prefix("seda-arashi-exp-")
         .tempdir()
-        .map_err(|e| format!("cannot create a work directory: {e}"))?;
+        .map_err(|e| ExperimentError::step("cannot create a work directory", e))?;
     let seeded = DataDir::new(&work.path().join("seeded"));
     match &cfg.corpus {
         Some(path) => {
@@ -301,16 +307,21 @@ pub fn run(cfg: &ExperimentConfig, log: &mut dyn FnMut(&str)) -> Result<Experime
                 "seeding from the SpamAssassin corpus {}",
                 path.display()
             ));
-            seeded.import(path, &cfg.seed, false, &mut |_| {})?;
+            seeded
+                .import(path, &cfg.seed, false, &mut |_| {})
+                .map_err(ExperimentError::other)?;
         }
         None => {
             log("seeding from the synthetic corpus (no --corpus given)");
-            seeded.open_or_seed(&cfg.seed, &mut |_| {})?;
+            seeded
+                .open_or_seed(&cfg.seed, &mut |_| {})
+                .map_err(ExperimentError::other)?;
         }
     }
     let store = {
-        let st = seda_arashi::SqliteStore::open(&seeded.db_path()).map_err(|e| e.to_string())?;
-        st.checkpoint().map_err(|e| e.to_string())?;
+        let st =
+            seda_arashi::SqliteStore::open(&seeded.db_path()).map_err(ExperimentError::other)?;
+        st.checkpoint().map_err(ExperimentError::other)?;
         format!(
             "{}; Inbox sizes 1..{} (heavy-tailed, median ~{})",
             DataDir::describe(&st),

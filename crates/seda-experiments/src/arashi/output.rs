@@ -7,11 +7,12 @@ use std::path::Path;
 use seda_load::arashi::{RequestType, Second, Stats};
 
 use super::results::{ExperimentResults, RunResult};
+use crate::ExperimentError;
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::write_runs_and_table;
 
 /// Writes `runs.json`, `table.md` and the charts into `out`.
-pub fn write_outputs(out: &Path, r: &ExperimentResults) -> Result<(), String> {
+pub fn write_outputs(out: &Path, r: &ExperimentResults) -> Result<(), ExperimentError> {
     write_runs_and_table(out, r, table(r))?;
     charts(out, r)
 }
@@ -227,7 +228,7 @@ fn reject_pct(s: &Stats) -> Option<f64> {
     (n > 0).then(|| s.rejected as f64 * 100.0 / n as f64)
 }
 
-fn charts(out: &Path, r: &ExperimentResults) -> Result<(), String> {
+fn charts(out: &Path, r: &ExperimentResults) -> Result<(), ExperimentError> {
     let users = fig8_users(r);
     let line = |name: &str, points: Vec<(f64, f64)>| Series {
         name: name.to_owned(),

@@ -26,6 +26,7 @@ use rustix::net::RecvFlags;
 use serde::{Deserialize, Serialize};
 
 use super::proto::{self, HEADER_LEN, HELLO_LEN, Header, ReadRequest, STATUS_OK, TAG_LEN};
+use crate::ExperimentError;
 
 /// What the generator does.
 #[derive(Clone, Debug)]
@@ -52,21 +53,23 @@ pub struct ClientConfig {
 
 impl ClientConfig {
     /// Checks the ranges; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ExperimentError> {
         if self.connections == 0 || self.depth == 0 {
-            return Err("connections and depth must be at least 1".to_owned());
+            return Err(ExperimentError::config(
+                "connections and depth must be at least 1",
+            ));
         }
         if self.block == 0 || u64::from(self.block) > self.file_len {
-            return Err(format!(
+            return Err(ExperimentError::config(format!(
                 "block must be in 1..={} (the file), got {}",
                 self.file_len, self.block
-            ));
+            )));
         }
         if self.threads == 0 || self.threads > self.connections {
-            return Err(format!(
+            return Err(ExperimentError::config(format!(
                 "threads must be in 1..={} (the connections), got {}",
                 self.connections, self.threads
-            ));
+            )));
         }
         Ok(())
     }
@@ -104,16 +107,16 @@ pub struct LoadClient {
 
 impl LoadClient {
     /// Connects every connection, then starts the threads.
-    pub fn start(cfg: &ClientConfig) -> Result<LoadClient, String> {
+    pub fn start(cfg: &ClientConfig) -> Result<LoadClient, ExperimentError> {
         cfg.validate()?;
         let mut groups: Vec<Vec<Conn>> = (0..cfg.threads).map(|_| Vec::new()).collect();
         let mut rng = fastrand::Rng::with_seed(cfg.seed);
         let blocks = cfg.file_len / u64::from(cfg.block);
         for i in 0..cfg.connections {
             let s = std::net::TcpStream::connect(cfg.addr)
-                .map_err(|e| format!("cannot connect to {}: {e}", cfg.addr))?;
-            s.set_nodelay(true).map_err(|e| e.to_string())?;
-            s.set_nonblocking(true).map_err(|e| e.to_string())?;
+                .map_err(|e| ExperimentError::step(format!("cannot connect to {}", cfg.addr), e))?;
+            s.set_nodelay(true).map_err(ExperimentError::other)?;
+            s.set_nonblocking(true).map_err(ExperimentError::other)?;
             groups[i % cfg.threads].push(Conn::new(TcpStream::from_std(s), rng.u64(..blocks)));
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -133,7 +136,7 @@ impl LoadClient {
                         w.fail(format!("generator thread failed: {e}"));
                     }
                 })
-                .map_err(|e| format!("cannot start a generator thread: {e}"))?;
+                .map_err(|e| ExperimentError::step("cannot start a generator thread", e))?;
             handles.push(h);
         }
         Ok(LoadClient {
@@ -285,7 +288,7 @@ impl Worker {
                         open -= 1;
                     }
                     Err(e) => {
-                        self.fail(e);
+                        self.fail(e.to_string());
                         live[i] = false;
                         open -= 1;
                     }
@@ -312,13 +315,13 @@ impl Worker {
         }
     }
 
-    fn flush(&self, c: &mut Conn) -> Result<(), String> {
+    fn flush(&self, c: &mut Conn) -> Result<(), ExperimentError> {
         while c.out_off < c.out.len() {
             match c.stream.write(&c.out[c.out_off..]) {
                 Ok(n) => c.out_off += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("write failed: {e}")),
+                Err(e) => return Err(ExperimentError::run(format!("write failed: {e}"))),
             }
         }
         c.out.clear();
@@ -327,7 +330,7 @@ impl Worker {
     }
 
     /// Reads what the socket has; completes responses and queues their successors.
-    fn read(&self, c: &mut Conn, scratch: &mut [u8]) -> Result<Progress, String> {
+    fn read(&self, c: &mut Conn, scratch: &mut [u8]) -> Result<Progress, ExperimentError> {
         loop {
             let quota = self.cfg.responses_per_connection.unwrap_or(u64::MAX);
             if c.received >= quota {
@@ -351,15 +354,18 @@ impl Worker {
                     .map_err(io::Error::from)
             };
             let n = match r {
-                Ok(0) => return Err("the server closed the connection".to_owned()),
+                Ok(0) => return Err(ExperimentError::run("the server closed the connection")),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Progress::Open),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(format!("read failed: {e}")),
+                Err(e) => return Err(ExperimentError::run(format!("read failed: {e}"))),
             };
             if c.cipher.is_none() {
                 if let Ok(h) = <[u8; HELLO_LEN]>::try_from(c.hello.as_slice()) {
-                    c.cipher = Some(proto::open_hello(&h).ok_or("malformed hello")?);
+                    c.cipher = Some(
+                        proto::open_hello(&h)
+                            .ok_or_else(|| ExperimentError::run("malformed hello"))?,
+                    );
                 }
             } else if c.current.is_none() {
                 c.header_got += n;
@@ -375,17 +381,20 @@ impl Worker {
         }
     }
 
-    fn start_body(&self, c: &mut Conn) -> Result<(), String> {
-        let h = Header::decode(&c.header)?;
+    fn start_body(&self, c: &mut Conn) -> Result<(), ExperimentError> {
+        let h = Header::decode(&c.header).map_err(ExperimentError::run)?;
         if h.nonce != c.expect_nonce {
-            return Err(format!(
+            return Err(ExperimentError::run(format!(
                 "response nonce {} where {} was due",
                 h.nonce, c.expect_nonce
-            ));
+            )));
         }
         let want = self.cfg.block as usize + TAG_LEN;
         if h.status == STATUS_OK && h.body_len as usize != want {
-            return Err(format!("body of {} bytes, expected {want}", h.body_len));
+            return Err(ExperimentError::run(format!(
+                "body of {} bytes, expected {want}",
+                h.body_len
+            )));
         }
         c.header_got = 0;
         c.body_left = h.body_len as usize;
@@ -397,7 +406,7 @@ impl Worker {
         Ok(())
     }
 
-    fn finish(&self, c: &mut Conn) -> Result<(), String> {
+    fn finish(&self, c: &mut Conn) -> Result<(), ExperimentError> {
         let Some(h) = c.current.take() else {
             return Ok(());
         };
@@ -405,19 +414,25 @@ impl Worker {
         let offset = c
             .outstanding
             .pop_front()
-            .ok_or("a response to no request")?;
+            .ok_or_else(|| ExperimentError::run("a response to no request"))?;
         if h.status != STATUS_OK {
             let why = match c.cipher.as_ref().map(|k| proto::open(k, &h, &mut c.body)) {
                 Some(Ok(n)) => String::from_utf8_lossy(&c.body[..n]).into_owned(),
                 _ => "unreadable".to_owned(),
             };
-            return Err(format!("server refused a read: status {}: {why}", h.status));
+            return Err(ExperimentError::run(format!(
+                "server refused a read: status {}: {why}",
+                h.status
+            )));
         }
         if let (Some(file), Some(k)) = (&self.cfg.verify, &c.cipher) {
-            let n = proto::open(k, &h, &mut c.body)?;
+            let n = proto::open(k, &h, &mut c.body).map_err(ExperimentError::run)?;
             let want = &file[offset as usize..offset as usize + n];
             if c.body[..n] != *want {
-                return Err(format!("response {} carries the wrong bytes", h.nonce));
+                return Err(ExperimentError::run(format!(
+                    "response {} carries the wrong bytes",
+                    h.nonce
+                )));
             }
         }
         c.received += 1;

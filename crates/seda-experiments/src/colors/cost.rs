@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::ExperimentError;
 use seda::{Batch, Color, Context, Meta, Runtime, Sink, ThreadModel};
 use serde::{Deserialize, Serialize};
 
@@ -101,9 +102,11 @@ pub struct CostRow {
 }
 
 /// Runs every configuration `rounds` times, interleaved.
-pub fn run(cfg: &CostConfig, log: &mut dyn FnMut(&str)) -> Result<Vec<CostRow>, String> {
+pub fn run(cfg: &CostConfig, log: &mut dyn FnMut(&str)) -> Result<Vec<CostRow>, ExperimentError> {
     if cfg.events < 1000 || cfg.rounds == 0 || cfg.workers == 0 {
-        return Err("cost benchmark: events >= 1000, rounds >= 1 and workers >= 1".to_owned());
+        return Err(ExperimentError::run(
+            "cost benchmark: events >= 1000, rounds >= 1 and workers >= 1",
+        ));
     }
     let models = [ThreadModel::Shared, ThreadModel::PerStage];
     let mut rows = Vec::new();
@@ -173,9 +176,11 @@ pub fn measure(
     stages: usize,
     model: ThreadModel,
     kind: Kind,
-) -> Result<f64, String> {
+) -> Result<f64, ExperimentError> {
     if cfg.events < 1000 || stages == 0 {
-        return Err("the cost pipeline needs at least 1,000 events and 1 stage".to_owned());
+        return Err(ExperimentError::run(
+            "the cost pipeline needs at least 1,000 events and 1 stage",
+        ));
     }
     let warm = cfg.events / 10;
     let capacity = (cfg.events + warm) as usize;
@@ -205,7 +210,7 @@ pub fn measure(
             ThreadModel::Shared => b,
         }
         .build()
-        .map_err(|e| format!("stage {name}: {}", err(e)))
+        .map_err(|e| ExperimentError::run(format!("stage {name}: {}", err(e))))
     };
     let mut next = stage(
         format!("s{}", stages - 1),
@@ -221,22 +226,23 @@ pub fn measure(
         };
         next = stage(format!("s{i}"), rt.stage(&format!("s{i}"), h))?;
     }
-    rt.start().map_err(err)?;
-    let push = |from: u64, n: u64| -> Result<Duration, String> {
+    rt.start().map_err(ExperimentError::other)?;
+    let push = |from: u64, n: u64| -> Result<Duration, ExperimentError> {
         fin.target.store(from + n, Relaxed);
         let t = Instant::now();
         for i in from..from + n {
             let mut v = i;
             while let Err(e) = next.try_enqueue_with(v, kind.meta(i)) {
                 if e.is_closed() {
-                    return Err("the pipeline closed".to_owned());
+                    return Err(ExperimentError::run("the pipeline closed"));
                 }
                 v = e.into_inner();
                 std::thread::yield_now();
             }
         }
-        rx.recv_timeout(Duration::from_secs(120))
-            .map_err(|_| format!("{kind:?} pipeline did not finish in 120 s"))?;
+        rx.recv_timeout(Duration::from_secs(120)).map_err(|_| {
+            ExperimentError::run(format!("{kind:?} pipeline did not finish in 120 s"))
+        })?;
         Ok(t.elapsed())
     };
     push(0, warm)?;

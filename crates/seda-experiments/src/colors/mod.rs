@@ -41,6 +41,7 @@ use self::client::{CLIENT_THREAD, ClientConfig, ClientReport, LoadClient};
 use self::cost::{CostConfig, CostRow, median};
 use self::cpu::{CpuCores, CpuSample};
 use self::server::{Coloring, ColorsServer, ServerConfig, ServerStats};
+use crate::ExperimentError;
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::{date_utc, machine_summary, write_runs_and_table};
 
@@ -302,12 +303,12 @@ pub struct ColorsResult {
 
 /// Runs the experiment and writes runs.json, table.md and throughput.svg to
 /// `cfg.out`.
-pub fn run(cfg: &ColorsConfig, log: &mut dyn FnMut(&str)) -> Result<ColorsResult, String> {
+pub fn run(cfg: &ColorsConfig, log: &mut dyn FnMut(&str)) -> Result<ColorsResult, ExperimentError> {
     if cfg.rounds == 0 {
-        return Err("rounds must be at least 1".to_owned());
+        return Err(ExperimentError::run("rounds must be at least 1"));
     }
     std::fs::create_dir_all(&cfg.out)
-        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+        .map_err(|e| ExperimentError::step(format!("cannot create {}", cfg.out.display()), e))?;
     let load_start = load1_now();
     let seal_us = seal_cost(cfg.block);
     log(&format!(
@@ -364,7 +365,7 @@ fn seal_cost(block: u32) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-fn run_one(cfg: &ColorsConfig, setup: Setup, round: usize) -> Result<Run, String> {
+fn run_one(cfg: &ColorsConfig, setup: Setup, round: usize) -> Result<Run, ExperimentError> {
     let server = ColorsServer::start(ServerConfig {
         coloring: setup.coloring,
         thread_model: setup.model,
@@ -374,7 +375,7 @@ fn run_one(cfg: &ColorsConfig, setup: Setup, round: usize) -> Result<Run, String
         batch: cfg.batch,
         ..ServerConfig::default()
     })
-    .map_err(|e| format!("cannot start the server: {e}"))?;
+    .map_err(|e| ExperimentError::step("cannot start the server", e))?;
     let load = load1_now();
     let client = LoadClient::start(&ClientConfig {
         addr: server.local_addr(),
@@ -402,17 +403,17 @@ fn run_one(cfg: &ColorsConfig, setup: Setup, round: usize) -> Result<Run, String
     let report = client.stop();
     let stats = server.stop();
     if let Some(e) = &report.first_error {
-        return Err(format!(
+        return Err(ExperimentError::run(format!(
             "{}: the load generator failed: {e} (server: {stats:?})",
             setup.label()
-        ));
+        )));
     }
     if stats.overlaps > 0 {
-        return Err(format!(
+        return Err(ExperimentError::run(format!(
             "{}: {} handlers entered color-guarded state at once",
             setup.label(),
             stats.overlaps
-        ));
+        )));
     }
     let responses = (c1.responses - c0.responses) as f64;
     let cpu = cpu1.cores_since(&cpu0, secs);
@@ -621,7 +622,7 @@ fn table(r: &ColorsResult) -> String {
 
 /// throughput.svg: MiB/s against workers, one line per coloring and model, and the
 /// linear scaling of the baseline for reference.
-fn chart(cfg: &ColorsConfig, r: &ColorsResult) -> Result<(), String> {
+fn chart(cfg: &ColorsConfig, r: &ColorsResult) -> Result<(), ExperimentError> {
     let mut series: Vec<Series> = Vec::new();
     for (coloring, model, name) in [
         (Coloring::Single, ThreadModel::Shared, "one color (shared)"),

@@ -16,6 +16,7 @@ use seda_load::fileset;
 use seda_load::report::LoadReport;
 use seda_load::schedule::Schedule;
 
+use crate::ExperimentError;
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::server::{ServerProcess, ServerSpec, ensure_installed, probe, process_cpu};
 use crate::harness::{date_utc, machine_summary, write_runs_and_table};
@@ -96,12 +97,14 @@ impl Fig12Config {
 }
 
 /// Run the experiment, logging progress through `log`.
-pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results, String> {
+pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results, ExperimentError> {
     if cfg.clients.is_empty() || cfg.servers.is_empty() {
-        return Err("need at least one client count and one server".into());
+        return Err(ExperimentError::run(
+            "need at least one client count and one server",
+        ));
     }
     std::fs::create_dir_all(&cfg.out)
-        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+        .map_err(|e| ExperimentError::step(format!("cannot create {}", cfg.out.display()), e))?;
     let eta = cfg.eta();
     log(&format!(
         "plan: {} servers x {} client counts ({}) x {} s per point, warm-up {} s per server; ETA {} min {} s",
@@ -127,7 +130,7 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
             tmp = tempfile::Builder::new()
                 .prefix("seda-fig12-fileset-")
                 .tempdir()
-                .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+                .map_err(|e| ExperimentError::step("cannot create a temp dir", e))?;
             tmp.path().to_path_buf()
         }
     };
@@ -139,7 +142,8 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
                 cfg.size_mb,
                 root.display()
             ));
-            let m = fileset::generate(&root, cfg.size_mb, cfg.seed).map_err(|e| e.to_string())?;
+            let m =
+                fileset::generate(&root, cfg.size_mb, cfg.seed).map_err(ExperimentError::other)?;
             // The temp dir's parent is private by default; servers that drop to
             // www-data need to enter it.
             use std::os::unix::fs::PermissionsExt;
@@ -202,7 +206,11 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
         let server = match ServerProcess::start(spec, &root) {
             Ok(s) => s,
             Err(e) => {
-                let e = e.split_whitespace().collect::<Vec<_>>().join(" ");
+                let e = e
+                    .to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 log(&format!("   skipped: {e}"));
                 results.skipped.push((spec.name.clone(), e));
                 continue;
@@ -233,7 +241,7 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
                 &load(server.addr(), clients, cfg.duration, cfg.seed + clients),
                 |_, _| {},
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(ExperimentError::other)?;
             let cpu = server.cpu_seconds() - cpu0;
             let client_cpu_s = process_cpu(std::process::id()) - me0;
             let per_req = if report.completed > 0 {
@@ -297,7 +305,7 @@ fn cdf_name(r: &Fig12Results) -> String {
 }
 
 /// Write runs.json, table.md and the two charts from the runs so far.
-pub fn write_outputs(out: &Path, r: &Fig12Results) -> Result<(), String> {
+pub fn write_outputs(out: &Path, r: &Fig12Results) -> Result<(), ExperimentError> {
     write_runs_and_table(out, r, table(r))?;
     let names: Vec<&String> = r
         .servers

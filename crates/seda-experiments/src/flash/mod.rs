@@ -38,6 +38,7 @@ use seda_load::fileset::{self, Manifest};
 use seda_load::report::LoadReport;
 use seda_load::schedule::Schedule;
 
+use crate::ExperimentError;
 use crate::harness::cgroup::{self, MemoryCgroup};
 use crate::harness::server::{ServerKind, ServerProcess, ServerSpec, ensure_installed, probe};
 use crate::harness::{date_utc, disk_read_bytes, load_average, machine_summary};
@@ -215,12 +216,14 @@ impl FlashConfig {
         disk + caches + Duration::from_secs(self.size_mb / 80 + 2)
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), ExperimentError> {
         if self.shares.iter().any(|s| !(*s > 0.0 && *s <= 1.0)) {
-            return Err("shares must be in (0, 1]".into());
+            return Err(ExperimentError::config("shares must be in (0, 1]"));
         }
         if self.size_mb == 0 || self.clients == 0 || self.duration.is_zero() {
-            return Err("the set size, clients and duration must be positive".into());
+            return Err(ExperimentError::config(
+                "the set size, clients and duration must be positive",
+            ));
         }
         Ok(())
     }
@@ -230,16 +233,16 @@ impl FlashConfig {
 const PAUSE: Duration = Duration::from_secs(1);
 
 /// Run the experiment, logging progress through `log`.
-pub fn run(cfg: &FlashConfig, log: &mut dyn FnMut(&str)) -> Result<FlashResults, String> {
+pub fn run(cfg: &FlashConfig, log: &mut dyn FnMut(&str)) -> Result<FlashResults, ExperimentError> {
     cfg.validate()?;
     std::fs::create_dir_all(&cfg.out)
-        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+        .map_err(|e| ExperimentError::step(format!("cannot create {}", cfg.out.display()), e))?;
     let limited = MemoryCgroup::available();
     if !limited && !cfg.allow_no_cgroup {
-        return Err(format!(
+        return Err(ExperimentError::run(format!(
             "the disk-bound runs need root and the cgroup v1 memory controller at {}",
             cgroup::MEMORY_ROOT
-        ));
+        )));
     }
     let eta = cfg.eta();
     log(&format!(
@@ -277,7 +280,7 @@ pub fn run(cfg: &FlashConfig, log: &mut dyn FnMut(&str)) -> Result<FlashResults,
             tmp = tempfile::Builder::new()
                 .prefix("seda-flash-")
                 .tempdir()
-                .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+                .map_err(|e| ExperimentError::step("cannot create a temp dir", e))?;
             tmp.path().to_path_buf()
         }
     };
@@ -385,7 +388,7 @@ pub fn run(cfg: &FlashConfig, log: &mut dyn FnMut(&str)) -> Result<FlashResults,
                     log(&format!("   {}: skipped: {e}", spec.name));
                     results
                         .skipped
-                        .push((format!("{} at {share}", spec.name), e));
+                        .push((format!("{} at {share}", spec.name), e.to_string()));
                 }
             }
             write_outputs(&cfg.out, &results)?;
@@ -417,7 +420,7 @@ pub fn run(cfg: &FlashConfig, log: &mut dyn FnMut(&str)) -> Result<FlashResults,
                 }
                 Err(e) => {
                     log(&format!("   {name}: skipped: {e}"));
-                    results.skipped.push((name, e));
+                    results.skipped.push((name, e.to_string()));
                 }
             }
             write_outputs(&cfg.out, &results)?;
@@ -437,7 +440,7 @@ fn file_set(
     size_mb: u64,
     seed: u64,
     log: &mut dyn FnMut(&str),
-) -> Result<Manifest, String> {
+) -> Result<Manifest, ExperimentError> {
     match Manifest::load(root) {
         Ok(m) if m.size_mb == size_mb && m.seed == seed => Ok(m),
         _ => {
@@ -445,7 +448,7 @@ fn file_set(
                 "writing a {size_mb} MiB SPECweb99 file set to {}",
                 root.display()
             ));
-            let m = fileset::generate(root, size_mb, seed).map_err(|e| e.to_string())?;
+            let m = fileset::generate(root, size_mb, seed).map_err(ExperimentError::other)?;
             // Servers that drop to www-data must enter the set's parents.
             use std::os::unix::fs::PermissionsExt;
             for dir in root.ancestors().take(2) {
@@ -546,15 +549,15 @@ impl Point<'_> {
         group: Option<&MemoryCgroup>,
         warmup: Duration,
         duration: Duration,
-    ) -> Result<Measured, String> {
+    ) -> Result<Measured, ExperimentError> {
         let server = ServerProcess::start_in(self.spec, self.root, group.map(|g| g.path()))?;
         match probe(server.addr(), "/dir00000/class1_0") {
             Ok(200) => {}
             other => {
-                return Err(format!(
+                return Err(ExperimentError::run(format!(
                     "GET /dir00000/class1_0 answered {other:?}, not 200: {}",
                     server.log_tail()
-                ));
+                )));
             }
         }
         if !warmup.is_zero() {
@@ -562,14 +565,14 @@ impl Point<'_> {
                 &self.load(server.addr(), warmup, self.seed ^ 0xfeed),
                 |_, _| {},
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(ExperimentError::other)?;
         }
         let cpu0 = server.cpu_seconds();
         let disk0 = disk_read_bytes();
         let t0 = Instant::now();
         let report =
             seda_load::client::run(&self.load(server.addr(), duration, self.seed), |_, _| {})
-                .map_err(|e| e.to_string())?;
+                .map_err(ExperimentError::other)?;
         let disk_read_mbps = (disk_read_bytes() - disk0) as f64 / t0.elapsed().as_secs_f64() / 1e6;
         let cpu = server.cpu_seconds() - cpu0;
         let cpu_us_per_req = if report.completed > 0 {
@@ -595,7 +598,7 @@ struct Measured {
 }
 
 /// One disk-bound point: evict the set, start the server in a fresh group, load it.
-fn disk_point(p: &Point<'_>, share: f64, limit: u64) -> Result<DiskRun, String> {
+fn disk_point(p: &Point<'_>, share: f64, limit: u64) -> Result<DiskRun, ExperimentError> {
     cgroup::evict(p.root)?;
     let group = if limit > 0 {
         let name = format!("seda-flash-{}-{}", std::process::id(), p.spec.name);
@@ -630,7 +633,12 @@ fn disk_point(p: &Point<'_>, share: f64, limit: u64) -> Result<DiskRun, String> 
 /// Reads the files of the most popular `share` of the directories (SPECweb99's
 /// Zipf ranks them in order) with `cat` inside `group`, least popular first, so
 /// that the hottest pages are the last the group's LRU would evict.
-fn prewarm(group: &MemoryCgroup, root: &Path, set: &Manifest, share: f64) -> Result<(), String> {
+fn prewarm(
+    group: &MemoryCgroup,
+    root: &Path,
+    set: &Manifest,
+    share: f64,
+) -> Result<(), ExperimentError> {
     let dirs = ((set.dirs as f64 * share).ceil() as usize).clamp(1, set.dirs);
     let files: Vec<PathBuf> = (0..dirs)
         .rev()
@@ -656,19 +664,19 @@ fn prewarm(group: &MemoryCgroup, root: &Path, set: &Manifest, share: f64) -> Res
         .args(&files)
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run cat to pre-warm: {e}"))?;
+        .map_err(|e| ExperimentError::step("cannot run cat to pre-warm", e))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
+        Err(ExperimentError::run(format!(
             "pre-warming failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        )))
     }
 }
 
 /// One point of the caches part: no memory limit, the set served from memory.
-fn cache_point(p: &Point<'_>, name: &str, switches: &str) -> Result<CacheRun, String> {
+fn cache_point(p: &Point<'_>, name: &str, switches: &str) -> Result<CacheRun, ExperimentError> {
     let m = p.measure(None, p.cfg.cache_warmup, p.cfg.cache_duration)?;
     let hb = m.server.admin_addr().and_then(|a| {
         let r = crate::harness::stats::http_get(a, "/_seda/stats", Duration::from_secs(2)).ok()?;

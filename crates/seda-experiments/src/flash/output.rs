@@ -4,11 +4,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::results::{CacheRun, DiskRun, FlashResults};
+use crate::ExperimentError;
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::write_runs_and_table;
 
 /// Write runs.json, table.md, throughput.svg and p90.svg from the runs so far.
-pub fn write_outputs(out: &Path, r: &FlashResults) -> Result<(), String> {
+pub fn write_outputs(out: &Path, r: &FlashResults) -> Result<(), ExperimentError> {
     write_runs_and_table(out, r, table(r))?;
     if r.disk.is_empty() {
         return Ok(());

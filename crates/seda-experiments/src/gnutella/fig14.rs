@@ -21,6 +21,7 @@ use seda_gnutella::{Gnutella, GnutellaStats, ROUTER_STAGE, RouterConfig};
 use seda_load::gnutella::{KindStats, LoadConfig, LoadReport};
 
 use super::plain::BENCH_ADVERTISE;
+use crate::ExperimentError;
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::{date_utc, machine_summary, write_runs_and_table};
 
@@ -117,7 +118,11 @@ pub struct Fig14Results {
 }
 
 /// Runs one (mode, rate) point.
-pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Run, String> {
+pub fn run_one(
+    cfg: &Fig14Config,
+    controller: bool,
+    rate: f64,
+) -> Result<Fig14Run, ExperimentError> {
     let rt = seda::Runtime::builder().name("fig14").build();
     let g = Gnutella::start(
         &rt,
@@ -142,8 +147,8 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
             ..RouterConfig::default()
         },
     )
-    .map_err(|e| e.to_string())?;
-    rt.start().map_err(|e| e.to_string())?;
+    .map_err(ExperimentError::other)?;
+    rt.start().map_err(ExperimentError::other)?;
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
         let (rt, stop) = (rt.clone(), Arc::clone(&stop));
@@ -178,7 +183,7 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
     let router = g.stats();
     g.stop();
     rt.shutdown(Duration::from_secs(1));
-    let load = load.map_err(|e| e.to_string())?;
+    let load = load.map_err(ExperimentError::other)?;
     let kind = |k: &str| load.kinds.get(k).cloned().unwrap_or_default();
     Ok(Fig14Run {
         controller,
@@ -196,7 +201,7 @@ pub fn run_one(cfg: &Fig14Config, controller: bool, rate: f64) -> Result<Fig14Ru
 }
 
 /// Runs every point, single thread first; `log` gets a line per run.
-pub fn run(cfg: &Fig14Config, log: &mut dyn FnMut(&str)) -> Result<Fig14Results, String> {
+pub fn run(cfg: &Fig14Config, log: &mut dyn FnMut(&str)) -> Result<Fig14Results, ExperimentError> {
     let loadavg_start = crate::harness::load_average_text();
     let mut runs = Vec::new();
     for controller in [false, true] {
@@ -329,8 +334,9 @@ fn table_with_leaves(r: &Fig14Results, mut s: String) -> String {
 }
 
 /// Writes `runs.json`, `table.md` and the charts to `out`.
-pub fn write_outputs(out: &Path, r: &Fig14Results) -> Result<(), String> {
-    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+pub fn write_outputs(out: &Path, r: &Fig14Results) -> Result<(), ExperimentError> {
+    std::fs::create_dir_all(out)
+        .map_err(|e| ExperimentError::step(format!("cannot create {}", out.display()), e))?;
     write_runs_and_table(out, r, table(r))?;
     for controller in [false, true] {
         let runs: Vec<&Fig14Run> = r

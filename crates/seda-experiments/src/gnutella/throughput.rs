@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use seda_gnutella::{Gnutella, GnutellaStats, RouterConfig};
 
 use super::plain::{BENCH_ADVERTISE, PlainLoop};
+use crate::ExperimentError;
 use crate::colors::cpu::{CpuCores, CpuSample};
 use seda_load::gnutella::{LoadConfig, LoadReport, Mix};
 
@@ -130,7 +131,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-fn load(cfg: &ThroughputConfig, router: SocketAddr) -> Result<LoadReport, String> {
+fn load(cfg: &ThroughputConfig, router: SocketAddr) -> Result<LoadReport, ExperimentError> {
     seda_load::gnutella::run(&LoadConfig {
         router,
         peers: cfg.peers,
@@ -145,7 +146,7 @@ fn load(cfg: &ThroughputConfig, router: SocketAddr) -> Result<LoadReport, String
         query_words: cfg.query_words,
         ..LoadConfig::default()
     })
-    .map_err(|e| e.to_string())
+    .map_err(ExperimentError::other)
 }
 
 /// Threads of the generator (seda-load names them so).
@@ -181,7 +182,10 @@ fn round(
 /// The generator's threads live only while the load runs, so a sampler thread
 /// samples inside the run: from 1 s after its start (the peers have connected) to
 /// 0.5 s before its end.
-fn measured(cfg: &ThroughputConfig, router: SocketAddr) -> Result<(LoadReport, CpuCores), String> {
+fn measured(
+    cfg: &ThroughputConfig,
+    router: SocketAddr,
+) -> Result<(LoadReport, CpuCores), ExperimentError> {
     let window = cfg.duration.saturating_sub(Duration::from_millis(1500));
     let sampler = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(1));
@@ -196,7 +200,10 @@ fn measured(cfg: &ThroughputConfig, router: SocketAddr) -> Result<(LoadReport, C
 }
 
 /// Runs the comparison; `log` gets a line per round.
-pub fn throughput(cfg: &ThroughputConfig, log: &mut dyn FnMut(&str)) -> Result<Throughput, String> {
+pub fn throughput(
+    cfg: &ThroughputConfig,
+    log: &mut dyn FnMut(&str),
+) -> Result<Throughput, ExperimentError> {
     let mut rounds = Vec::new();
     let secs = cfg.duration.as_secs_f64();
     for i in 0..cfg.rounds {
@@ -204,7 +211,7 @@ pub fn throughput(cfg: &ThroughputConfig, log: &mut dyn FnMut(&str)) -> Result<T
             rounds.push(ultrapeer_round(cfg, i, log)?);
             continue;
         }
-        let plain = PlainLoop::start().map_err(|e| format!("plain loop: {e}"))?;
+        let plain = PlainLoop::start().map_err(|e| ExperimentError::step("plain loop", e))?;
         let before = plain.routed();
         let (r, cpu) = measured(cfg, plain.addr())?;
         let routed = plain.routed() - before;
@@ -253,7 +260,7 @@ fn staged_round(
     i: usize,
     inline: bool,
     log: &mut dyn FnMut(&str),
-) -> Result<Round, String> {
+) -> Result<Round, ExperimentError> {
     let secs = cfg.duration.as_secs_f64();
     let rt = seda::Runtime::builder().name("gnutella-bench").build();
     let g = Gnutella::start(
@@ -269,8 +276,8 @@ fn staged_round(
             ..RouterConfig::default()
         },
     )
-    .map_err(|e| e.to_string())?;
-    rt.start().map_err(|e| e.to_string())?;
+    .map_err(ExperimentError::other)?;
+    rt.start().map_err(ExperimentError::other)?;
     let b = g.stats();
     let (r, cpu) = measured(cfg, g.local_addr())?;
     let stats = g.stats();
@@ -302,7 +309,7 @@ fn ultrapeer_round(
     cfg: &ThroughputConfig,
     i: usize,
     log: &mut dyn FnMut(&str),
-) -> Result<Round, String> {
+) -> Result<Round, ExperimentError> {
     let secs = cfg.duration.as_secs_f64();
     let rt = seda::Runtime::builder().name("gnutella-bench").build();
     let g = Gnutella::start(
@@ -317,8 +324,8 @@ fn ultrapeer_round(
             ..RouterConfig::default()
         },
     )
-    .map_err(|e| e.to_string())?;
-    rt.start().map_err(|e| e.to_string())?;
+    .map_err(ExperimentError::other)?;
+    rt.start().map_err(ExperimentError::other)?;
     let b = g.stats();
     let (r, cpu) = measured(cfg, g.local_addr())?;
     let a = g.stats();

@@ -1,6 +1,8 @@
 //! The CPU-bound bottleneck of the overload and scale-out experiments, calibrated
 //! once per experiment.
 
+use crate::ExperimentError;
+
 /// Checksum passes of the bottleneck for `ms` of CPU per request: `given`, or the
 /// largest of five calibrations here (the one least disturbed by other load on the
 /// machine), said through `log`. Experiments pass the result to every
@@ -10,7 +12,7 @@ pub fn bottleneck_passes(
     given: Option<u64>,
     ms: f64,
     log: &mut dyn FnMut(&str),
-) -> Result<u64, String> {
+) -> Result<u64, ExperimentError> {
     if let Some(k) = given {
         return Ok(k);
     }
@@ -18,7 +20,7 @@ pub fn bottleneck_passes(
     let mut best = 0;
     for _ in 0..5 {
         let b = seda_http::Bottleneck::calibrate(d)
-            .map_err(|e| format!("cannot calibrate the bottleneck: {e}"))?;
+            .map_err(|e| ExperimentError::step("cannot calibrate the bottleneck", e))?;
         best = best.max(b.passes());
     }
     log(&format!(

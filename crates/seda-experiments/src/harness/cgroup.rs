@@ -11,6 +11,7 @@
 //! - A [`MemoryCgroup`] is removed when dropped (after its processes are gone; the
 //!   kernel moves the remaining page-cache charges to the parent).
 
+use crate::ExperimentError;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -47,13 +48,14 @@ impl MemoryCgroup {
     }
 
     /// Creates `MEMORY_ROOT/name` limited to `limit` bytes.
-    pub fn create(name: &str, limit: u64) -> Result<MemoryCgroup, String> {
+    pub fn create(name: &str, limit: u64) -> Result<MemoryCgroup, ExperimentError> {
         let path = Path::new(MEMORY_ROOT).join(name);
         if path.exists() {
             // Left by a killed run: empty, so removable.
             let _ = fs::remove_dir(&path);
         }
-        fs::create_dir(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        fs::create_dir(&path)
+            .map_err(|e| ExperimentError::step(format!("cannot create {}", path.display()), e))?;
         let g = MemoryCgroup { path };
         g.write("memory.limit_in_bytes", &limit.to_string())?;
         // No swap here, but say so: the limit covers memory alone.
@@ -91,9 +93,11 @@ impl MemoryCgroup {
         }
     }
 
-    fn write(&self, file: &str, value: &str) -> Result<(), String> {
+    fn write(&self, file: &str, value: &str) -> Result<(), ExperimentError> {
         let p = self.path.join(file);
-        fs::write(&p, value).map_err(|e| format!("cannot write {value} to {}: {e}", p.display()))
+        fs::write(&p, value).map_err(|e| {
+            ExperimentError::step(format!("cannot write {value} to {}", p.display()), e)
+        })
     }
 }
 
@@ -110,21 +114,23 @@ impl Drop for MemoryCgroup {
 /// Drops the pages of every file under `root` from the OS page cache
 /// (`posix_fadvise(DONTNEED)`; the set is written and synced, so none is dirty).
 /// Returns the number of files.
-pub fn evict(root: &Path) -> Result<usize, String> {
+pub fn evict(root: &Path) -> Result<usize, ExperimentError> {
     let mut n = 0;
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let entries =
-            fs::read_dir(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        let entries = fs::read_dir(&dir)
+            .map_err(|e| ExperimentError::step(format!("cannot list {}", dir.display()), e))?;
         for entry in entries.flatten() {
             let p = entry.path();
             match entry.file_type() {
                 Ok(t) if t.is_dir() => stack.push(p),
                 Ok(t) if t.is_file() => {
-                    let f = fs::File::open(&p)
-                        .map_err(|e| format!("cannot open {}: {e}", p.display()))?;
-                    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)
-                        .map_err(|e| format!("fadvise {}: {e}", p.display()))?;
+                    let f = fs::File::open(&p).map_err(|e| {
+                        ExperimentError::step(format!("cannot open {}", p.display()), e)
+                    })?;
+                    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).map_err(
+                        |e| ExperimentError::step(format!("fadvise {}", p.display()), e),
+                    )?;
                     n += 1;
                 }
                 _ => {}

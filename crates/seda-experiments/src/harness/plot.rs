@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use crate::ExperimentError;
 use plotters::prelude::*;
 
 /// One line of a chart.
@@ -66,7 +67,11 @@ pub fn tick(v: f64) -> String {
 }
 
 /// Write `series` as an SVG line chart to `path`.
-pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(), String> {
+pub fn line_chart(
+    path: &Path,
+    chart: &Chart<'_>,
+    series: &[Series],
+) -> Result<(), ExperimentError> {
     let tx = |x: f64| if chart.x_log { x.max(1e-9).log10() } else { x };
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| tx(p.0)));
     let (mut x0, mut x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
@@ -106,7 +111,9 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
             }
         }
     };
-    let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    let err = |e: &dyn std::fmt::Display| {
+        ExperimentError::run(format!("cannot draw {}: {e}", path.display()))
+    };
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut c = ChartBuilder::on(&root)

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::ExperimentError;
 use procfs::process::Process;
 
 /// What to run.
@@ -71,7 +72,7 @@ pub struct ServerSpec {
 impl ServerSpec {
     /// The configuration behind a name of `--servers`: `haboob`, `nginx`,
     /// `apache-prefork`, `apache-event`.
-    pub fn by_name(name: &str, seda: &Path, cache_mb: u64) -> Result<ServerSpec, String> {
+    pub fn by_name(name: &str, seda: &Path, cache_mb: u64) -> Result<ServerSpec, ExperimentError> {
         let kind = match name {
             "haboob" => ServerKind::Haboob {
                 seda: seda.to_path_buf(),
@@ -86,9 +87,9 @@ impl ServerSpec {
             "apache-prefork" => ServerKind::ApachePrefork { workers: 150 },
             "apache-event" => ServerKind::ApacheEvent,
             _ => {
-                return Err(format!(
+                return Err(ExperimentError::config(format!(
                     "unknown server {name:?} (known: haboob, nginx, apache-prefork, apache-event)"
-                ));
+                )));
             }
         };
         Ok(ServerSpec {
@@ -184,7 +185,10 @@ fn version(which: &str) -> String {
 
 /// Install the Debian packages the specs need (nginx, apache2) if their binaries are
 /// missing: `apt-get update && apt-get install -y`. Needs root.
-pub fn ensure_installed(specs: &[ServerSpec], log: &mut dyn FnMut(&str)) -> Result<(), String> {
+pub fn ensure_installed(
+    specs: &[ServerSpec],
+    log: &mut dyn FnMut(&str),
+) -> Result<(), ExperimentError> {
     let mut missing: Vec<&str> = specs
         .iter()
         .filter_map(|s| s.package())
@@ -198,7 +202,7 @@ pub fn ensure_installed(specs: &[ServerSpec], log: &mut dyn FnMut(&str)) -> Resu
 
 /// Install Debian `packages` (none: nothing to do): `apt-get update && apt-get install
 /// -y`. Needs root; the error says what to run otherwise.
-pub fn apt_install(missing: &[&str], log: &mut dyn FnMut(&str)) -> Result<(), String> {
+pub fn apt_install(missing: &[&str], log: &mut dyn FnMut(&str)) -> Result<(), ExperimentError> {
     if missing.is_empty() {
         return Ok(());
     }
@@ -207,28 +211,28 @@ pub fn apt_install(missing: &[&str], log: &mut dyn FnMut(&str)) -> Result<(), St
         missing.join(" ")
     ));
     if !rustix::process::geteuid().is_root() {
-        return Err(format!(
+        return Err(ExperimentError::run(format!(
             "{} missing and not running as root: install with `sudo apt-get install -y {}`",
             missing.join(" "),
             missing.join(" ")
-        ));
+        )));
     }
-    let run = |args: &[&str]| -> Result<(), String> {
+    let run = |args: &[&str]| -> Result<(), ExperimentError> {
         let out = Command::new("apt-get")
             .args(args)
             .env("DEBIAN_FRONTEND", "noninteractive")
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run apt-get: {e}"))?;
+            .map_err(|e| ExperimentError::step("cannot run apt-get", e))?;
         if out.status.success() {
             Ok(())
         } else {
             let err = String::from_utf8_lossy(&out.stderr);
-            Err(format!(
+            Err(ExperimentError::run(format!(
                 "apt-get {} failed: {}",
                 args.join(" "),
                 tail(&err, 800)
-            ))
+            )))
         }
     };
     run(&["update", "-q"])?;
@@ -238,9 +242,12 @@ pub fn apt_install(missing: &[&str], log: &mut dyn FnMut(&str)) -> Result<(), St
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released; a small race is possible).
-pub fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+pub fn free_port() -> Result<u16, ExperimentError> {
+    let l =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| ExperimentError::step("no free port", e))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(ExperimentError::other)
 }
 
 /// A running server.
@@ -258,7 +265,7 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Start `spec` serving `root` on a free loopback port and wait (up to 15 s) until
     /// it accepts connections.
-    pub fn start(spec: &ServerSpec, root: &Path) -> Result<ServerProcess, String> {
+    pub fn start(spec: &ServerSpec, root: &Path) -> Result<ServerProcess, ExperimentError> {
         Self::start_in(spec, root, None)
     }
 
@@ -269,11 +276,11 @@ impl ServerProcess {
         spec: &ServerSpec,
         root: &Path,
         cgroup: Option<&Path>,
-    ) -> Result<ServerProcess, String> {
+    ) -> Result<ServerProcess, ExperimentError> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("seda-exp-{}-", spec.name))
             .tempdir()
-            .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+            .map_err(|e| ExperimentError::step("cannot create a temp dir", e))?;
         {
             use std::os::unix::fs::PermissionsExt;
             // Workers that drop to www-data must reach their files here.
@@ -283,7 +290,7 @@ impl ServerProcess {
         let addr: SocketAddr = SocketAddr::from(([127, 0, 0, 1], port));
         let root = root
             .canonicalize()
-            .map_err(|e| format!("file root {}: {e}", root.display()))?;
+            .map_err(|e| ExperimentError::step(format!("file root {}", root.display()), e))?;
         let d = dir.path();
         let root_user = rustix::process::geteuid().is_root();
         let mut admin = None;
@@ -359,16 +366,16 @@ impl ServerProcess {
             cmd = in_cgroup(&cmd, cg);
         }
         let log = d.join("server.log");
-        let out =
-            fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let out = fs::File::create(&log)
+            .map_err(|e| ExperimentError::step(format!("cannot create {}", log.display()), e))?;
+        let err = out.try_clone().map_err(ExperimentError::other)?;
         let child = cmd
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", spec.name))?;
+            .map_err(|e| ExperimentError::step(format!("cannot start {}", spec.name), e))?;
         let mut p = ServerProcess {
             name: spec.name.clone(),
             child,
@@ -412,15 +419,15 @@ impl ServerProcess {
         tail(&text, 4000)
     }
 
-    fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
+    fn wait_ready(&mut self, limit: Duration) -> Result<(), ExperimentError> {
         let t0 = Instant::now();
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!(
+                return Err(ExperimentError::run(format!(
                     "{} exited at start ({status}): {}",
                     self.name,
                     self.log_tail()
-                ));
+                )));
             }
             if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
                 return Ok(());
@@ -428,10 +435,10 @@ impl ServerProcess {
             if t0.elapsed() > limit {
                 let tail = self.log_tail();
                 self.kill_group();
-                return Err(format!(
+                return Err(ExperimentError::run(format!(
                     "{} did not listen on {} within {limit:?}: {tail}",
                     self.name, self.addr
-                ));
+                )));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -444,11 +451,11 @@ impl ServerProcess {
     }
 
     /// SIGTERM the process group, wait up to 10 s, then SIGKILL it.
-    pub fn stop(mut self) -> Result<(), String> {
+    pub fn stop(mut self) -> Result<(), ExperimentError> {
         self.stop_inner()
     }
 
-    fn stop_inner(&mut self) -> Result<(), String> {
+    fn stop_inner(&mut self) -> Result<(), ExperimentError> {
         if let Ok(Some(_)) = self.child.try_wait() {
             self.kill_group();
             return Ok(());
@@ -468,10 +475,10 @@ impl ServerProcess {
         }
         self.kill_group();
         let _ = self.child.wait();
-        Err(format!(
+        Err(ExperimentError::run(format!(
             "{} did not stop within 10 s of SIGTERM; killed",
             self.name
-        ))
+        )))
     }
 
     fn kill_group(&mut self) {
@@ -490,8 +497,9 @@ impl Drop for ServerProcess {
     }
 }
 
-fn write(path: &Path, text: &str) -> Result<(), String> {
-    fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+fn write(path: &Path, text: &str) -> Result<(), ExperimentError> {
+    fs::write(path, text)
+        .map_err(|e| ExperimentError::step(format!("cannot write {}", path.display()), e))
 }
 
 fn tail(text: &str, n: usize) -> String {
@@ -666,21 +674,22 @@ pub fn process_tree_cpu(pid: u32) -> f64 {
 }
 
 /// `GET path` on a fresh connection; the status code, for a readiness check.
-pub fn probe(addr: SocketAddr, path: &str) -> Result<u16, String> {
-    let mut s =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+pub fn probe(addr: SocketAddr, path: &str) -> Result<u16, ExperimentError> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(ExperimentError::other)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
+        .map_err(ExperimentError::other)?;
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(ExperimentError::other)?;
     let mut head = [0u8; 64];
-    let n = s.read(&mut head).map_err(|e| e.to_string())?;
+    let n = s.read(&mut head).map_err(ExperimentError::other)?;
     let line = String::from_utf8_lossy(&head[..n]);
-    line.split_whitespace()
+    line.to_string()
+        .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("not an HTTP response: {line:?}"))
+        .ok_or_else(|| ExperimentError::run(format!("not an HTTP response: {line:?}")))
 }

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::ExperimentError;
 use seda_http::StatsDoc;
 use seda_http::proto::{ChunkLimits, ChunkedDecoder};
 use serde::{Deserialize, Serialize};
@@ -111,20 +112,27 @@ pub struct Fetched {
 /// listener's stats, HAProxy's statistics page, probes): a body framed by
 /// Content-Length, by the connection's end, or chunked (decoded by seda-http's fuzzed
 /// [`ChunkedDecoder`]); at most 16 MiB.
-pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Fetched, String> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect: {e}"))?;
+pub fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<Fetched, ExperimentError> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| ExperimentError::step("connect", e))?;
     s.set_read_timeout(Some(timeout))
         .and_then(|()| s.set_write_timeout(Some(timeout)))
-        .map_err(|e| e.to_string())?;
+        .map_err(ExperimentError::other)?;
     // One write of the whole request (`write!` on the stream may issue several).
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes())
-        .map_err(|e| format!("write: {e}"))?;
+        .map_err(|e| ExperimentError::step("write", e))?;
     let mut buf = Vec::with_capacity(16 * 1024);
     let mut chunk = [0u8; 16 * 1024];
     let mut head_end = None;
     loop {
-        let n = s.read(&mut chunk).map_err(|e| format!("read: {e}"))?;
+        let n = s
+            .read(&mut chunk)
+            .map_err(|e| ExperimentError::step("read", e))?;
         if n == 0 {
             break;
         }
@@ -139,17 +147,19 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Fetch
             }
         }
         if buf.len() > 16 << 20 {
-            return Err("response larger than 16 MiB".into());
+            return Err(ExperimentError::run("response larger than 16 MiB"));
         }
     }
-    let h = head_end.ok_or_else(|| "no complete response head".to_string())?;
+    let h = head_end.ok_or_else(|| ExperimentError::run("no complete response head"))?;
     let head = String::from_utf8_lossy(&buf[..h]).to_string();
     let mut lines = head.split("\r\n");
     let status = lines
         .next()
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("not an HTTP response: {:?}", head.lines().next()))?;
+        .ok_or_else(|| {
+            ExperimentError::run(format!("not an HTTP response: {:?}", head.lines().next()))
+        })?;
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
@@ -162,7 +172,7 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Fetch
         let raw = std::mem::take(&mut body);
         ChunkedDecoder::new(ChunkLimits::new(16 << 20))
             .feed(&raw, |d| body.extend_from_slice(d))
-            .map_err(|e| format!("GET {path}: {e}"))?;
+            .map_err(|e| ExperimentError::step(format!("GET {path}"), e))?;
     } else if let Some(l) = content_length(&buf) {
         body.truncate(l);
     }
@@ -182,14 +192,18 @@ fn content_length(head: &[u8]) -> Option<usize> {
 }
 
 /// One poll: the stage's sample, or why there is none.
-pub fn poll_once(addr: SocketAddr, stage: &str, t: f64) -> Result<StatsSample, String> {
+pub fn poll_once(addr: SocketAddr, stage: &str, t: f64) -> Result<StatsSample, ExperimentError> {
     let r = http_get(addr, "/_seda/stats", Duration::from_millis(900))?;
     if r.status != 200 {
-        return Err(format!("/_seda/stats answered {}", r.status));
+        return Err(ExperimentError::run(format!(
+            "/_seda/stats answered {}",
+            r.status
+        )));
     }
     let doc: StatsDoc = serde_json::from_slice(&r.body)
-        .map_err(|e| format!("/_seda/stats is not a stats document: {e}"))?;
-    parse_stage(&doc, stage, t).ok_or_else(|| format!("/_seda/stats has no stage {stage:?}"))
+        .map_err(|e| ExperimentError::step("/_seda/stats is not a stats document", e))?;
+    parse_stage(&doc, stage, t)
+        .ok_or_else(|| ExperimentError::run(format!("/_seda/stats has no stage {stage:?}")))
 }
 
 /// What a poller collected.
@@ -212,7 +226,11 @@ pub struct StatsPoller {
 
 impl StatsPoller {
     /// Start polling `stage` on `addr`; sample times count from `t0`.
-    pub fn start(addr: SocketAddr, stage: &str, t0: Instant) -> Result<StatsPoller, String> {
+    pub fn start(
+        addr: SocketAddr,
+        stage: &str,
+        t0: Instant,
+    ) -> Result<StatsPoller, ExperimentError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let stage = stage.to_string();
@@ -228,7 +246,7 @@ impl StatsPoller {
                             Ok(s) => log.samples.push(s),
                             Err(e) => {
                                 log.failures += 1;
-                                log.last_failure = Some(e);
+                                log.last_failure = Some(e.to_string());
                             }
                         }
                         // Keep the 1 s grid even when a poll was slow.
@@ -240,7 +258,7 @@ impl StatsPoller {
                 }
                 log
             })
-            .map_err(|e| format!("cannot start the stats poller: {e}"))?;
+            .map_err(|e| ExperimentError::step("cannot start the stats poller", e))?;
         Ok(StatsPoller { stop, handle })
     }
 

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::ExperimentError;
 use seda_load::schedule::Schedule;
 use serde::Serialize;
 
@@ -91,14 +92,14 @@ impl Scenario {
     ];
 
     /// Parse a name of [`Scenario::name`].
-    pub fn parse(name: &str) -> Result<Scenario, String> {
+    pub fn parse(name: &str) -> Result<Scenario, ExperimentError> {
         Scenario::ALL
             .into_iter()
             .find(|s| s.name() == name.trim())
             .ok_or_else(|| {
-                format!(
+                ExperimentError::config(format!(
                     "unknown scenario {name:?} (known: knee, refusal, fig13, spike, degrade, classes, policies)"
-                )
+                ))
             })
     }
 }
@@ -241,16 +242,20 @@ impl OverloadConfig {
         self
     }
 
-    pub(super) fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), ExperimentError> {
         let pos = |v: f64| v.is_finite() && v > 0.0;
         if !pos(self.bottleneck_ms) || !pos(self.target_ms) {
-            return Err("--bottleneck-ms and --target-ms must be positive".into());
+            return Err(ExperimentError::config(
+                "--bottleneck-ms and --target-ms must be positive",
+            ));
         }
         if self.bottleneck_passes == Some(0) {
-            return Err("--bottleneck-passes must be at least 1".into());
+            return Err(ExperimentError::config(
+                "--bottleneck-passes must be at least 1",
+            ));
         }
         if self.scenarios.is_empty() {
-            return Err("no scenario to run".into());
+            return Err(ExperimentError::config("no scenario to run"));
         }
         if self.fig13_users == 0
             || self.spike_users == 0
@@ -259,13 +264,15 @@ impl OverloadConfig {
             || self.refusal_users == 0
             || self.knee_users.contains(&0)
         {
-            return Err("user counts must be positive".into());
+            return Err(ExperimentError::config("user counts must be positive"));
         }
         if self.repeats == 0 || self.knee_users.is_empty() {
-            return Err("need at least one repeat and one knee step".into());
+            return Err(ExperimentError::config(
+                "need at least one repeat and one knee step",
+            ));
         }
         if self.phases.iter().any(|p| p.is_zero()) || self.fig13_duration.is_zero() {
-            return Err("phases must last at least 1 s".into());
+            return Err(ExperimentError::config("phases must last at least 1 s"));
         }
         Ok(())
     }

@@ -19,6 +19,7 @@ use super::results::{OverloadResults, RunResult};
 use super::summary::{self, Row, Spread};
 use seda_load::report::TimePoint;
 
+use crate::ExperimentError;
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::write_runs_and_table;
 
@@ -26,7 +27,7 @@ use crate::harness::write_runs_and_table;
 pub const SMOOTH_S: usize = 3;
 
 /// Write runs.json, table.md and every chart from the runs so far.
-pub fn write_outputs(out: &Path, r: &OverloadResults) -> Result<(), String> {
+pub fn write_outputs(out: &Path, r: &OverloadResults) -> Result<(), ExperimentError> {
     write_runs_and_table(out, r, table(r))?;
     charts(out, r)
 }
@@ -76,7 +77,7 @@ fn fmt_target(target: f64) -> String {
     }
 }
 
-fn charts(out: &Path, r: &OverloadResults) -> Result<(), String> {
+fn charts(out: &Path, r: &OverloadResults) -> Result<(), ExperimentError> {
     let target = target_ms(r);
     let title = |what: &str| format!("{what} ({})", r.date);
     let cap = summary::capacity(r).map(|c| c.median);

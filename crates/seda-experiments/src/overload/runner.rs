@@ -10,6 +10,7 @@ use super::output;
 use super::plan::{PAUSE, eta, plan};
 use super::results::{GroupResult, OverloadResults, RunResult};
 use super::summary;
+use crate::ExperimentError;
 use crate::harness::server::{ServerKind, ServerProcess, ServerSpec, process_tree_cpu};
 use crate::harness::stats::{self, BOTTLENECK_STAGE, StatsPoller};
 use crate::harness::{bottleneck_passes, date_utc, load_average, machine_summary};
@@ -20,10 +21,13 @@ use seda_load::report::LoadReport;
 const CPU_SAMPLE: Duration = Duration::from_millis(500);
 
 /// Run the experiment, logging progress through `log`.
-pub fn run(cfg: &OverloadConfig, log: &mut dyn FnMut(&str)) -> Result<OverloadResults, String> {
+pub fn run(
+    cfg: &OverloadConfig,
+    log: &mut dyn FnMut(&str),
+) -> Result<OverloadResults, ExperimentError> {
     cfg.check()?;
     std::fs::create_dir_all(&cfg.out)
-        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+        .map_err(|e| ExperimentError::step(format!("cannot create {}", cfg.out.display()), e))?;
     let mut cfg = cfg.clone();
     cfg.bottleneck_passes = Some(bottleneck_passes(
         cfg.bottleneck_passes,
@@ -51,7 +55,7 @@ pub fn run(cfg: &OverloadConfig, log: &mut dyn FnMut(&str)) -> Result<OverloadRe
     let root = tempfile::Builder::new()
         .prefix("seda-overload-root-")
         .tempdir()
-        .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+        .map_err(|e| ExperimentError::step("cannot create a temp dir", e))?;
     let machine = machine_summary();
     let [p0, p1, p2] = cfg.phases.map(|d| d.as_secs_f64());
     let mut results = OverloadResults {
@@ -113,7 +117,11 @@ pub fn run(cfg: &OverloadConfig, log: &mut dyn FnMut(&str)) -> Result<OverloadRe
                 results.runs.push(r);
             }
             Err(e) => {
-                let e = e.split_whitespace().collect::<Vec<_>>().join(" ");
+                let e = e
+                    .to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 log(&format!("   failed: {e}"));
                 results.failed.push((spec.id.clone(), e));
             }
@@ -194,15 +202,16 @@ fn run_one(
     root: &Path,
     index: u64,
     capacity: Option<f64>,
-) -> Result<RunResult, String> {
+) -> Result<RunResult, ExperimentError> {
     let conf_dir = tempfile::Builder::new()
         .prefix("seda-overload-conf-")
         .tempdir()
-        .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+        .map_err(|e| ExperimentError::step("cannot create a temp dir", e))?;
     let mut extra = spec.serve_args.clone();
     if let Some(text) = &spec.config {
         let path = conf_dir.path().join("serve.toml");
-        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(&path, text)
+            .map_err(|e| ExperimentError::step(format!("cannot write {}", path.display()), e))?;
         extra.push("--config".into());
         extra.push(path.display().to_string());
     }
@@ -240,20 +249,20 @@ fn run_one(
     let cpu_now =
         || server.cpu_seconds() + front.as_ref().map_or(0.0, |f| process_tree_cpu(f.pid()));
     let probe = stats::http_get(server.addr(), "/bottleneck", Duration::from_secs(10))
-        .map_err(|e| format!("GET /bottleneck: {e}"))?;
+        .map_err(|e| ExperimentError::step("GET /bottleneck", e))?;
     if probe.status != 200 {
-        return Err(format!(
+        return Err(ExperimentError::run(format!(
             "GET /bottleneck answered {}, not 200 (does this seda serve know --bottleneck-ms?): {}",
             probe.status,
             server.log_tail()
-        ));
+        )));
     }
     let calibration = calibration_line(&server.log_tail());
     let cpu0 = cpu_now();
     let t0 = Instant::now();
     let admin = server
         .admin_addr()
-        .ok_or("the server has no admin listener to poll")?;
+        .ok_or_else(|| ExperimentError::run("the server has no admin listener to poll"))?;
     let poller = StatsPoller::start(admin, BOTTLENECK_STAGE, t0)?;
     let addr = front.as_ref().map_or(server.addr(), |f| f.addr());
     let retry_wait = spec.retry_wait.unwrap_or(cfg.retry_wait);
@@ -331,7 +340,7 @@ fn run_one(
     }
     let mut groups = Vec::new();
     for (g, rep) in spec.groups.iter().zip(reports) {
-        let report = rep.map_err(|e| e.to_string())?;
+        let report = rep.map_err(ExperimentError::other)?;
         let phases = (0..report.phases.len())
             .filter_map(|i| metrics::phase_metrics(&report, i, cfg.target_ms))
             .collect();

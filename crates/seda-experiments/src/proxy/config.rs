@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::ExperimentError;
 use serde::{Deserialize, Serialize};
 
 /// A front in front of the backend.
@@ -91,13 +92,16 @@ impl Front {
     }
 
     /// The front called `name`.
-    pub fn by_name(name: &str) -> Result<Front, String> {
+    pub fn by_name(name: &str) -> Result<Front, ExperimentError> {
         Front::ALL
             .into_iter()
             .find(|f| f.name() == name)
             .ok_or_else(|| {
                 let known: Vec<&str> = Front::ALL.iter().map(|f| f.name()).collect();
-                format!("unknown front {name:?} (known: {})", known.join(", "))
+                ExperimentError::config(format!(
+                    "unknown front {name:?} (known: {})",
+                    known.join(", ")
+                ))
             })
     }
 }
@@ -145,7 +149,7 @@ impl Shape {
     }
 
     /// The shape called `name` (`spike`, `open-Fx`, `drop`, `classes-Fx`).
-    pub fn by_name(name: &str) -> Result<Shape, String> {
+    pub fn by_name(name: &str) -> Result<Shape, ExperimentError> {
         let factor = |rest: &str| {
             rest.strip_suffix('x')
                 .and_then(|f| f.parse::<f64>().ok())
@@ -165,9 +169,9 @@ impl Shape {
                 }),
         };
         shape.ok_or_else(|| {
-            format!(
+            ExperimentError::config(format!(
                 "unknown shape {name:?} (known: spike, open-Fx, drop, classes-Fx with F in (0, 100])"
-            )
+            ))
         })
     }
 }
@@ -349,39 +353,53 @@ impl ProxyConfig {
     }
 
     /// Refuses what cannot run.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ExperimentError> {
         if self.workers < 2 || self.workers % 2 != 0 || self.workers > 64 {
-            return Err("--workers must be even, 2..=64 (the drop takes half)".into());
-        }
-        if !(self.work_ms > 0.0 && self.work_ms <= 10_000.0) {
-            return Err("--work-ms must be in (0, 10000]".into());
-        }
-        if !["fixed", "exp", "bimodal"].contains(&self.dist.as_str()) {
-            return Err(format!("--dist {:?}: fixed, exp or bimodal", self.dist));
-        }
-        if !(self.target_ms >= 1.0 && self.target_ms <= 600_000.0) {
-            return Err("--target-ms must be in [1, 600000]".into());
-        }
-        if self.plan().is_empty() {
-            return Err("no fronts or no shapes to run".into());
-        }
-        if self.repeats == 0 {
-            return Err("--repeats must be at least 1".into());
-        }
-        if self.knee_users.is_empty() || self.knee_users.contains(&0) {
-            return Err("knee steps need at least one user each".into());
-        }
-        if self.spike_users == 0 || self.base_users == 0 {
-            return Err("--spike-users and the base users must be at least 1".into());
-        }
-        if !self.gunicorn.exists() {
-            return Err(format!(
-                "no gunicorn at {} (bench/proxy/install.sh installs it and prints its path)",
-                self.gunicorn.display()
+            return Err(ExperimentError::config(
+                "--workers must be even, 2..=64 (the drop takes half)",
             ));
         }
+        if !(self.work_ms > 0.0 && self.work_ms <= 10_000.0) {
+            return Err(ExperimentError::config("--work-ms must be in (0, 10000]"));
+        }
+        if !["fixed", "exp", "bimodal"].contains(&self.dist.as_str()) {
+            return Err(ExperimentError::config(format!(
+                "--dist {:?}: fixed, exp or bimodal",
+                self.dist
+            )));
+        }
+        if !(self.target_ms >= 1.0 && self.target_ms <= 600_000.0) {
+            return Err(ExperimentError::config(
+                "--target-ms must be in [1, 600000]",
+            ));
+        }
+        if self.plan().is_empty() {
+            return Err(ExperimentError::config("no fronts or no shapes to run"));
+        }
+        if self.repeats == 0 {
+            return Err(ExperimentError::config("--repeats must be at least 1"));
+        }
+        if self.knee_users.is_empty() || self.knee_users.contains(&0) {
+            return Err(ExperimentError::config(
+                "knee steps need at least one user each",
+            ));
+        }
+        if self.spike_users == 0 || self.base_users == 0 {
+            return Err(ExperimentError::config(
+                "--spike-users and the base users must be at least 1",
+            ));
+        }
+        if !self.gunicorn.exists() {
+            return Err(ExperimentError::config(format!(
+                "no gunicorn at {} (bench/proxy/install.sh installs it and prints its path)",
+                self.gunicorn.display()
+            )));
+        }
         if !self.app_dir.join("app.py").exists() {
-            return Err(format!("no app.py in {}", self.app_dir.display()));
+            return Err(ExperimentError::config(format!(
+                "no app.py in {}",
+                self.app_dir.display()
+            )));
         }
         Ok(())
     }
@@ -412,7 +430,12 @@ mod tests {
         assert!(Front::Seda.is_seda() && !Front::Haproxy.is_seda());
         assert!(Shape::by_name("open-0x").is_err());
         assert!(Shape::by_name("open-x").is_err());
-        assert!(Front::by_name("envoy").unwrap_err().contains("known"));
+        assert!(
+            Front::by_name("envoy")
+                .unwrap_err()
+                .to_string()
+                .contains("known")
+        );
     }
 
     #[test]
@@ -434,6 +457,6 @@ mod tests {
         assert!(f.eta() > Duration::from_secs(30 * 60));
         let mut bad = q.clone();
         bad.workers = 3;
-        assert!(bad.check().unwrap_err().contains("even"));
+        assert!(bad.check().unwrap_err().to_string().contains("even"));
     }
 }

@@ -9,11 +9,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::results::{HighClass, ProxyResults, ProxyRun, ShapeMetrics};
+use crate::ExperimentError;
 use crate::harness::plot::{Chart, Series, line_chart, tick};
 use crate::harness::write_runs_and_table;
 
 /// Writes every output file of `r` to `out`.
-pub fn write_outputs(out: &Path, r: &ProxyResults) -> Result<(), String> {
+pub fn write_outputs(out: &Path, r: &ProxyResults) -> Result<(), ExperimentError> {
     write_runs_and_table(out, r, table(r))?;
     for shape in shapes(r) {
         let runs: Vec<&ProxyRun> = r

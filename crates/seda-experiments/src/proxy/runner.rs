@@ -13,6 +13,7 @@ use rustix::process::Signal;
 use super::config::{CLASS_HEADER, Front, HIGH_SHARE, ProxyConfig, Shape};
 use super::output::write_outputs;
 use super::results::{HighClass, ProxyResults, ProxyRun, ShapeMetrics};
+use crate::ExperimentError;
 use crate::harness::haproxy::process::signal_group;
 use crate::harness::haproxy::{HaproxyProcess, ensure_haproxy};
 use crate::harness::server::{ServerKind, ServerProcess, ServerSpec, free_port};
@@ -29,13 +30,14 @@ const THINK: Duration = Duration::from_millis(20);
 const REQS_PER_CONN: u32 = 100;
 
 /// Runs the experiment, logging progress through `log`.
-pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults, String> {
+pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults, ExperimentError> {
     cfg.check()?;
     // gunicorn and its Python run with the app's directory as their working
     // directory: a relative path given on the command line must not be read from
     // there.
     let absolute = |p: &Path| {
-        std::path::absolute(p).map_err(|e| format!("cannot resolve {}: {e}", p.display()))
+        std::path::absolute(p)
+            .map_err(|e| ExperimentError::step(format!("cannot resolve {}", p.display()), e))
     };
     let cfg = &ProxyConfig {
         gunicorn: absolute(&cfg.gunicorn)?,
@@ -44,7 +46,7 @@ pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults,
         ..cfg.clone()
     };
     fs::create_dir_all(&cfg.out)
-        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+        .map_err(|e| ExperimentError::step(format!("cannot create {}", cfg.out.display()), e))?;
     let plan = cfg.plan();
     let haproxy = if plan.iter().any(|p| p.1 == Front::Haproxy) {
         Some(ensure_haproxy(log)?)
@@ -63,7 +65,7 @@ pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults,
     let root = tempfile::Builder::new()
         .prefix("seda-proxy-root-")
         .tempdir()
-        .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+        .map_err(|e| ExperimentError::step("cannot create a temp dir", e))?;
     let iter_per_ms = calibrate(cfg)?;
     log(&format!(
         "app.py: {iter_per_ms:.1} hash iterations per ms (best of 5, for every worker)"
@@ -75,7 +77,9 @@ pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults,
     let knee = knee(cfg, log)?;
     let capacity = knee.iter().map(|k| k.1).fold(0.0, f64::max);
     if capacity < 1.0 {
-        return Err(format!("the backend served nothing at the knee: {knee:?}"));
+        return Err(ExperimentError::run(format!(
+            "the backend served nothing at the knee: {knee:?}"
+        )));
     }
     log(&format!("capacity at the knee: {capacity:.1} req/s"));
     let mut results = ProxyResults {
@@ -142,7 +146,11 @@ pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults,
                     results.runs.push(r);
                 }
                 Err(e) => {
-                    let e = e.split_whitespace().collect::<Vec<_>>().join(" ");
+                    let e = e
+                        .to_string()
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ");
                     log(&format!("   failed: {e}"));
                     results.failed.push((id, e));
                 }
@@ -181,11 +189,11 @@ struct Backend {
 }
 
 impl Backend {
-    fn start(cfg: &ProxyConfig) -> Result<Backend, String> {
+    fn start(cfg: &ProxyConfig) -> Result<Backend, ExperimentError> {
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        let log = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
-        let out = log.reopen().map_err(|e| e.to_string())?;
-        let err = log.reopen().map_err(|e| e.to_string())?;
+        let log = tempfile::NamedTempFile::new().map_err(ExperimentError::other)?;
+        let out = log.reopen().map_err(ExperimentError::other)?;
+        let err = log.reopen().map_err(ExperimentError::other)?;
         let mut cmd = Command::new(&cfg.gunicorn);
         if let Some(v) = cfg.iter_per_ms {
             cmd.env("PROXY_APP_ITER_PER_MS", v.to_string());
@@ -200,13 +208,18 @@ impl Backend {
             .stderr(err)
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", cfg.gunicorn.display()))?;
+            .map_err(|e| {
+                ExperimentError::step(format!("cannot start {}", cfg.gunicorn.display()), e)
+            })?;
         let mut b = Backend { child, addr, log };
         let t0 = Instant::now();
         let path = format!("/work?ms={}&dist=fixed", cfg.work_ms);
         loop {
             if let Ok(Some(st)) = b.child.try_wait() {
-                return Err(format!("gunicorn exited at start ({st}): {}", b.tail()));
+                return Err(ExperimentError::run(format!(
+                    "gunicorn exited at start ({st}): {}",
+                    b.tail()
+                )));
             }
             // Every worker must be up (each calibrates at import): one probe per
             // worker, on new connections.
@@ -216,7 +229,10 @@ impl Backend {
                 return Ok(b);
             }
             if t0.elapsed() > Duration::from_secs(30) {
-                return Err(format!("gunicorn did not answer within 30 s: {}", b.tail()));
+                return Err(ExperimentError::run(format!(
+                    "gunicorn did not answer within 30 s: {}",
+                    b.tail()
+                )));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -259,7 +275,7 @@ impl Drop for Backend {
 /// gunicorn environment's Python) and given to every worker: each worker would
 /// otherwise calibrate at import, while the others do, and a busy machine at that
 /// moment makes every request of the run cheaper than its nominal cost.
-fn calibrate(cfg: &ProxyConfig) -> Result<f64, String> {
+fn calibrate(cfg: &ProxyConfig) -> Result<f64, ExperimentError> {
     let python = cfg.gunicorn.with_file_name("python3");
     let code = "import time, app\n\
                 best = 0.0\n\
@@ -276,17 +292,17 @@ fn calibrate(cfg: &ProxyConfig) -> Result<f64, String> {
         .current_dir(&cfg.app_dir)
         .env("PROXY_APP_ITER_PER_MS", "1")
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+        .map_err(|e| ExperimentError::step(format!("cannot run {}", python.display()), e))?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.trim()
         .parse::<f64>()
         .ok()
         .filter(|v| v.is_finite() && *v > 0.0)
         .ok_or_else(|| {
-            format!(
+            ExperimentError::run(format!(
                 "calibrating app.py failed: {text} {}",
                 String::from_utf8_lossy(&out.stderr)
-            )
+            ))
         })
 }
 
@@ -322,7 +338,7 @@ fn load(
 }
 
 /// The knee: closed-loop users without think time straight at the backend.
-fn knee(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<Vec<(u64, f64)>, String> {
+fn knee(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<Vec<(u64, f64)>, ExperimentError> {
     let backend = Backend::start(cfg)?;
     let phases = cfg
         .knee_users
@@ -338,7 +354,7 @@ fn knee(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<Vec<(u64, f64)>,
     };
     let mut l = load(cfg, backend.addr, mode, phases, cfg.seed);
     l.drain = Duration::from_secs(1);
-    let report = seda_load::client::run(&l, |_, _| {}).map_err(|e| e.to_string())?;
+    let report = seda_load::client::run(&l, |_, _| {}).map_err(ExperimentError::other)?;
     let steps: Vec<(u64, f64)> = report
         .phases
         .iter()
@@ -427,8 +443,8 @@ fn start_front(
     capacity: f64,
     haproxy: Option<&Path>,
     root: &Path,
-) -> Result<(Running, String), String> {
-    let nginx = |http: String, location: String| -> Result<(Running, String), String> {
+) -> Result<(Running, String), ExperimentError> {
+    let nginx = |http: String, location: String| -> Result<(Running, String), ExperimentError> {
         let spec = ServerSpec {
             name: front.name().into(),
             kind: ServerKind::NginxProxy {
@@ -448,7 +464,7 @@ fn start_front(
             nginx(http, location)
         }
         Front::Haproxy => {
-            let bin = haproxy.ok_or("no haproxy")?;
+            let bin = haproxy.ok_or_else(|| ExperimentError::run("no haproxy"))?;
             let bind = SocketAddr::from(([127, 0, 0, 1], free_port()?));
             let text = haproxy_config(bind, upstream, cfg.workers, cfg.target_ms);
             let d = format!(
@@ -497,7 +513,7 @@ fn run_one(
     haproxy: Option<&Path>,
     root: &Path,
     index: u64,
-) -> Result<ProxyRun, String> {
+) -> Result<ProxyRun, ExperimentError> {
     let backend = Backend::start(cfg)?;
     let (running, front_config) =
         start_front(cfg, shape, front, backend.addr, capacity, haproxy, root)?;
@@ -588,13 +604,16 @@ fn run_one(
     let tail = backend.tail();
     running.stop();
     drop(backend);
-    let report = report.map_err(|e| format!("{e}; gunicorn: {tail}"))?;
+    let report = report.map_err(|e| ExperimentError::run(format!("{e}; gunicorn: {tail}")))?;
     let mut metrics = shape_metrics(&report, cfg.target_ms, capacity_then)
-        .ok_or("the load report has fewer than three phases")?;
+        .ok_or_else(|| ExperimentError::run("the load report has fewer than three phases"))?;
     let high = match high {
         Some(h) => {
-            let h = h.map_err(|e| format!("high class: {e}; gunicorn: {tail}"))?;
-            let c = high_class(&h).ok_or("the high class's report has fewer than three phases")?;
+            let h =
+                h.map_err(|e| ExperimentError::run(format!("high class: {e}; gunicorn: {tail}")))?;
+            let c = high_class(&h).ok_or_else(|| {
+                ExperimentError::run("the high class's report has fewer than three phases")
+            })?;
             // Served counts both classes; the p90 columns stay class 0's.
             metrics.served_rps += c.served_rps;
             metrics.served_of_capacity = metrics.served_rps / capacity_then;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::ExperimentError;
 use seda_load::schedule::Schedule;
 use serde::Serialize;
 
@@ -36,11 +37,15 @@ impl Scenario {
     }
 
     /// Parse a name of [`Scenario::name`].
-    pub fn parse(name: &str) -> Result<Scenario, String> {
+    pub fn parse(name: &str) -> Result<Scenario, ExperimentError> {
         Scenario::ALL
             .into_iter()
             .find(|s| s.name() == name.trim())
-            .ok_or_else(|| format!("unknown scenario {name:?} (known: throughput, slowed, killed)"))
+            .ok_or_else(|| {
+                ExperimentError::config(format!(
+                    "unknown scenario {name:?} (known: throughput, slowed, killed)"
+                ))
+            })
     }
 }
 
@@ -194,22 +199,26 @@ impl ScaleOutConfig {
         self
     }
 
-    pub(super) fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), ExperimentError> {
         let pos = |v: f64| v.is_finite() && v > 0.0;
         if !pos(self.bottleneck_ms) || !pos(self.target_ms) {
-            return Err("--bottleneck-ms and --target-ms must be positive".into());
+            return Err(ExperimentError::config(
+                "--bottleneck-ms and --target-ms must be positive",
+            ));
         }
         if !(self.slow_factor.is_finite() && self.slow_factor >= 1.0) {
-            return Err("--slow-factor must be at least 1".into());
+            return Err(ExperimentError::config("--slow-factor must be at least 1"));
         }
         if self.scenarios.is_empty() {
-            return Err("no scenario to run".into());
+            return Err(ExperimentError::config("no scenario to run"));
         }
         if self.replica_counts.is_empty() || self.replica_counts.iter().any(|&n| n == 0 || n > 16) {
-            return Err("--replicas must be counts in 1..=16".into());
+            return Err(ExperimentError::config(
+                "--replicas must be counts in 1..=16",
+            ));
         }
         if self.users == 0 || self.spike_users == 0 {
-            return Err("user counts must be positive".into());
+            return Err(ExperimentError::config("user counts must be positive"));
         }
         if self
             .phases
@@ -217,7 +226,7 @@ impl ScaleOutConfig {
             .chain(&self.throughput_phases)
             .any(|p| p.is_zero())
         {
-            return Err("phases must last at least 1 s".into());
+            return Err(ExperimentError::config("phases must last at least 1 s"));
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::config::{BACKEND, ProxyMode, RunSpec, ScaleOutConfig};
 use super::results::ReplicaResult;
+use crate::ExperimentError;
 use crate::harness::haproxy::process as proxy;
 use crate::harness::haproxy::{Balance, HaproxyConfig, Replica};
 use crate::harness::server::{ServerKind, ServerProcess, ServerSpec, free_port};
@@ -23,7 +24,7 @@ pub(super) fn start_fleet(
     cfg: &ScaleOutConfig,
     spec: &RunSpec,
     root: &Path,
-) -> Result<Fleet, String> {
+) -> Result<Fleet, ExperimentError> {
     let mut fleet = Fleet {
         procs: Vec::new(),
         results: Vec::new(),
@@ -31,7 +32,9 @@ pub(super) fn start_fleet(
     for (i, r) in spec.replicas.iter().enumerate() {
         let agent = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let ms = r.bottleneck_ms.to_string();
-        let base = cfg.passes.ok_or("the bottleneck is not calibrated")?;
+        let base = cfg
+            .passes
+            .ok_or_else(|| ExperimentError::run("the bottleneck is not calibrated"))?;
         let passes = ((base as f64 * r.bottleneck_ms / cfg.bottleneck_ms).round() as u64)
             .max(1)
             .to_string();
@@ -58,17 +61,22 @@ pub(super) fn start_fleet(
             },
         };
         let p = ServerProcess::start(&server_spec, root)?;
-        let probe = stats::http_get(p.addr(), "/bottleneck", Duration::from_secs(10))
-            .map_err(|e| format!("GET /bottleneck on replica {}: {e}", i + 1))?;
+        let probe =
+            stats::http_get(p.addr(), "/bottleneck", Duration::from_secs(10)).map_err(|e| {
+                ExperimentError::step(format!("GET /bottleneck on replica {}", i + 1), e)
+            })?;
         if probe.status != 200 {
-            return Err(format!(
+            return Err(ExperimentError::run(format!(
                 "replica {} answered {} to /bottleneck: {}",
                 i + 1,
                 probe.status,
                 p.log_tail()
-            ));
+            )));
         }
-        let pin_error = r.cpu.and_then(|c| proxy::pin_to_cpu(p.pid(), c).err());
+        let pin_error = r
+            .cpu
+            .and_then(|c| proxy::pin_to_cpu(p.pid(), c).err())
+            .map(|e| e.to_string());
         fleet.results.push(ReplicaResult {
             name: format!("r{}", i + 1),
             addr: p.addr(),
@@ -121,7 +129,7 @@ pub(super) fn haproxy_config(
 }
 
 /// Waits up to 10 s until HAProxy sees every replica up (health and agent checks done).
-pub(super) fn wait_all_up(stats: SocketAddr, n: usize) -> Result<(), String> {
+pub(super) fn wait_all_up(stats: SocketAddr, n: usize) -> Result<(), ExperimentError> {
     let t0 = Instant::now();
     let mut last = Vec::new();
     while t0.elapsed() < Duration::from_secs(10) {
@@ -137,7 +145,7 @@ pub(super) fn wait_all_up(stats: SocketAddr, n: usize) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    Err(format!(
+    Err(ExperimentError::run(format!(
         "haproxy did not see all {n} replicas up within 10 s: {last:?}"
-    ))
+    )))
 }

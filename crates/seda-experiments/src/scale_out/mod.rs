@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use seda_load::client::{LoadConfig, Mode, RequestMix};
 use seda_load::schedule::{Phase, Schedule};
 
+use crate::ExperimentError;
 use crate::harness::haproxy::process::{self as proxy, HaproxyPoller, HaproxyProcess};
 use crate::harness::server::{ServerProcess, free_port};
 use crate::harness::stats::{BOTTLENECK_STAGE, StatsPoller};
@@ -169,10 +170,13 @@ pub fn eta(runs: &[RunSpec]) -> Duration {
 }
 
 /// Run the experiment, logging progress through `log`.
-pub fn run(cfg: &ScaleOutConfig, log: &mut dyn FnMut(&str)) -> Result<ScaleOutResults, String> {
+pub fn run(
+    cfg: &ScaleOutConfig,
+    log: &mut dyn FnMut(&str),
+) -> Result<ScaleOutResults, ExperimentError> {
     cfg.check()?;
     std::fs::create_dir_all(&cfg.out)
-        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+        .map_err(|e| ExperimentError::step(format!("cannot create {}", cfg.out.display()), e))?;
     let runs = plan(cfg);
     let eta = eta(&runs);
     log(&format!(
@@ -193,7 +197,7 @@ pub fn run(cfg: &ScaleOutConfig, log: &mut dyn FnMut(&str)) -> Result<ScaleOutRe
     let root = tempfile::Builder::new()
         .prefix("seda-scale-out-root-")
         .tempdir()
-        .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+        .map_err(|e| ExperimentError::step("cannot create a temp dir", e))?;
     let [p0, p1, p2] = cfg.phases.map(|d| d.as_secs_f64());
     let mut results = ScaleOutResults {
         experiment: "scale-out",
@@ -239,7 +243,11 @@ pub fn run(cfg: &ScaleOutConfig, log: &mut dyn FnMut(&str)) -> Result<ScaleOutRe
                 results.runs.push(r);
             }
             Err(e) => {
-                let e = e.split_whitespace().collect::<Vec<_>>().join(" ");
+                let e = e
+                    .to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 log(&format!("   failed: {e}"));
                 results.failed.push((spec.id.clone(), e));
             }
@@ -263,7 +271,7 @@ fn run_one(
     spec: &RunSpec,
     root: &Path,
     index: u64,
-) -> Result<RunResult, String> {
+) -> Result<RunResult, ExperimentError> {
     let mut fleet = start_fleet(cfg, spec, root)?;
     let mut haproxy = None;
     let mut target = fleet.results[0].addr;
@@ -273,7 +281,8 @@ fn run_one(
         let stats = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let text = haproxy_config(cfg, spec, &fleet, bind, stats).render()?;
         let h = HaproxyProcess::start(&cfg.haproxy, &text, bind)?;
-        wait_all_up(stats, spec.n()).map_err(|e| format!("{e}; haproxy: {}", h.log_tail()))?;
+        wait_all_up(stats, spec.n())
+            .map_err(|e| ExperimentError::run(format!("{e}; haproxy: {}", h.log_tail())))?;
         let _ = std::fs::create_dir_all(cfg.out.join("haproxy"));
         let _ = std::fs::write(
             cfg.out
@@ -298,10 +307,12 @@ fn run_one(
         .iter()
         .flatten()
         .map(|p| {
-            let admin = p.admin_addr().ok_or("a replica has no admin listener")?;
+            let admin = p
+                .admin_addr()
+                .ok_or_else(|| ExperimentError::run("a replica has no admin listener"))?;
             StatsPoller::start(admin, BOTTLENECK_STAGE, t0)
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, ExperimentError>>()?;
     let hpoller = stats_addr
         .map(|a| HaproxyPoller::start(a, BACKEND, t0))
         .transpose()?;
@@ -341,7 +352,7 @@ fn run_one(
         (r, killed)
     });
     let wall_s = t0.elapsed().as_secs_f64();
-    let report = report.map_err(|e| e.to_string())?;
+    let report = report.map_err(ExperimentError::other)?;
     for (k, (p, poller)) in fleet.procs.iter().flatten().zip(pollers).enumerate() {
         fleet.results[k].stats = poller.finish();
         fleet.results[k].cpu_s = p.cpu_seconds() - cpu0[k];

@@ -10,12 +10,13 @@ use std::path::Path;
 
 use super::config::{ProxyMode, Scenario};
 use super::results::{RunResult, ScaleOutResults};
+use crate::ExperimentError;
 use crate::harness::plot::{Chart, Series, line_chart};
 use crate::harness::write_runs_and_table;
 use crate::overload::metrics::p90_series;
 
 /// Write runs.json, table.md and every chart from the runs so far.
-pub fn write_outputs(out: &Path, r: &ScaleOutResults) -> Result<(), String> {
+pub fn write_outputs(out: &Path, r: &ScaleOutResults) -> Result<(), ExperimentError> {
     write_runs_and_table(out, r, table(r))?;
     charts(out, r)
 }
@@ -124,7 +125,7 @@ fn weight_in(run: &RunResult, name: &str, from: f64, to: f64) -> Option<(f64, us
     Some((mean, pts.iter().filter(|p| !p.1).count()))
 }
 
-fn charts(out: &Path, r: &ScaleOutResults) -> Result<(), String> {
+fn charts(out: &Path, r: &ScaleOutResults) -> Result<(), ExperimentError> {
     let target = target_ms(r);
     let tput = runs_of(r, Scenario::Throughput);
     if !tput.is_empty() {

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::ExperimentError;
 use seda_load::http::{Feed, ResponseReader};
 
 /// The kinds of client a wave sends.
@@ -198,9 +199,9 @@ pub fn wave(addr: SocketAddr, cfg: &WaveConfig) -> BTreeMap<Kind, Tally> {
         .collect();
     let mut out: BTreeMap<Kind, Tally> = BTreeMap::new();
     for h in handles {
-        match h.map_err(|e| e.to_string()).and_then(|h| {
+        match h.map_err(ExperimentError::other).and_then(|h| {
             h.join()
-                .map_err(|_| "a hostile client panicked".to_string())
+                .map_err(|_| ExperimentError::run("a hostile client panicked"))
         }) {
             Ok((kind, outcomes)) => {
                 let t = out.entry(kind).or_default();

@@ -46,6 +46,7 @@ use serde::Serialize;
 use seda_load::client::{self, LoadConfig, Mode, RequestMix};
 use seda_load::schedule::Schedule;
 
+use crate::ExperimentError;
 use crate::harness::server::{ServerKind, ServerProcess, ServerSpec};
 use crate::harness::{date_utc, load_average, machine_summary};
 use hostile::{Outcome, Tally, WaveConfig};
@@ -134,18 +135,24 @@ impl SoakConfig {
         }
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), ExperimentError> {
         if self.duration.is_zero() {
-            return Err("the soak must last more than 0 minutes".into());
+            return Err(ExperimentError::config(
+                "the soak must last more than 0 minutes",
+            ));
         }
         if !(self.bottleneck_ms > 0.0 && self.target_ms > 0.0) {
-            return Err("bottleneck and target must be positive".into());
+            return Err(ExperimentError::config(
+                "bottleneck and target must be positive",
+            ));
         }
         if self.spike_users == 0 || self.per_kind == 0 || self.large_mib == 0 {
-            return Err("spike users, connections per kind and the large file must be > 0".into());
+            return Err(ExperimentError::config(
+                "spike users, connections per kind and the large file must be > 0",
+            ));
         }
         if self.header_timeout.is_zero() || self.send_timeout.is_zero() {
-            return Err("timeouts must be positive".into());
+            return Err(ExperimentError::config("timeouts must be positive"));
         }
         Ok(())
     }
@@ -180,9 +187,10 @@ const SMALL: &str = "/small.html";
 const LARGE: &str = "/large.bin";
 
 /// Writes the root: `small.html` (1 KiB), `index.html` and `large.bin`.
-fn make_root(dir: &Path, large_mib: u64) -> Result<(), String> {
+fn make_root(dir: &Path, large_mib: u64) -> Result<(), ExperimentError> {
     let w = |name: &str, data: &[u8]| {
-        std::fs::write(dir.join(name), data).map_err(|e| format!("cannot write {name}: {e}"))
+        std::fs::write(dir.join(name), data)
+            .map_err(|e| ExperimentError::step(format!("cannot write {name}"), e))
     };
     w("small.html", &[b'x'; 1024])?;
     w("index.html", b"<html><body>soak</body></html>\n")?;
@@ -221,7 +229,7 @@ struct Canary {
 }
 
 impl Canary {
-    fn start(addr: SocketAddr) -> Result<Canary, String> {
+    fn start(addr: SocketAddr) -> Result<Canary, ExperimentError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let handle = std::thread::Builder::new()
@@ -240,7 +248,7 @@ impl Canary {
                 }
                 (tally, max_ms)
             })
-            .map_err(|e| format!("cannot start the canary: {e}"))?;
+            .map_err(|e| ExperimentError::step("cannot start the canary", e))?;
         Ok(Canary { stop, handle })
     }
 
@@ -253,14 +261,14 @@ impl Canary {
 }
 
 /// Runs the soak, logging progress through `log`, and writes its outputs.
-pub fn run(cfg: &SoakConfig, log: &mut dyn FnMut(&str)) -> Result<SoakResults, String> {
+pub fn run(cfg: &SoakConfig, log: &mut dyn FnMut(&str)) -> Result<SoakResults, ExperimentError> {
     cfg.check()?;
     std::fs::create_dir_all(&cfg.out)
-        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+        .map_err(|e| ExperimentError::step(format!("cannot create {}", cfg.out.display()), e))?;
     let root = tempfile::Builder::new()
         .prefix("seda-soak-root-")
         .tempdir()
-        .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+        .map_err(|e| ExperimentError::step("cannot create a temp dir", e))?;
     make_root(root.path(), cfg.large_mib)?;
     let load_before = load_average();
     let spec = ServerSpec {
@@ -286,7 +294,7 @@ pub fn run(cfg: &SoakConfig, log: &mut dyn FnMut(&str)) -> Result<SoakResults, S
     let base = std::thread::Builder::new()
         .name("soak-base".into())
         .spawn(move || client::run(&base_cfg, |_, _| {}))
-        .map_err(|e| format!("cannot start the base users: {e}"))?;
+        .map_err(|e| ExperimentError::step("cannot start the base users", e))?;
     let wave_cfg = WaveConfig {
         per_kind: cfg.per_kind,
         flood_depth: cfg.flood_depth,

@@ -6,16 +6,18 @@ use std::path::Path;
 
 use super::hostile::Tally;
 use super::results::SoakResults;
+use crate::ExperimentError;
 use crate::harness::plot::{Chart, Series, line_chart};
 
 /// Writes `soak.json`, `summary.md`, `rss.svg` and `fds.svg` to `out`.
-pub fn write_outputs(out: &Path, r: &SoakResults) -> Result<(), String> {
+pub fn write_outputs(out: &Path, r: &SoakResults) -> Result<(), ExperimentError> {
     let w = |name: &str, text: String| {
-        std::fs::write(out.join(name), text).map_err(|e| format!("cannot write {name}: {e}"))
+        std::fs::write(out.join(name), text)
+            .map_err(|e| ExperimentError::step(format!("cannot write {name}"), e))
     };
     w(
         "soak.json",
-        serde_json::to_string_pretty(r).map_err(|e| e.to_string())?,
+        serde_json::to_string_pretty(r).map_err(ExperimentError::other)?,
     )?;
     w("summary.md", summary(r))?;
     let calm = |f: fn(&super::sampler::ProcSample) -> f64| Series {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::ExperimentError;
 use serde::{Deserialize, Serialize};
 
 /// One sample of the server process.
@@ -43,7 +44,7 @@ pub struct Sampler {
 
 impl Sampler {
     /// Starts sampling `pid`; times are seconds since `t0`.
-    pub fn start(pid: u32, t0: Instant, period: Duration) -> Result<Sampler, String> {
+    pub fn start(pid: u32, t0: Instant, period: Duration) -> Result<Sampler, ExperimentError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let handle = std::thread::Builder::new()
@@ -63,7 +64,7 @@ impl Sampler {
                 }
                 out
             })
-            .map_err(|e| format!("cannot start the sampler: {e}"))?;
+            .map_err(|e| ExperimentError::step("cannot start the sampler", e))?;
         Ok(Sampler { stop, handle })
     }
 

@@ -184,11 +184,16 @@ mod tests {
             workers: 0,
             ..ServerConfig::default()
         };
-        assert!(bad.validate().unwrap_err().contains("workers"));
+        assert!(bad.validate().unwrap_err().to_string().contains("workers"));
         let bad = ServerConfig {
             max_block: 0,
             ..ServerConfig::default()
         };
-        assert!(bad.validate().unwrap_err().contains("max_block"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_block")
+        );
     }
 }

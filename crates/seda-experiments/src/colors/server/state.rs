@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::ExperimentError;
 use atomic_refcell::{AtomicRefCell, AtomicRefMut};
 use chacha20poly1305::ChaCha20Poly1305;
 use parking_lot::RwLock;
@@ -97,8 +98,14 @@ impl Default for ServerConfig {
 
 impl ServerConfig {
     /// Checks every field's range; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        let check = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
+    pub fn validate(&self) -> Result<(), ExperimentError> {
+        let check = |ok: bool, what: String| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ExperimentError::config(what))
+            }
+        };
         check(
             (1..=64).contains(&self.workers),
             format!("workers must be in 1..=64, got {}", self.workers),

@@ -20,6 +20,7 @@
 //! so Haboob's 503s are safe to retry; a service whose handlers refuse after acting
 //! must not use `retry-on 503`.
 
+use crate::ExperimentError;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -139,20 +140,26 @@ impl HaproxyConfig {
     }
 
     /// Checks what HAProxy would refuse or what cannot work; the error says which.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ExperimentError> {
         check_addr("listen address", &self.bind)?;
         if self.replicas.is_empty() {
-            return Err("no replicas".into());
+            return Err(ExperimentError::config("no replicas"));
         }
         for r in &self.replicas {
             check_addr("replica", &r.addr)?;
             if r.agent_port == Some(0) {
-                return Err(format!("agent port of replica {} must not be 0", r.addr));
+                return Err(ExperimentError::config(format!(
+                    "agent port of replica {} must not be 0",
+                    r.addr
+                )));
             }
         }
         for (i, a) in self.replicas.iter().enumerate() {
             if self.replicas[..i].iter().any(|b| b.addr == a.addr) {
-                return Err(format!("replica {} is listed twice", a.addr));
+                return Err(ExperimentError::config(format!(
+                    "replica {} is listed twice",
+                    a.addr
+                )));
             }
         }
         if let Some(s) = &self.stats {
@@ -161,9 +168,9 @@ impl HaproxyConfig {
         if let Some(p) = &self.health_path
             && (!p.starts_with('/') || p.chars().any(|c| c.is_whitespace() || c.is_control()))
         {
-            return Err(format!(
+            return Err(ExperimentError::config(format!(
                 "health path must start with / and have no spaces, got {p:?}"
-            ));
+            )));
         }
         for (name, d) in [
             ("agent interval", self.agent_inter),
@@ -174,23 +181,28 @@ impl HaproxyConfig {
             ("queue timeout", self.timeout_queue),
         ] {
             if d < Duration::from_millis(10) || d > Duration::from_secs(24 * 3600) {
-                return Err(format!("{name} must be 10 ms ..= 24 h, got {d:?}"));
+                return Err(ExperimentError::config(format!(
+                    "{name} must be 10 ms ..= 24 h, got {d:?}"
+                )));
             }
         }
         if self.fall == 0 || self.rise == 0 {
-            return Err("fall and rise must be at least 1".into());
+            return Err(ExperimentError::config("fall and rise must be at least 1"));
         }
         if self.retries > 16 {
-            return Err(format!("retries must be 0 ..= 16, got {}", self.retries));
+            return Err(ExperimentError::config(format!(
+                "retries must be 0 ..= 16, got {}",
+                self.retries
+            )));
         }
         if self.maxconn == Some(0) || self.server_maxconn == Some(0) {
-            return Err("maxconn must be at least 1".into());
+            return Err(ExperimentError::config("maxconn must be at least 1"));
         }
         Ok(())
     }
 
     /// The configuration file's text.
-    pub fn render(&self) -> Result<String, String> {
+    pub fn render(&self) -> Result<String, ExperimentError> {
         self.validate()?;
         let ms = |d: Duration| format!("{}ms", d.as_millis());
         let mut t = String::new();
@@ -304,12 +316,12 @@ impl HaproxyConfig {
 }
 
 /// `HOST:PORT` with a port in 1..=65535 and a host without spaces (empty = any).
-fn check_addr(what: &str, a: &str) -> Result<(), String> {
-    let bad = || format!("{what} {a:?} is not HOST:PORT");
+fn check_addr(what: &str, a: &str) -> Result<(), ExperimentError> {
+    let bad = || ExperimentError::config(format!("{what} {a:?} is not HOST:PORT"));
     let (host, port) = a.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port.parse().map_err(|_| bad())?;
     if port == 0 {
-        return Err(format!("{what} {a:?} has port 0"));
+        return Err(ExperimentError::config(format!("{what} {a:?} has port 0")));
     }
     let v6 = host.starts_with('[') && host.ends_with(']');
     if host
@@ -324,16 +336,16 @@ fn check_addr(what: &str, a: &str) -> Result<(), String> {
 
 /// `ADDR,ADDR,...` with `--agent-port P` (the same on every host) or `P1,P2,...` (one
 /// per replica, e.g. several replicas on one host).
-pub fn replicas(addrs: &[String], agent_ports: &[u16]) -> Result<Vec<Replica>, String> {
+pub fn replicas(addrs: &[String], agent_ports: &[u16]) -> Result<Vec<Replica>, ExperimentError> {
     if addrs.is_empty() {
-        return Err("no replicas".into());
+        return Err(ExperimentError::run("no replicas"));
     }
     if agent_ports.len() > 1 && agent_ports.len() != addrs.len() {
-        return Err(format!(
+        return Err(ExperimentError::run(format!(
             "{} agent ports for {} replicas: give one port for all, or one per replica",
             agent_ports.len(),
             addrs.len()
-        ));
+        )));
     }
     Ok(addrs
         .iter()

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::ExperimentError;
 use crate::harness::server::{apt_install, process_tree_cpu};
 use crate::harness::stats::http_get;
 
@@ -31,12 +32,13 @@ pub fn find_haproxy() -> Option<PathBuf> {
 }
 
 /// The haproxy binary, installing Debian's `haproxy` package if it is missing.
-pub fn ensure_haproxy(log: &mut dyn FnMut(&str)) -> Result<PathBuf, String> {
+pub fn ensure_haproxy(log: &mut dyn FnMut(&str)) -> Result<PathBuf, ExperimentError> {
     if let Some(p) = find_haproxy() {
         return Ok(p);
     }
     apt_install(&["haproxy"], log)?;
-    find_haproxy().ok_or_else(|| "haproxy is still missing after apt-get install".into())
+    find_haproxy()
+        .ok_or_else(|| ExperimentError::run("haproxy is still missing after apt-get install"))
 }
 
 /// `haproxy -vv`'s first line, e.g. `HAProxy version 2.6.12-1+deb12u4 ...`.
@@ -55,17 +57,19 @@ pub fn haproxy_version(bin: &Path) -> String {
 }
 
 /// `haproxy -c -f FILE`: whether HAProxy accepts `config`, with its messages.
-pub fn check_config(bin: &Path, config: &str) -> Result<String, String> {
-    let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temp dir: {e}"))?;
+pub fn check_config(bin: &Path, config: &str) -> Result<String, ExperimentError> {
+    let dir =
+        tempfile::tempdir().map_err(|e| ExperimentError::step("cannot create a temp dir", e))?;
     let file = dir.path().join("haproxy.cfg");
-    fs::write(&file, config).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    fs::write(&file, config)
+        .map_err(|e| ExperimentError::step(format!("cannot write {}", file.display()), e))?;
     let out = Command::new(bin)
         .arg("-c")
         .arg("-f")
         .arg(&file)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+        .map_err(|e| ExperimentError::step(format!("cannot run {}", bin.display()), e))?;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -74,7 +78,7 @@ pub fn check_config(bin: &Path, config: &str) -> Result<String, String> {
     if out.status.success() {
         Ok(text)
     } else {
-        Err(text)
+        Err(ExperimentError::config(text))
     }
 }
 
@@ -88,16 +92,21 @@ pub struct HaproxyProcess {
 
 impl HaproxyProcess {
     /// Start `bin -f CONFIG -db` and wait (up to 10 s) until it accepts on `bind`.
-    pub fn start(bin: &Path, config: &str, bind: SocketAddr) -> Result<HaproxyProcess, String> {
+    pub fn start(
+        bin: &Path,
+        config: &str,
+        bind: SocketAddr,
+    ) -> Result<HaproxyProcess, ExperimentError> {
         let dir = tempfile::Builder::new()
             .prefix("seda-haproxy-")
             .tempdir()
-            .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+            .map_err(|e| ExperimentError::step("cannot create a temp dir", e))?;
         let conf = dir.path().join("haproxy.cfg");
-        fs::write(&conf, config).map_err(|e| format!("cannot write {}: {e}", conf.display()))?;
+        fs::write(&conf, config)
+            .map_err(|e| ExperimentError::step(format!("cannot write {}", conf.display()), e))?;
         let log = fs::File::create(dir.path().join("haproxy.log"))
-            .map_err(|e| format!("cannot create the haproxy log: {e}"))?;
-        let err = log.try_clone().map_err(|e| e.to_string())?;
+            .map_err(|e| ExperimentError::step("cannot create the haproxy log", e))?;
+        let err = log.try_clone().map_err(ExperimentError::other)?;
         let child = Command::new(bin)
             .arg("-f")
             .arg(&conf)
@@ -107,15 +116,15 @@ impl HaproxyProcess {
             .stderr(err)
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+            .map_err(|e| ExperimentError::step(format!("cannot start {}", bin.display()), e))?;
         let mut p = HaproxyProcess { child, bind, dir };
         let t0 = Instant::now();
         loop {
             if let Ok(Some(status)) = p.child.try_wait() {
-                return Err(format!(
+                return Err(ExperimentError::run(format!(
                     "haproxy exited at start ({status}): {}",
                     p.log_tail()
-                ));
+                )));
             }
             if TcpStream::connect_timeout(&bind, Duration::from_millis(200)).is_ok() {
                 return Ok(p);
@@ -123,9 +132,9 @@ impl HaproxyProcess {
             if t0.elapsed() > Duration::from_secs(10) {
                 let tail = p.log_tail();
                 p.kill();
-                return Err(format!(
+                return Err(ExperimentError::run(format!(
                     "haproxy did not listen on {bind} within 10 s: {tail}"
-                ));
+                )));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -188,16 +197,18 @@ pub fn signal_group(pid: u32, sig: rustix::process::Signal) {
 
 /// Pins every thread of `pid` (and the threads it starts later) to `cpu` with
 /// `taskset -a -p -c`; the error says why it could not.
-pub fn pin_to_cpu(pid: u32, cpu: usize) -> Result<(), String> {
+pub fn pin_to_cpu(pid: u32, cpu: usize) -> Result<(), ExperimentError> {
     let out = Command::new("taskset")
         .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run taskset: {e}"))?;
+        .map_err(|e| ExperimentError::step("cannot run taskset", e))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+        Err(ExperimentError::run(
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        ))
     }
 }
 
@@ -260,11 +271,14 @@ pub fn parse_stats_csv(text: &str, backend: &str) -> Vec<ServerRow> {
 }
 
 /// HAProxy's statistics page now, backend `backend` (HAProxy sends it chunked).
-pub fn read_stats(stats: SocketAddr, backend: &str) -> Result<Vec<ServerRow>, String> {
+pub fn read_stats(stats: SocketAddr, backend: &str) -> Result<Vec<ServerRow>, ExperimentError> {
     let r = http_get(stats, "/;csv", Duration::from_secs(2))
-        .map_err(|e| format!("haproxy stats: {e}"))?;
+        .map_err(|e| ExperimentError::step("haproxy stats", e))?;
     if r.status != 200 {
-        return Err(format!("haproxy stats answered {}", r.status));
+        return Err(ExperimentError::run(format!(
+            "haproxy stats answered {}",
+            r.status
+        )));
     }
     Ok(parse_stats_csv(&String::from_utf8_lossy(&r.body), backend))
 }
@@ -288,7 +302,11 @@ pub struct HaproxyPoller {
 impl HaproxyPoller {
     /// Start reading backend `backend` from the statistics page at `stats`; times
     /// count from `t0`. Failed reads are skipped.
-    pub fn start(stats: SocketAddr, backend: &str, t0: Instant) -> Result<HaproxyPoller, String> {
+    pub fn start(
+        stats: SocketAddr,
+        backend: &str,
+        t0: Instant,
+    ) -> Result<HaproxyPoller, ExperimentError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let backend = backend.to_owned();
@@ -313,7 +331,7 @@ impl HaproxyPoller {
                 }
                 out
             })
-            .map_err(|e| format!("cannot start the haproxy poller: {e}"))?;
+            .map_err(|e| ExperimentError::step("cannot start the haproxy poller", e))?;
         Ok(HaproxyPoller { stop, handle })
     }
 
