@@ -140,6 +140,59 @@ fn bodies_stream_both_ways_in_one_framing() {
 }
 
 #[test]
+fn pipelined_sequential_and_half_closed_clients_of_a_route_get_every_response() {
+    let b = Backend::start(Script::Echo);
+    let s = proxy(vec![route("/echo", &[&b.url()])]);
+    // One request at a time, as most clients send: each answered, on one upstream
+    // connection.
+    let mut c = s.connect();
+    for i in 0..50 {
+        let body = format!("request {i}");
+        c.send(
+            format!(
+                "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        let r = c.read_response(false).expect("a response");
+        assert_eq!((r.status, r.text()), (200, body));
+        if i % 10 == 9 {
+            assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
+        }
+    }
+    assert_eq!(
+        b.connections(),
+        1,
+        "one upstream connection for 50 requests"
+    );
+    // Pipelined behind proxied requests, then the client shuts down its sending
+    // side: every response comes, in order, then the server closes.
+    let mut c = s.connect();
+    c.send(
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc\
+          POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\ndef\
+          GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n\
+          POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nghi",
+    );
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    for want in ["abc", "def", "hello, world\n", "ghi"] {
+        let r = c.read_response(false).expect("a response");
+        assert_eq!((r.status, r.text().as_str()), (200, want));
+    }
+    assert!(c.is_closed(), "closed once every response is out");
+    // A half-closed client whose one proxied request is still upstream.
+    let slow = Backend::start(Script::Slow(Duration::from_millis(200), "late\n"));
+    let s = proxy(vec![route("/slow", &[&slow.url()])]);
+    let mut c = s.connect();
+    c.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let r = c.read_response(false).expect("a response");
+    assert_eq!((r.status, r.text().as_str()), (200, "late\n"));
+    assert!(c.is_closed(), "closed after its response");
+}
+
+#[test]
 fn upstream_failures_get_clean_502s_and_504s() {
     let garbage = Backend::start(Script::Raw(b"SSH-2.0-OpenSSH\r\n\r\n"));
     let oversized: &'static [u8] = Box::leak(

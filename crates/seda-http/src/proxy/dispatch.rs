@@ -97,7 +97,10 @@ pub(crate) fn dispatch(
     f.started = now;
     f.deadline = now + route.cfg.timeout;
     f.resp = super::flight::Resp::Head;
-    while let Some(c) = up.take_idle() {
+    // The client's loop: a pooled connection of the same loop is taken first, a
+    // new one opens on it (both sides on one core).
+    let near = shared.writer.event_loop_of(client).unwrap_or(0);
+    while let Some(c) = up.take_idle(near) {
         let mut st = c.st.lock();
         if st.dead || st.flight.is_some() {
             continue;
@@ -124,7 +127,10 @@ pub(crate) fn dispatch(
                 .writer
                 .connect_near(up.url.addr(), shared.upstream_events.clone(), client)
         },
-        |id, f| Arc::new(UpConn::new(id, route.index, i, f)),
+        |id, f| {
+            let owner = shared.writer.event_loop_of(id).unwrap_or(near);
+            Arc::new(UpConn::new(id, route.index, i, owner, f))
+        },
     );
     match opened {
         // The head waits in the socket layer until the connection is up.

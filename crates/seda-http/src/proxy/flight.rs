@@ -29,15 +29,24 @@ pub(crate) struct UpConn {
     /// Index of its route in the proxy, and of its upstream in the route.
     pub(crate) route: usize,
     pub(crate) upstream: usize,
+    /// The event loop that owns it (its place in the upstream's pool).
+    pub(crate) event_loop: usize,
     pub(crate) st: Mutex<UpState>,
 }
 
 impl UpConn {
-    pub(crate) fn new(id: ConnId, route: usize, upstream: usize, flight: Flight) -> Self {
+    pub(crate) fn new(
+        id: ConnId,
+        route: usize,
+        upstream: usize,
+        event_loop: usize,
+        flight: Flight,
+    ) -> Self {
         UpConn {
             id,
             route,
             upstream,
+            event_loop,
             st: Mutex::new(UpState {
                 connected: false,
                 reused: false,

@@ -246,10 +246,34 @@ impl UpstreamEvents {
             st.flight = None;
             return Some(After::Close);
         }
-        let output = ClientBody::of(h.body, f.client_version);
+        let (body, keep_alive) = (h.body, h.keep_alive);
+        let output = ClientBody::of(body, f.client_version);
         let close = ex.closes() || self.shared.out.draining() || output == ClientBody::Close;
-        let out_head = client_head(&h, output, close);
-        let input = match h.body {
+        let out_head = client_head(h, output, close);
+        let whole = match body {
+            ResponseBody::Length(n) => usize::try_from(n).is_ok_and(|n| n <= st.buf.len()),
+            _ => false,
+        };
+        if whole && let ResponseBody::Length(n) = body {
+            // The whole body came with the head (a small response): it goes out
+            // with the head at once, neither held nor streamed piece by piece.
+            let n = n as usize;
+            let mut bufs = Vec::with_capacity(2);
+            bufs.push(out_head);
+            if n > 0 {
+                bufs.push(st.buf.split_to(n).freeze());
+            }
+            match ex.stream(&mut bufs, close) {
+                Ok(s) => s.finish(),
+                Err(ex) => ex.cancel(),
+            }
+            // Bytes after the body: the upstream is out of step, never reused.
+            let keep =
+                keep_alive && st.buf.is_empty() && f.body.as_ref().is_none_or(|b| b.is_finished());
+            st.flight = None;
+            return Some(self.done(st, keep, now));
+        }
+        let input = match body {
             ResponseBody::None => None,
             ResponseBody::Length(0) => None,
             ResponseBody::Length(n) => Some(BodyIn::Length(n)),
@@ -264,11 +288,11 @@ impl UpstreamEvents {
             if let Ok(s) = ex.stream(&mut bufs, close) {
                 s.finish();
             }
-            let keep = h.keep_alive && f.body.as_ref().is_none_or(|b| b.is_finished());
+            let keep = keep_alive && f.body.as_ref().is_none_or(|b| b.is_finished());
             st.flight = None;
             return Some(self.done(st, keep, now));
         };
-        let hold = matches!(h.body, ResponseBody::Length(n) if n <= HOLD);
+        let hold = matches!(body, ResponseBody::Length(n) if n <= HOLD);
         let (held, stream) = if hold {
             (Some((ex, out_head, Vec::new())), None)
         } else {
@@ -289,7 +313,7 @@ impl UpstreamEvents {
             held,
             stream,
             close,
-            keep_alive: h.keep_alive,
+            keep_alive,
         };
         None
     }

@@ -5,7 +5,8 @@
 //!   `Closed` then retries or fails the request, `recv.rs`);
 //! - answers `504` to a request whose response head is overdue, and cuts a response
 //!   whose upstream went silent mid-body for the timeout;
-//! - closes pooled connections idle longer than the route's idle timeout.
+//! - closes pooled connections idle longer than the route's idle timeout, and a
+//!   pool's surplus once its peak has passed (`upstream.rs`).
 //!
 //! A slow upstream therefore holds a client slot at most `timeout` plus one period.
 
@@ -107,7 +108,7 @@ pub(crate) fn sweep(shared: &Shared, now: Instant) {
             let Some(cutoff) = now.checked_sub(route.cfg.idle_timeout) else {
                 continue;
             };
-            for c in up.expired(cutoff) {
+            for c in up.expired(now, cutoff) {
                 c.st.lock().dead = true;
                 shared.writer.close(c.id);
             }

@@ -368,8 +368,20 @@ impl HttpParse {
                 return;
             }
             if rx.solo {
-                if c.pause_until_idle() {
-                    return;
+                // The proxied request before is alone in flight (module docs). With
+                // nothing after it to hold back, reading goes on: a later read finds
+                // it still in flight and pauses then (a request-response client
+                // sends its next request after the response, so it never does).
+                // At end of input the pause is kept: its `Resumed` brings this stage
+                // back to close the connection once the response is out.
+                // (`in_flight` only falls while this stage holds the receive half.)
+                if c.in_flight() > 0 {
+                    if rx.buf.is_empty() && !rx.peer_done {
+                        return;
+                    }
+                    if c.pause_until_idle() {
+                        return;
+                    }
                 }
                 rx.solo = false;
             }
@@ -426,7 +438,7 @@ impl HttpParse {
             };
             if let Some(mount) = proxy {
                 // Alone in flight (module docs): wait for earlier responses.
-                if c.pause_until_idle() {
+                if c.in_flight() > 0 && c.pause_until_idle() {
                     return;
                 }
                 self.proxied(c, rx, head, mount, now, steps);

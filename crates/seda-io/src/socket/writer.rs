@@ -337,4 +337,12 @@ impl Writer {
     pub fn queued(&self, conn: ConnId) -> Option<usize> {
         self.shared.conns.get(conn).map(|c| c.out.lock().queued)
     }
+
+    /// The index of the event loop that owns `conn` (`None` if it is not open): a
+    /// relay that keeps connections for reuse (a proxy's upstream pool) gives a
+    /// client one owned by the client's loop, so both sides run on one core (see
+    /// [`Writer::connect_near`]).
+    pub fn event_loop_of(&self, conn: ConnId) -> Option<usize> {
+        self.shared.conns.get(conn).map(|c| c.owner)
+    }
 }
