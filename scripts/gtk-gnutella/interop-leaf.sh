@@ -123,4 +123,14 @@ echo "== gtk leaf: non-zero drop counters (stats drop)" >> "$T"
 shell "stats drop" | awk '$2 != 0' >> "$T"
 echo "== router: last stats" >> "$T"
 router_stats >> "$T"
+# Stop the router as an operator would (SIGTERM): the leaf must hear its Bye.
+router=${pids[1]}
+kill -TERM "$router"
+for _ in $(seq 20); do kill -0 "$router" 2>/dev/null || break; sleep 0.5; done
+for _ in $(seq 20); do grep -q 'sent us BYE' "$OUT/gtk-leaf.log" && break; sleep 0.5; done
+echo "== gtk leaf log: its table, and the router's Bye when the router stopped (SIGTERM)" >> "$T"
+grep -E 'QRP (unique subwords|\[seqno|final table)|supported vendor messages|sent us BYE' \
+    "$OUT/gtk-leaf.log" >> "$T" || true
+echo "== router log (info and above)" >> "$T"
+grep -v ' DEBUG ' "$OUT/router.log" >> "$T" || true
 echo "done: $T"
