@@ -45,6 +45,7 @@ pub fn jain_index(x: &[u64]) -> Option<f64> {
 
 /// One point of a cumulative distribution: `p` = P(response time <= `rt_ms`).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[non_exhaustive]
 pub struct CdfPoint {
     /// Response time, ms.
     pub rt_ms: f64,

@@ -36,6 +36,7 @@ pub struct TimePoint {
 /// A tenth of a second of a run (by completion time): the finer series of
 /// [`LoadReport::ticks`], for what happens within the first second of a spike.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[non_exhaustive]
 pub struct Tick {
     /// Milliseconds since the start; this point covers [t_ms, t_ms + 100).
     pub t_ms: u64,
@@ -84,6 +85,7 @@ pub struct ClassCount {
 
 /// Everything a run measured.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[non_exhaustive]
 pub struct LoadReport {
     /// The configuration, echoed.
     pub config: serde_json::Value,

@@ -45,6 +45,7 @@ impl Default for TestServerConfig {
 
 /// Counters of a running test server.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct TestServerStats {
     /// Requests answered (any status).
     pub requests: AtomicU64,

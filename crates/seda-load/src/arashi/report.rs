@@ -27,6 +27,7 @@ pub struct Sample {
 
 /// Counts and response times of a set of requests.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Stats {
     /// Requests served.
     pub completed: u64,
@@ -80,6 +81,7 @@ impl Stats {
 
 /// One second of the run (by completion time).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Second {
     /// Seconds since the start; covers `[t, t + 1)`.
     pub t: u64,
@@ -109,6 +111,7 @@ pub struct Phase {
 
 /// Statistics of one request type.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TypeStats {
     /// The type's name (`login`, `show`, ...).
     pub kind: String,
@@ -142,6 +145,7 @@ impl std::fmt::Debug for RunShape<'_> {
 
 /// Everything a run measured (after the warm-up, except the time series).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ArashiReport {
     /// The configuration, echoed.
     pub config: serde_json::Value,

@@ -25,6 +25,7 @@ pub use config::{LoadConfig, Mix};
 
 /// Latency summary of one kind.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[non_exhaustive]
 pub struct KindStats {
     /// Messages of this kind the peers sent.
     pub sent: u64,
@@ -46,6 +47,7 @@ pub struct KindStats {
 
 /// One second of a run.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[non_exhaustive]
 pub struct LoadPoint {
     /// Seconds since the start.
     pub t: u64,
@@ -57,6 +59,7 @@ pub struct LoadPoint {
 
 /// What a load run measured.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[non_exhaustive]
 pub struct LoadReport {
     /// Simulated peers.
     pub peers: usize,
