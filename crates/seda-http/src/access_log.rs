@@ -125,6 +125,10 @@ pub(crate) struct RequestRecord {
     pub(crate) stage: Option<Arc<str>>,
     /// Parsed, timed out, or refused by the parser.
     pub(crate) origin: Origin,
+    /// The log a streamed (proxied) response's line goes to when it ends; `None`
+    /// for a response HttpSend logs (a connection keeps no handle of the log: 16
+    /// bytes on each idle one).
+    pub(crate) to: Option<AccessLog>,
 }
 
 impl RequestRecord {
@@ -153,6 +157,7 @@ impl RequestRecord {
             born,
             stage,
             origin: Origin::Request,
+            to: None,
         }
     }
 
@@ -178,6 +183,7 @@ impl RequestRecord {
             born,
             stage: None,
             origin,
+            to: None,
         }
     }
 }
@@ -507,6 +513,7 @@ mod tests {
                 born: Instant::now(),
                 stage: None,
                 origin: Origin::Request,
+                to: None,
             }),
             status: 200,
             body_bytes: 1024,

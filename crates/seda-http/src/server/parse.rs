@@ -167,8 +167,7 @@ impl HttpParse {
                     }
                     return;
                 }
-                let mut c = Conn::new(conn, peer, link, hb.millis(now));
-                c.log = hb.log.clone();
+                let c = Conn::new(conn, peer, link, hb.millis(now));
                 c.rx.lock().born = Some(read_at);
                 hb.conns.insert(Arc::new(c));
             }
@@ -314,7 +313,8 @@ impl HttpParse {
                                 BodyFraming::Chunked => data.freeze(),
                                 _ => rx.buf.split_to(body_len(&w.head)).freeze(),
                             };
-                            let req = HttpRequest::new(w.raw, w.head, body, c.peer, Some(w.route));
+                            let req =
+                                HttpRequest::new(w.raw, w.head, body, c.peer(), Some(w.route));
                             let job = Job {
                                 ex: w.ex,
                                 req: Box::new(req),
@@ -349,7 +349,7 @@ impl HttpParse {
                                     let born = rx.born.unwrap_or(now);
                                     ex.log(RequestRecord::unparsed(
                                         b"",
-                                        c.peer,
+                                        c.peer(),
                                         born,
                                         Origin::Parse,
                                     ));
@@ -415,7 +415,7 @@ impl HttpParse {
                         let born = rx.born.unwrap_or(now);
                         ex.log(RequestRecord::unparsed(
                             &rx.buf,
-                            c.peer,
+                            c.peer(),
                             born,
                             Origin::Parse,
                         ));
@@ -461,7 +461,7 @@ impl HttpParse {
             let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
             if hb.log.is_some() {
                 let handler = route.as_ref().map(|r| Arc::clone(&r.stage));
-                ex.log(RequestRecord::parsed(&raw, &head, c.peer, born, handler));
+                ex.log(RequestRecord::parsed(&raw, &head, c.peer(), born, handler));
             }
             if !head.keep_alive {
                 rx.closing = true;
@@ -469,7 +469,7 @@ impl HttpParse {
             let reader = match head.body {
                 BodyFraming::None => {
                     rx.head_started = None;
-                    let req = HttpRequest::new(raw, head, Bytes::new(), c.peer, route);
+                    let req = HttpRequest::new(raw, head, Bytes::new(), c.peer(), route);
                     let job = Job {
                         ex,
                         req: Box::new(req),
@@ -510,7 +510,7 @@ impl HttpParse {
                         // cannot be framed, so answer and close (RFC 9110 10.1.1).
                         ex.close_after();
                     }
-                    let req = HttpRequest::new(raw, head, Bytes::new(), c.peer, None);
+                    let req = HttpRequest::new(raw, head, Bytes::new(), c.peer(), None);
                     let job = Job {
                         ex,
                         req: Box::new(req),
@@ -559,8 +559,10 @@ impl HttpParse {
         let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
         if hb.log.is_some() {
             let stage = Some(Arc::from(mount.route.cfg.stage_name()));
-            let mut rec = RequestRecord::parsed(&raw, &head, c.peer, born, stage);
+            let mut rec = RequestRecord::parsed(&raw, &head, c.peer(), born, stage);
             rec.origin = Origin::Proxied;
+            // Its response streams and logs itself when it ends (conn.rs).
+            rec.to = hb.log.clone();
             ex.log(rec);
         }
         if !head.keep_alive {
@@ -588,7 +590,7 @@ impl HttpParse {
             }));
             pipe
         });
-        let req = HttpRequest::new(raw, head, Bytes::new(), c.peer, None);
+        let req = HttpRequest::new(raw, head, Bytes::new(), c.peer(), None);
         let job = Job {
             ex,
             req: Box::new(req),

@@ -44,7 +44,7 @@ pub(crate) fn sweep(out: &Responder, now: Instant) {
                         let born = rx.born.unwrap_or(t0);
                         ex.log(RequestRecord::unparsed(
                             &rx.buf,
-                            c.peer,
+                            c.peer(),
                             born,
                             Origin::Timeout,
                         ));
