@@ -3,7 +3,7 @@
 # same machine (issue 29.5: 2,000 idle connections cost Haboob ~17 kB each, and the
 # memory stayed after they closed).
 #
-#   bench/idle-memory/run.sh            (CONNS=2000 ROUNDS=3 by default)
+#   bench/idle-memory/run.sh            (CONNS=2000 ROUNDS=3 IOS="epoll uring" by default)
 #
 # ROUNDS times, with both servers started afresh each round (memory a process once
 # took and keeps for reuse would otherwise hide the cost from the next round): for
@@ -11,24 +11,34 @@
 # (keep-alive), read the answer and stay open, idle; then all close. Memory is the
 # proportional set size (Pss, /proc/PID/smaps_rollup) summed over the server's
 # processes (nginx: master and workers), read before the connections open (after
-# 20 warm-up requests), while they are open and idle (after 2 s), and after they
-# closed (after 2 s). Printed per server and round: bytes per idle connection
+# a warm-up of WARM keep-alive requests, 4,000 by default, over 40 connections),
+# while they are open and idle (after 2 s), and after they closed (after 2 s).
+# The warm-up touches what a server keeps whatever its connection count: the
+# io_uring loops' provided receive buffers (8 MiB per loop, FIFO: each receive
+# takes the next one, so a small request first touches a page of each of them over
+# the first few hundred receives per loop); with 20 warm-up requests those pages
+# were touched during the measured wave and counted as per-connection cost (2,751 B
+# per connection at 2,000, 4,817 at 500, 1,718 at 4,000 in one run: not a
+# per-connection cost). "before" is printed: the fixed cost is visible there. Printed per server and round: bytes per idle connection
 # ((open - before) / CONNS) and bytes still held per connection once they closed
 # ((closed - before) / CONNS: memory the process keeps for reuse, not a leak, if a
 # second wave of connections needs none), with the medians and the ratio
 # seda/nginx.
 #
 # Settings: nginx 2 workers (reuseport), keepalive_timeout 300 s, access_log off;
-# seda serve --event-loops 2 (defaults otherwise: idle timeout 30 s, longer than a
+# seda serve --event-loops 2 --io IO for each socket backend in IOS (rows
+# seda/epoll, seda/uring; defaults otherwise: idle timeout 30 s, longer than a
 # round). The client is one Python process (python3) on loopback. Bytes are not time:
 # the load does not change them, but the script takes the benchmark lock
-# (bench/lib.sh) like every benchmark. About 1 minute.
+# (bench/lib.sh) like every benchmark. About 2 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . bench/lib.sh
 
 CONNS=${CONNS:-2000}
 ROUNDS=${ROUNDS:-3}
+IOS=${IOS:-epoll uring}
+WARM=${WARM:-4000}
 bench_lock
 NGINX=$(bench_need nginx nginx)
 PYTHON=$(bench_need python3 python3)
@@ -75,15 +85,21 @@ CONF
 start_servers() {
     bench_spawn "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
     NGINX_PID=$!
-    bench_spawn "$SEDA_BIN" serve --listen 127.0.0.1:0 --root "$WORK/www" --event-loops 2 \
-        --admin-listen none >"$WORK/seda.out" 2>"$WORK/seda.err"
-    SEDA_PID=$!
-    for _ in $(seq 100); do
-        grep -q '^listening on' "$WORK/seda.out" 2>/dev/null && break
-        sleep 0.1
+    SEDA_ARGS=() SEDA_PIDS=()
+    for io in $IOS; do
+        bench_spawn "$SEDA_BIN" serve --listen 127.0.0.1:0 --root "$WORK/www" --event-loops 2 \
+            --io "$io" --admin-listen none >"$WORK/seda-$io.out" 2>"$WORK/seda-$io.err"
+        local pid=$!
+        for _ in $(seq 100); do
+            grep -q '^listening on' "$WORK/seda-$io.out" 2>/dev/null && break
+            sleep 0.1
+        done
+        local addr
+        addr=$(sed -n 's/^listening on http:\/\///p' "$WORK/seda-$io.out")
+        [[ -n "$addr" ]] || { cat "$WORK/seda-$io.err" >&2; exit 1; }
+        SEDA_ARGS+=("seda/$io=$addr=$pid")
+        SEDA_PIDS+=("$pid")
     done
-    SEDA_ADDR=$(sed -n 's/^listening on http:\/\///p' "$WORK/seda.out")
-    [[ -n "$SEDA_ADDR" ]] || { cat "$WORK/seda.err" >&2; exit 1; }
     # nginx is up once its port answers.
     for _ in $(seq 100); do
         "$PYTHON" -c "import socket,sys; socket.create_connection(('127.0.0.1', $NGINX_PORT), 1)" 2>/dev/null && break
@@ -91,20 +107,20 @@ start_servers() {
     done
 }
 stop_servers() {
-    kill "$SEDA_PID" "$NGINX_PID" 2>/dev/null || true
-    wait "$SEDA_PID" "$NGINX_PID" 2>/dev/null || true
+    kill "${SEDA_PIDS[@]}" "$NGINX_PID" 2>/dev/null || true
+    wait "${SEDA_PIDS[@]}" "$NGINX_PID" 2>/dev/null || true
 }
-echo "# seda: $("$SEDA_BIN" --version); nginx: $("$NGINX" -v 2>&1 | sed 's/.*: //'); $CONNS connections, $ROUNDS rounds, fresh servers each round"
+echo "# seda: $("$SEDA_BIN" --version) (--io: $IOS); nginx: $("$NGINX" -v 2>&1 | sed 's/.*: //'); $CONNS connections, $ROUNDS rounds, $WARM warm-up requests, fresh servers each round"
 
 : >"$WORK/results"
 for round in $(seq "$ROUNDS"); do
     start_servers
-    "$PYTHON" - "$CONNS" "$round" "$WORK/results" "seda=$SEDA_ADDR=$SEDA_PID" "nginx=127.0.0.1:$NGINX_PORT=$NGINX_PID" <<'PY'
+    "$PYTHON" - "$CONNS" "$round" "$WORK/results" "$WARM" "${SEDA_ARGS[@]}" "nginx=127.0.0.1:$NGINX_PORT=$NGINX_PID" <<'PY'
 import os, socket, statistics, sys, time
 
-conns, r, results = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+conns, r, results, warm = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 servers = []
-for arg in sys.argv[4:]:
+for arg in sys.argv[5:]:
     name, addr, pid = arg.split("=")
     host, port = addr.rsplit(":", 1)
     servers.append((name, (host, int(port)), int(pid)))
@@ -142,11 +158,15 @@ def answered(s):
         buf += chunk
 
 for name, addr, pid in servers:
-    # Warm: a few requests so that caches and pools exist before "before".
-    for _ in range(20):
-        s = socket.create_connection(addr)
+    # Warm: caches, pools and the io_uring loops' provided buffers exist and are
+    # touched before "before" (keep-alive requests on 40 connections, spread over
+    # both event loops / workers).
+    warmers = [socket.create_connection(addr) for _ in range(40)]
+    for i in range(warm):
+        s = warmers[i % len(warmers)]
         s.sendall(REQ)
         answered(s)
+    for s in warmers:
         s.close()
     time.sleep(1)
     before = pss(pid)
@@ -166,7 +186,7 @@ for name, addr, pid in servers:
     kept = (after - before) / conns
     with open(results, "a") as f:
         f.write(f"{name} {per} {kept}\n")
-    print(f"round {r} {name:6} before {before / 2**20:7.1f} MiB  idle {idle / 2**20:7.1f} MiB  "
+    print(f"round {r} {name:10} before {before / 2**20:7.1f} MiB  idle {idle / 2**20:7.1f} MiB  "
           f"closed {after / 2**20:7.1f} MiB  | {per:8.0f} B per idle connection, {kept:8.0f} B still held per connection after close",
           flush=True)
 PY
@@ -181,11 +201,13 @@ for line in open(sys.argv[1]):
     name, per, kept = line.split()
     rows.setdefault(name, []).append((float(per), float(kept)))
 print()
-print(f"{'server':8} | {'bytes per idle connection (median)':>36} | {'held after close, per connection':>34}")
+print(f"{'server':10} | {'bytes per idle connection (median)':>36} | {'held after close, per connection':>34} | ratio to nginx")
 med = {}
 for name, rs in rows.items():
     med[name] = (statistics.median(p for p, _ in rs), statistics.median(k for _, k in rs))
-    print(f"{name:8} | {med[name][0]:36.0f} | {med[name][1]:34.0f}")
-if "seda" in med and "nginx" in med and med["nginx"][0] > 0:
-    print(f"ratio seda/nginx, bytes per idle connection: {med['seda'][0] / med['nginx'][0]:.2f}x")
+for name in med:
+    ratio = ""
+    if name != "nginx" and med.get("nginx", (0,))[0] > 0:
+        ratio = f"{med[name][0] / med['nginx'][0]:.2f}x"
+    print(f"{name:10} | {med[name][0]:36.0f} | {med[name][1]:34.0f} | {ratio}")
 PY
