@@ -198,6 +198,10 @@ pub struct ColorsArgs {
     /// Also measure the per-stage thread model (seal on 1 and 2 threads of its own).
     #[arg(long)]
     pub per_stage: bool,
+    /// The server's socket backend: auto (io_uring where the kernel offers it),
+    /// epoll or uring.
+    #[arg(long, default_value = "auto")]
+    pub io: seda_io::IoBackend,
     /// Skip the cost-of-colors pipeline benchmark.
     #[arg(long)]
     pub no_cost: bool,
@@ -497,6 +501,7 @@ fn colors_cmd(a: ColorsArgs) -> CliResult {
     cfg.client_threads = a.client_threads;
     cfg.batch = a.batch;
     cfg.per_stage = a.per_stage;
+    cfg.io = a.io;
     cfg.cost = (!a.no_cost).then(|| CostConfig {
         rounds: a.cost_rounds.max(1),
         ..CostConfig::default()

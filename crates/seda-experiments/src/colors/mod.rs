@@ -35,6 +35,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use seda::ThreadModel;
+use seda_io::IoBackend;
 use serde::{Deserialize, Serialize};
 
 use self::client::{CLIENT_THREAD, ClientConfig, ClientReport, LoadClient};
@@ -133,6 +134,8 @@ pub struct ColorsConfig {
     pub batch: usize,
     /// Also measure the per-stage thread model (`seal` with 1 and 2 threads).
     pub per_stage: bool,
+    /// The server's socket backend. Default `Auto`.
+    pub io: IoBackend,
     /// The cost-of-colors benchmark, if wanted.
     pub cost: Option<CostConfig>,
 }
@@ -152,6 +155,7 @@ impl ColorsConfig {
             client_threads: 1,
             batch: 4,
             per_stage: false,
+            io: IoBackend::Auto,
             cost: Some(CostConfig::default()),
         }
     }
@@ -211,6 +215,9 @@ pub struct Run {
     pub mib_per_s: f64,
     /// CPU over the window, in cores.
     pub cpu: CpuCores,
+    /// The server's socket backend (`epoll` or `uring`).
+    #[serde(default)]
+    pub io: String,
     /// Server CPU per response, microseconds.
     pub server_cpu_us_per_response: f64,
     /// The server thread that used the most CPU in the window.
@@ -266,6 +273,9 @@ pub struct ColorsResult {
     pub depth: usize,
     /// Bytes per read.
     pub block: u32,
+    /// The server's socket backend (as run: `epoll` or `uring`).
+    #[serde(default)]
+    pub io: String,
     /// Measured seconds per run.
     pub duration_s: f64,
     /// Rounds.
@@ -373,9 +383,11 @@ fn run_one(cfg: &ColorsConfig, setup: Setup, round: usize) -> Result<Run, Experi
         file_len: cfg.file_len,
         max_block: cfg.block.max(1),
         batch: cfg.batch,
+        io: cfg.io,
         ..ServerConfig::default()
     })
     .map_err(|e| ExperimentError::step("cannot start the server", e))?;
+    let io = server.backend().as_str().to_owned();
     let load = load1_now();
     let client = LoadClient::start(&ClientConfig {
         addr: server.local_addr(),
@@ -435,6 +447,7 @@ fn run_one(cfg: &ColorsConfig, setup: Setup, round: usize) -> Result<Run, Experi
         busiest_thread,
         busiest_thread_us_per_response: per_response(busiest_secs),
         cpu,
+        io,
         load1: load,
         client: report,
         server: stats,
@@ -516,6 +529,7 @@ fn summarise(
         connections: cfg.connections,
         depth: cfg.depth,
         block: cfg.block,
+        io: runs.first().map_or_else(String::new, |r| r.io.clone()),
         duration_s: cfg.duration.as_secs_f64(),
         rounds: cfg.rounds,
         speedup: median(speedup_by_round.clone()),
@@ -541,8 +555,9 @@ fn table(r: &ColorsResult) -> String {
     let mut t = format!(
         "# Colors (libasync-mp thesis 5.2): an SFS-like sealing server on seda\n\n\
          {date}, {machine}; load average {l0:.1} at start, {l1:.1} at end. \
-         {c} connections x {d} outstanding reads of {b} KiB; {rounds} round(s) of \
-         {dur:.0} s per setup, setups in rotated order; medians over rounds.\n\n\
+         {c} connections x {d} outstanding reads of {b} KiB; socket backend {io}; \
+         {rounds} round(s) of {dur:.0} s per setup, setups in rotated order; medians \
+         over rounds.\n\n\
          | setup | responses/s | MiB/s (min-max) | vs baseline | server CPU | client CPU | others CPU | server us/response | busiest thread us/response |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         date = r.date,
@@ -552,6 +567,7 @@ fn table(r: &ColorsResult) -> String {
         c = r.connections,
         d = r.depth,
         b = r.block / 1024,
+        io = r.io,
         rounds = r.rounds,
         dur = r.duration_s,
     );

@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use seda::Runtime;
-use seda_io::{SocketConfig, SocketHandle, Sockets};
+use seda_io::{IoBackend, SocketConfig, SocketHandle, Sockets};
 
 use super::proto;
 
@@ -89,6 +89,7 @@ impl ColorsServer {
         let mut sock_cfg = SocketConfig::new(cfg.listen);
         sock_cfg.event_loops = cfg.event_loops;
         sock_cfg.max_connections = cfg.max_connections;
+        sock_cfg.backend = cfg.io;
         let bound = Sockets::bind(sock_cfg)?;
         let shared = Arc::new(Shared {
             writer: bound.writer(),
@@ -115,6 +116,13 @@ impl ColorsServer {
         self.sockets
             .as_ref()
             .map_or(self.shared.cfg.listen, |s| s.local_addr())
+    }
+
+    /// The socket backend the event loops run (`Auto` resolved).
+    pub fn backend(&self) -> IoBackend {
+        self.sockets
+            .as_ref()
+            .map_or(self.shared.cfg.io, |s| s.backend())
     }
 
     /// Counters since start.

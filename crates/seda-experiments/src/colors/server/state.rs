@@ -13,7 +13,7 @@ use atomic_refcell::{AtomicRefCell, AtomicRefMut};
 use chacha20poly1305::ChaCha20Poly1305;
 use parking_lot::RwLock;
 use seda::{Color, Runtime, ThreadModel};
-use seda_io::{ConnId, Writer};
+use seda_io::{ConnId, IoBackend, Writer};
 use serde::{Deserialize, Serialize};
 
 /// libasync's default color: every callback has it unless colored otherwise.
@@ -76,6 +76,9 @@ pub struct ServerConfig {
     pub batch: usize,
     /// Socket event loops (threads). 1..=64.
     pub event_loops: usize,
+    /// The event loops' system interface. Default `Auto` (io_uring where the
+    /// kernel offers it).
+    pub io: IoBackend,
 }
 
 impl Default for ServerConfig {
@@ -92,6 +95,7 @@ impl Default for ServerConfig {
             max_connections: 1024,
             batch: 4,
             event_loops: 1,
+            io: IoBackend::Auto,
         }
     }
 }
