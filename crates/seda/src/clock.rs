@@ -18,6 +18,7 @@
 //! `Instant` was tried: it crashes valgrind's callgrind, which the instruction-count
 //! benchmarks need.)
 
+use std::cell::Cell;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,30 @@ pub(crate) fn instant(ns: u64) -> Instant {
 #[inline]
 pub(crate) fn between(earlier: u64, later: u64) -> Duration {
     Duration::from_nanos(later.saturating_sub(earlier))
+}
+
+thread_local! {
+    /// The end of the last batch this thread ran (0: it slept since, read anew).
+    static LAST_END: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The calling worker is about to sleep: its next batch reads the clock anew.
+pub(crate) fn clock_stale() {
+    LAST_END.with(|c| c.set(0));
+}
+
+/// The start of a queued batch on this thread: the end of its last batch, or a
+/// fresh reading if the worker slept since.
+pub(crate) fn batch_start() -> u64 {
+    match LAST_END.with(Cell::get) {
+        0 => now(),
+        t => t,
+    }
+}
+
+/// Records the end of a batch on this thread (the start of its next one).
+pub(crate) fn batch_end(end: u64) {
+    LAST_END.with(|c| c.set(end));
 }
 
 #[cfg(test)]

@@ -22,7 +22,6 @@ use std::time::Duration;
 use crate::envelope::{Envelope, Meta};
 use crate::lifecycle::Frame;
 use crate::runtime::Runtime;
-use crate::sink::Sink;
 use crate::timer::TimerId;
 
 /// Error an `init` hook returns to stop the runtime from starting.
@@ -176,33 +175,6 @@ impl Context<'_> {
     /// Name of the stage.
     pub fn stage_name(&self) -> &str {
         self.stage.control_name()
-    }
-
-    /// Enqueues `event` to `sink` after `delay`; from a batch, the event inherits the
-    /// metadata of the event being handled. A refusal when the timer fires is counted
-    /// in the target stage's statistics.
-    pub fn schedule<E: Send + 'static>(
-        &self,
-        delay: Duration,
-        sink: &Sink<E>,
-        event: E,
-    ) -> TimerId {
-        self.schedule_with(delay, sink, event, self.meta())
-    }
-
-    /// As [`Context::schedule`], with explicit metadata.
-    pub fn schedule_with<E: Send + 'static>(
-        &self,
-        delay: Duration,
-        sink: &Sink<E>,
-        event: E,
-        meta: Meta,
-    ) -> TimerId {
-        match self.stage.runtime() {
-            Some(rt) => rt.schedule_with(delay, sink, event, meta),
-            // The runtime is gone: nothing fires any more.
-            None => TimerId::NONE,
-        }
     }
 
     /// Cancels a timer; true if it had not fired yet.

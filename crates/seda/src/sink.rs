@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::core::StageCore;
 use crate::envelope::Meta;
 pub use crate::error::EnqueueError;
+use crate::handler::Context;
 use crate::lifecycle::{Frame, Origin};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::timer::TimerId;
@@ -324,5 +325,37 @@ impl Runtime {
                 });
             }),
         )
+    }
+}
+
+/// The timer methods of a handler's [`Context`] that name a [`Sink`]: here, so that
+/// `handler.rs` (which `core` imports) does not import this file (which imports
+/// `core`).
+impl Context<'_> {
+    /// Enqueues `event` to `sink` after `delay`; from a batch, the event inherits the
+    /// metadata of the event being handled. A refusal when the timer fires is counted
+    /// in the target stage's statistics.
+    pub fn schedule<E: Send + 'static>(
+        &self,
+        delay: Duration,
+        sink: &Sink<E>,
+        event: E,
+    ) -> TimerId {
+        self.schedule_with(delay, sink, event, self.meta())
+    }
+
+    /// As [`Context::schedule`], with explicit metadata.
+    pub fn schedule_with<E: Send + 'static>(
+        &self,
+        delay: Duration,
+        sink: &Sink<E>,
+        event: E,
+        meta: Meta,
+    ) -> TimerId {
+        match self.stage.runtime() {
+            Some(rt) => rt.schedule_with(delay, sink, event, meta),
+            // The runtime is gone: nothing fires any more.
+            None => TimerId::NONE,
+        }
     }
 }

@@ -10,93 +10,21 @@
 //! event's queueing delay may include the emitting batch's duration and a batch's
 //! events share one service time (batch time / n) and one completion instant.
 
-use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering::*};
 
 use crate::admission::Completion;
 use crate::clock;
-use crate::color::{Ticket, Unpark};
-use crate::envelope::{Class, Color, Envelope, Meta};
+use crate::color::Unpark;
+use crate::envelope::Meta;
 use crate::exec::StageObj;
 use crate::handler::{Batch, Context, Items};
 use crate::lifecycle::Frame;
 use crate::loom::{fence, spin};
 use crate::stats::{Run, Tally};
 
+use super::scratch::{Scratch, Stamp, Timing};
 use super::{Exec, StageCore, defer};
-
-thread_local! {
-    /// The end of the last batch this thread ran (0: it slept since, read anew).
-    static LAST_END: Cell<u64> = const { Cell::new(0) };
-}
-
-/// The calling worker is about to sleep: its next batch reads the clock anew.
-pub(crate) fn clock_stale() {
-    LAST_END.with(|c| c.set(0));
-}
-
-/// The start of a queued batch on this thread.
-fn batch_start() -> u64 {
-    match LAST_END.with(Cell::get) {
-        0 => clock::now(),
-        t => t,
-    }
-}
-
-/// What the stats need of a run of consecutive events of a batch after their
-/// handler consumed them: events of one upstream batch share their enqueue instant
-/// (its batch clock), events handed over inline share everything, so a batch is
-/// usually a few runs and the per-event work is one comparison.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Stamp {
-    born: u64,
-    enqueued: u64,
-    class: Class,
-    n: u32,
-}
-
-impl Stamp {
-    /// Adds an event to the last run if it shares it, else starts a run.
-    #[inline]
-    pub(super) fn push(runs: &mut Vec<Stamp>, born: u64, enqueued: u64, class: Class) {
-        match runs.last_mut() {
-            Some(r)
-                if r.enqueued == enqueued
-                    && r.born == born
-                    && r.class == class
-                    && r.n < u32::MAX =>
-            {
-                r.n += 1;
-            }
-            _ => runs.push(Stamp {
-                born,
-                enqueued,
-                class,
-                n: 1,
-            }),
-        }
-    }
-}
-
-/// Reusable buffers of one worker (or of one shared-pool batch).
-#[derive(Debug)]
-pub(crate) struct Scratch<E> {
-    pub(super) envs: Vec<Envelope<E>>,
-    /// Colors the batch holds, with the last ticket of each.
-    held: Vec<(Color, Ticket)>,
-    pub(super) stamps: Vec<Stamp>,
-}
-
-impl<E> Default for Scratch<E> {
-    fn default() -> Self {
-        Scratch {
-            envs: Vec::new(),
-            held: Vec::new(),
-            stamps: Vec::new(),
-        }
-    }
-}
 
 /// Releases a one-thread stage's token when the batch is done.
 pub(crate) struct SerialGuard<'a>(Option<&'a AtomicBool>);
@@ -107,17 +35,6 @@ impl Drop for SerialGuard<'_> {
             s.store(false, Release);
         }
     }
-}
-
-/// How a run was timed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Timing {
-    /// A queued batch: queueing delays from the envelopes, every event recorded.
-    Queued,
-    /// An inline run, timed: no queueing delay; samples weigh `weight` each.
-    Inline { weight: u32 },
-    /// An inline run, untimed: counts only.
-    Untimed,
 }
 
 impl<E: Send + 'static> StageCore<E> {
@@ -234,7 +151,7 @@ impl<E: Send + 'static> StageCore<E> {
             s.held.clear();
             return;
         }
-        let start = batch_start();
+        let start = clock::batch_start();
         s.stamps.clear();
         for e in &s.envs {
             Stamp::push(
@@ -248,14 +165,14 @@ impl<E: Send + 'static> StageCore<E> {
         let outer = defer::open(n);
         self.invoke(Items::Drain(s.envs.drain(..)), first, start, 0);
         let end = self.complete(start, n, &s.stamps, Timing::Queued, self.stats.tally());
-        LAST_END.with(|c| c.set(end));
+        clock::batch_end(end);
         for (color, last) in s.held.drain(..) {
             self.colors.release(color, last);
         }
         // Deferred groups run before the batch is acknowledged: until then this
         // batch's held count covers them (see `lifecycle::Frame::in_batch`).
         let end = defer::flush(outer, end);
-        LAST_END.with(|c| c.set(end));
+        clock::batch_end(end);
         self.queue.finish(n);
     }
 

@@ -56,7 +56,7 @@ use crate::handler::Items;
 use crate::lifecycle::Origin;
 
 use super::StageCore;
-use super::batch::{Scratch, Stamp, Timing};
+use super::scratch::{Scratch, Stamp, Timing};
 
 /// A group of events deferred for one stage, type-erased.
 trait Group {

@@ -4,6 +4,10 @@
 //!   and the inline handoff of a domain;
 //! - [`batch`]: taking a batch (colors, parking) and running it (timing, stats,
 //!   completions, panics);
+//! - [`defer`]: the deferred inline handoff (a batch's handoffs to one stage run
+//!   as one group after it);
+//! - [`scratch`]: what a run carries from its start to its accounting (buffers,
+//!   stats stamps, timing), the leaf `batch` and `defer` share;
 //! - this file: construction, the stage's face to the runtime, the controllers'
 //!   tick and the snapshot.
 //!
@@ -18,6 +22,7 @@ mod batch;
 mod config;
 mod defer;
 mod enqueue;
+mod scratch;
 
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -45,8 +50,8 @@ use crate::queue::{MAX_CAPACITY, StageQueue};
 use crate::runtime::{Runtime, RuntimeError, RuntimeInner};
 use crate::stats::{SnapshotInput, StageSnapshot, StageStats};
 
-pub(crate) use batch::{Scratch, clock_stale};
 pub(crate) use config::StageConfig;
+pub(crate) use scratch::Scratch;
 
 /// Interval of the batching controller's steps.
 const BATCHING_INTERVAL: Duration = Duration::from_millis(250);

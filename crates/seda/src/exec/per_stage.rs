@@ -106,7 +106,7 @@ fn worker_main<W: Worker>(w: &W) {
             w.waiters().cancel();
             continue;
         }
-        crate::core::clock_stale();
+        crate::clock::clock_stale();
         if w.waiters().wait(key, w.idle_timeout()) && !expired {
             expired = true;
             pool.idle_expired.fetch_add(1, Relaxed);

@@ -95,7 +95,7 @@ impl SharedPool {
                 self.sleepers.cancel();
                 continue;
             }
-            crate::core::clock_stale();
+            crate::clock::clock_stale();
             self.sleepers.wait(key, Duration::from_secs(1));
         }
     }
