@@ -107,6 +107,9 @@ pub struct GnutellaArgs {
     /// Socket event loops [default: one per core].
     #[arg(long)]
     pub event_loops: Option<usize>,
+    /// Socket backend: auto (io_uring where the kernel offers it), epoll or uring.
+    #[arg(long, default_value = "auto")]
+    pub io: seda_io::IoBackend,
     /// Admin listener (`/_seda/stats` with a `gnutella` section, graph, metrics):
     /// an address, or `none` [default: a free loopback port].
     #[arg(long)]
@@ -169,6 +172,7 @@ pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
             )?)
         },
         event_loops: a.event_loops,
+        io: a.io,
         ..RouterConfig::default()
     };
     cfg.max_backoff = cfg.max_backoff.max(cfg.backoff);

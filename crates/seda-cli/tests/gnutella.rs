@@ -134,3 +134,54 @@ fn bad_settings_are_one_line_errors() {
         );
     }
 }
+
+/// A clean stop on either backend logs no warning (issue 24: on io_uring the
+/// router's own cancel of the multishot accept at stop was logged as
+/// `WARN accept failed: Operation canceled`).
+#[test]
+fn a_clean_stop_logs_no_warning_on_either_backend() {
+    for io in ["uring", "epoll"] {
+        let mut p = Proc {
+            child: Command::new(SEDA)
+                .args(["gnutella", "--listen", "127.0.0.1:0", "--min-outgoing", "0"])
+                .args(["--io", io, "--admin-listen", "none"])
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn seda"),
+        };
+        let mut out = BufReader::new(p.child.stdout.take().expect("stdout")).lines();
+        let first = out.next().expect("a line").expect("utf-8");
+        assert!(first.starts_with("gnutella router on "), "{first}");
+        std::thread::spawn(move || out.for_each(drop));
+        let mut err = p.child.stderr.take().expect("stderr");
+        let log = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let pid = rustix::process::Pid::from_raw(p.child.id() as i32).expect("a pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = p.child.try_wait().unwrap() {
+                assert!(status.success(), "{io}: {status}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{io}: no exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let log = log.join().expect("stderr reader");
+        assert!(
+            log.contains(&format!("use {io}")),
+            "{io}: the log does not name the backend: {log}"
+        );
+        assert!(log.contains("seda gnutella: stopped"), "{io}: {log}");
+        assert!(
+            !log.contains("WARN") && !log.contains("ERROR"),
+            "{io}: a clean stop logged a warning: {log}"
+        );
+    }
+}

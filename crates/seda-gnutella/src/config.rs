@@ -229,6 +229,9 @@ pub struct RouterConfig {
     pub max_queue_delay: Option<Duration>,
     /// Socket event loops. Default: one per core.
     pub event_loops: Option<usize>,
+    /// Socket backend of the event loops. Default [`seda_io::IoBackend::Auto`]:
+    /// io_uring where the kernel offers it, else epoll.
+    pub io: seda_io::IoBackend,
     /// `SO_SNDBUF` of connections; default: the kernel's (which grows to megabytes,
     /// all of it memory a peer that stops reading can pin).
     pub send_buffer: Option<usize>,
@@ -267,6 +270,7 @@ impl Default for RouterConfig {
             router_admission: RouterAdmission::None,
             max_queue_delay: Some(Duration::from_millis(5)),
             event_loops: None,
+            io: seda_io::IoBackend::Auto,
             send_buffer: None,
         }
     }

@@ -137,6 +137,7 @@ impl Gnutella {
         if let Some(n) = cfg.event_loops {
             sc.event_loops = n;
         }
+        sc.backend = cfg.io;
         sc.send_buffer = cfg.send_buffer;
         // A safety net under our own bound (socket_budget + one chunk per peer).
         sc.write_threshold = cfg.socket_budget * 2 + (256 << 10);

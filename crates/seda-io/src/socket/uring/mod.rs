@@ -377,13 +377,20 @@ impl EventLoop<'_> {
                 self.admit(ConnId::next(), stream, peer, false);
             }
         } else if c.res < 0 {
+            // Our own cancel at stop ends the multishot accept with ECANCELED: a
+            // clean stop, not a failure to report (nor to retry).
+            if self.book.shared.stopping() {
+                return;
+            }
             let e = io::Error::from_raw_os_error(-c.res);
-            if !matches!(
-                e.kind(),
-                io::ErrorKind::Interrupted
-                    | io::ErrorKind::ConnectionAborted
-                    | io::ErrorKind::ConnectionReset
-            ) && !c.more
+            if c.res != -libc::ECANCELED
+                && !matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted
+                        | io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::ConnectionReset
+                )
+                && !c.more
             {
                 // EMFILE, ENFILE, ENOBUFS: try again soon.
                 tracing::warn!(
