@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::corpus::{load_spamassassin, synthetic};
+use crate::error::ArashiError;
 use crate::seed::{SeedPlan, SeedSummary, seed};
 use crate::store::{MailStore, SqliteStore};
 
@@ -54,7 +55,7 @@ impl DataDir {
         &self,
         plan: &SeedPlan,
         log: &mut dyn FnMut(&str),
-    ) -> Result<(SqliteStore, Option<SeedSummary>), String> {
+    ) -> Result<(SqliteStore, Option<SeedSummary>), ArashiError> {
         let summary = if self.is_seeded() {
             None
         } else {
@@ -67,7 +68,7 @@ impl DataDir {
             let corpus = synthetic(SYNTHETIC_MESSAGES, plan.seed);
             Some(self.seed_with(&corpus, "synthetic", plan, log)?)
         };
-        let store = SqliteStore::open(&self.db_path()).map_err(|e| e.to_string())?;
+        let store = SqliteStore::open(&self.db_path())?;
         Ok((store, summary))
     }
 
@@ -80,12 +81,9 @@ impl DataDir {
         plan: &SeedPlan,
         replace: bool,
         log: &mut dyn FnMut(&str),
-    ) -> Result<SeedSummary, String> {
+    ) -> Result<SeedSummary, ArashiError> {
         if self.is_seeded() && !replace {
-            return Err(format!(
-                "{} exists already (use --replace to seed it anew with the real corpus)",
-                self.db_path().display()
-            ));
+            return Err(ArashiError::Exists(self.db_path()));
         }
         log(&format!("reading {}", corpus.display()));
         let mail = load_spamassassin(corpus)?;
@@ -99,20 +97,20 @@ impl DataDir {
         source: &str,
         plan: &SeedPlan,
         log: &mut dyn FnMut(&str),
-    ) -> Result<SeedSummary, String> {
+    ) -> Result<SeedSummary, ArashiError> {
         std::fs::create_dir_all(&self.root)
-            .map_err(|e| format!("cannot create {}: {e}", self.root.display()))?;
+            .map_err(|e| ArashiError::io(format!("cannot create {}", self.root.display()), e))?;
         let partial = self.root.join("arashi.db.partial");
         remove_db(&partial);
         let summary = {
-            let store = SqliteStore::open(&partial).map_err(|e| e.to_string())?;
-            let s = seed(&store, corpus, source, plan, log).map_err(|e| e.to_string())?;
-            store.checkpoint().map_err(|e| e.to_string())?;
+            let store = SqliteStore::open(&partial)?;
+            let s = seed(&store, corpus, source, plan, log)?;
+            store.checkpoint()?;
             s
         };
         remove_db(&self.db_path());
         std::fs::rename(&partial, self.db_path())
-            .map_err(|e| format!("cannot move the new database into place: {e}"))?;
+            .map_err(|e| ArashiError::io("cannot move the new database into place", e))?;
         remove_db(&partial);
         Ok(summary)
     }
@@ -163,7 +161,11 @@ mod tests {
         let e = data
             .import(dir.path(), &plan, false, &mut |_| {})
             .unwrap_err();
-        assert!(e.contains("--replace"), "{e}");
+        assert!(
+            matches!(&e, ArashiError::Exists(p) if *p == data.db_path()),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("--replace"), "{e}");
         assert!(!dir.path().join("d/arashi.db.partial").exists());
     }
 }

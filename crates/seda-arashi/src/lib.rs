@@ -21,6 +21,7 @@
 
 pub mod corpus;
 mod data;
+mod error;
 pub mod seed;
 mod service;
 mod stages;
@@ -28,6 +29,7 @@ pub mod store;
 mod web;
 
 pub use data::{DataDir, SYNTHETIC_MESSAGES};
+pub use error::{ArashiError, CorpusError, UnknownScope};
 pub use seed::{SeedPlan, SeedSummary};
 pub use service::{Arashi, ArashiConfig, ControlScope, controller_config};
 pub use stages::RequestType;

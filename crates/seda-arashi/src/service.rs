@@ -28,6 +28,7 @@ use seda_http::{
 };
 
 use crate::data::DataDir;
+use crate::error::{ArashiError, UnknownScope};
 use crate::seed::SeedPlan;
 use crate::stages::RequestType;
 use crate::store::{MailStore, SqliteStore};
@@ -68,13 +69,11 @@ impl ControlScope {
     }
 
     /// The scope named `s`.
-    pub fn parse(s: &str) -> Result<ControlScope, String> {
+    pub fn parse(s: &str) -> Result<ControlScope, UnknownScope> {
         match s {
             "per-stage" => Ok(ControlScope::PerStage),
             "single" => Ok(ControlScope::Single),
-            _ => Err(format!(
-                "unknown control scope `{s}` (expected per-stage or single)"
-            )),
+            _ => Err(UnknownScope(s.to_owned())),
         }
     }
 }
@@ -129,18 +128,17 @@ pub struct Arashi {
 }
 
 /// The registrations of the request stages under `cfg`'s control.
-fn registrations(cfg: &ArashiConfig, app: &App) -> Result<Vec<HandlerRegistration>, String> {
+fn registrations(cfg: &ArashiConfig, app: &App) -> Result<Vec<HandlerRegistration>, ArashiError> {
     if cfg.stage_threads == 0 {
-        return Err("stage threads must be at least 1".into());
+        return Err(ArashiError::Config(
+            "stage threads must be at least 1".into(),
+        ));
     }
     let names: Vec<&str> = RequestType::ALL.iter().map(|t| t.name()).collect();
-    cfg.overload.validate(names).map_err(|e| e.to_string())?;
+    cfg.overload.validate(names)?;
     let shared = match cfg.scope {
         ControlScope::PerStage => None,
-        ControlScope::Single => cfg
-            .overload
-            .policy_for("arashi")
-            .map_err(|e| e.to_string())?,
+        ControlScope::Single => cfg.overload.policy_for("arashi")?,
     };
     let without_policy = OverloadControl {
         admission: Some(Admission::None),
@@ -165,7 +163,7 @@ fn registrations(cfg: &ArashiConfig, app: &App) -> Result<Vec<HandlerRegistratio
                     .apply(reg)
                     .map(|r| r.admission(Arc::clone(p))),
             };
-            reg.map_err(|e| e.to_string())
+            reg.map_err(ArashiError::from)
         })
         .collect()
 }
@@ -173,7 +171,7 @@ fn registrations(cfg: &ArashiConfig, app: &App) -> Result<Vec<HandlerRegistratio
 impl Arashi {
     /// Opens (seeding if empty) the data directory, writes the static files and
     /// starts serving.
-    pub fn start(cfg: ArashiConfig, log: &mut dyn FnMut(&str)) -> Result<Arashi, String> {
+    pub fn start(cfg: ArashiConfig, log: &mut dyn FnMut(&str)) -> Result<Arashi, ArashiError> {
         let data = DataDir::new(&cfg.data);
         let (store, seeded) = data.open_or_seed(&cfg.seed, log)?;
         if let Some(s) = seeded {
@@ -184,7 +182,7 @@ impl Arashi {
         }
         let description = DataDir::describe(&store);
         write_www(&data.www())
-            .map_err(|e| format!("cannot write {}: {e}", data.www().display()))?;
+            .map_err(|e| ArashiError::io(format!("cannot write {}", data.www().display()), e))?;
         let store = Arc::new(store);
         let app = App {
             store: Arc::clone(&store) as Arc<dyn MailStore>,
@@ -197,8 +195,7 @@ impl Arashi {
             handlers,
             admin_listen: cfg.admin_listen,
             ..ServerConfig::default()
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         Ok(Arashi {
             server,
             store,

