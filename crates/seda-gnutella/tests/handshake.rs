@@ -148,12 +148,15 @@ fn a_silent_connection_is_closed_after_the_handshake_timeout() {
         ..RouterConfig::default()
     });
     let mut s = connect_raw(r.addr());
+    // The router closes us: read returns 0 (or a reset), not our own read timeout
+    // (60 s, 200 times the handshake timeout: a loaded machine cannot reach it).
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut buf = [0u8; 16];
-    // The router closes us: read returns 0 (or reset), well before the 5 s timeout.
-    let t = std::time::Instant::now();
-    let n = s.read(&mut buf).unwrap_or(0);
-    assert_eq!(n, 0);
-    assert!(t.elapsed() < Duration::from_secs(4));
+    match s.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("the router did not close a silent connection: {other:?}"),
+    }
     r.wait("timeout counted", |s| s.event("handshake_timeout") == 1);
 }
 

@@ -3,7 +3,7 @@
 mod support;
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::{Client, pattern, raw_request, start};
 
@@ -400,13 +400,17 @@ fn dot_segments_are_removed_before_any_cache_key() {
 fn a_slow_client_trips_the_header_timeout() {
     let s = start(|c| c.header_timeout = Duration::from_millis(600));
     let mut c = s.connect();
-    let started = Instant::now();
-    let request = b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n";
+    // One byte every 100 ms (at least): the head would take over 60 s to arrive,
+    // 100 times the header timeout, so no loaded machine gets it through in time.
+    let request = format!(
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\nX-Pad: {}\r\n\r\n",
+        "p".repeat(600)
+    );
+    let request = request.as_bytes();
     let mut sent = 0;
-    // One byte every 100 ms: the request would take 3.7 s to arrive.
     let _ = c.stream.set_read_timeout(Some(Duration::from_millis(100)));
     let mut got = Vec::new();
-    while started.elapsed() < Duration::from_secs(5) && sent < request.len() {
+    while sent < request.len() {
         if c.stream.write_all(&request[sent..sent + 1]).is_err() {
             break;
         }
@@ -426,12 +430,9 @@ fn a_slow_client_trips_the_header_timeout() {
         text.starts_with("HTTP/1.1 408"),
         "got {text:?} after {sent} bytes"
     );
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "cut off in {:?}",
-        started.elapsed()
-    );
-    assert!(sent < request.len());
+    // Cut off before the head was complete: the timeout bounds the head, not the
+    // gap between bytes.
+    assert!(sent < request.len(), "the whole head got through");
 }
 
 #[test]
@@ -439,9 +440,16 @@ fn idle_keep_alive_connections_are_closed() {
     let s = start(|c| c.idle_timeout = Duration::from_millis(300));
     let mut c = s.connect();
     assert_eq!(c.get("/hello.txt").status, 200);
-    let t = Instant::now();
-    assert!(c.is_closed());
-    assert!(t.elapsed() < Duration::from_secs(3));
+    // The server closes (end of stream), long before our own 60 s read timeout.
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut b = [0u8; 64];
+    match std::io::Read::read(&mut c.stream, &mut b) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("the idle connection was not closed: {other:?}"),
+    }
 }
 
 #[test]

@@ -147,8 +147,8 @@ fn a_peer_that_takes_nothing_from_the_loop_thread_is_cut_at_the_send_timeout() {
 }
 
 /// Stopping with output in flight to peers that read nothing: every connection is
-/// closed once (`Shutdown`), and the loops stop well within the handle's 10 s (their
-/// operations cancelled and reaped, not waited out).
+/// closed once (`Shutdown`), and every peer sees its socket closed (the loops'
+/// operations cancelled and reaped, not left pending).
 #[test]
 fn stop_with_sends_in_flight_closes_every_connection_once() {
     let cfg = SocketConfig {
@@ -170,24 +170,24 @@ fn stop_with_sends_in_flight_closes_every_connection_once() {
     assert!(wait_for(Duration::from_secs(10), || {
         e.log.snapshot().values().filter(|s| s.bytes > 0).count() == 20
     }));
-    let t = Instant::now();
     e.sockets.stop();
-    assert!(
-        t.elapsed() < Duration::from_secs(5),
-        "stop took {:?}",
-        t.elapsed()
-    );
-    assert!(wait_for(Duration::from_secs(5), || e.log.closed_total() == 20));
+    assert!(wait_for(Duration::from_secs(60), || e.log.closed_total() == 20));
     for s in e.log.snapshot().values() {
         assert_eq!(s.closed, vec![CloseReason::Shutdown]);
         assert_eq!(s.after_close, 0);
     }
     assert_eq!(e.sockets.open_connections(), 0);
-    // The peers see the end of the stream after at most what was queued.
+    // The peers see the end of the stream (not our read timeout: 60 s) after at
+    // most what was queued: the stop closed their sockets, it did not leave them
+    // to a loop stuck in an operation it could not cancel.
     for mut c in clients {
-        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         let mut sink = Vec::new();
-        let _ = c.read_to_end(&mut sink);
+        match c.read_to_end(&mut sink) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("a peer was not closed by the stop: {e}"),
+        }
         assert!(sink.len() <= 16 * 64 * 1024);
     }
     e.rt.shutdown(Duration::from_secs(5));
