@@ -90,8 +90,19 @@ impl Meta {
         clock::instant(self.born)
     }
 
+    /// When the request entered the service, in nanoseconds on the runtime's
+    /// clock ([`crate::clock`]): `born` without converting to an [`Instant`], for a
+    /// handler that does its own arithmetic on it (a connection's clock, say).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let m = seda::Meta::new();
+    /// assert!(m.born_nanos() <= seda::clock::now());
+    /// assert_eq!(m.with_born_nanos(42).born_nanos(), 42);
+    /// ```
     #[inline]
-    pub(crate) fn born_nanos(&self) -> u64 {
+    pub fn born_nanos(&self) -> u64 {
         self.born
     }
 
@@ -114,6 +125,15 @@ impl Meta {
     #[must_use]
     pub fn with_born(mut self, born: Instant) -> Self {
         self.born = clock::nanos(born);
+        self
+    }
+
+    /// The same metadata for a request born `ns` nanoseconds after the clock's
+    /// epoch (see [`Meta::born_nanos`]).
+    #[must_use]
+    #[inline]
+    pub fn with_born_nanos(mut self, ns: u64) -> Self {
+        self.born = ns;
         self
     }
 

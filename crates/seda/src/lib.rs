@@ -43,7 +43,7 @@
 //! assert_eq!(seen.load(Ordering::Relaxed), 100);
 //! ```
 
-mod clock;
+pub mod clock;
 mod color;
 mod core;
 mod domain;

@@ -274,8 +274,7 @@ impl Server {
             log,
             proxies: crate::proxy::ProxyTable::default(),
             counters: state::Counters::default(),
-            epoch: Instant::now(),
-            clock_ms: std::sync::atomic::AtomicU64::new(0),
+            clock_ms: std::sync::atomic::AtomicU64::new(seda::clock::now() / 1_000_000),
         });
 
         // Downstream first, so each stage is built with the sinks it feeds; PageCache

@@ -41,14 +41,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use seda::{Batch, Context, EventHandler, Meta, Sink};
 use seda_io::SocketEvent;
 
 use super::answer::Answer;
-use super::conn::{Conn, Exchange, PendingBody, RecvState};
+use super::conn::{Conn, Exchange, Ns, PendingBody, RecvState, ns};
 use super::events::{HttpRequest, Job, Route};
 use super::state::{Haboob, Responder};
 use crate::access_log::{Origin, RequestRecord};
@@ -73,7 +72,7 @@ pub(crate) struct BodyInProgress {
 #[derive(Debug)]
 struct Waiting {
     ex: Exchange,
-    born: Instant,
+    born: Ns,
     raw: Bytes,
     head: RequestHead,
     route: Arc<Route>,
@@ -116,9 +115,9 @@ fn take_body(rx: &mut RecvState) -> Option<BodyInProgress> {
 /// What parsing produced, dispatched once the connection is unlocked.
 enum Step {
     /// A request and its `born` (see the module docs).
-    Forward(Job, Instant),
+    Forward(Job, Ns),
     /// A request for a proxy route, its body's pipe, its `born`.
-    Proxy(Mount, Job, Option<crate::proxy::BodyPipe>, Instant),
+    Proxy(Mount, Job, Option<crate::proxy::BodyPipe>, Ns),
     Answer(Exchange, Answer),
 }
 
@@ -142,7 +141,7 @@ impl EventHandler<SocketEvent> for HttpParse {
             let meta = meta.with_color(None);
             // The socket layer's clock of the event (its loop reads the clock once
             // per turn) stands for now: no clock read per request here.
-            let born = meta.born();
+            let born = ns(meta.born_nanos());
             self.on_event(ev, born, born, &mut steps);
             for step in steps.drain(..) {
                 self.dispatch(step, meta);
@@ -155,7 +154,7 @@ impl EventHandler<SocketEvent> for HttpParse {
 impl HttpParse {
     /// `read_at` is the event's `born`: when the socket layer read its bytes (or
     /// accepted the connection).
-    fn on_event(&self, ev: SocketEvent, read_at: Instant, now: Instant, steps: &mut Vec<Step>) {
+    fn on_event(&self, ev: SocketEvent, read_at: Ns, now: Ns, steps: &mut Vec<Step>) {
         let hb = &self.hb;
         match ev {
             SocketEvent::Accepted { conn, peer } => {
@@ -167,7 +166,7 @@ impl HttpParse {
                     }
                     return;
                 }
-                let c = Conn::new(conn, peer, link, hb.millis(now));
+                let c = Conn::new(conn, peer, link, hb.millis_at(now));
                 c.rx.lock().born = Some(read_at);
                 hb.conns.insert(Arc::new(c));
             }
@@ -179,7 +178,7 @@ impl HttpParse {
                 if rx.closing || c.is_gone() {
                     return;
                 }
-                c.touch(hb.millis(now));
+                c.touch(hb.millis_at(now));
                 rx.arrived(read_at, bytes.len());
                 if rx.buf.is_empty() {
                     // The read buffer itself, no copy (it is uniquely owned).
@@ -222,7 +221,7 @@ impl HttpParse {
     fn dispatch(&self, step: Step, meta: Meta) {
         match step {
             Step::Forward(job, born) => {
-                let meta = meta.with_born(born);
+                let meta = meta.with_born_nanos(born.get());
                 if let Some(route) = job.req.route.clone() {
                     return super::dynamic::submit(&self.out, &route, job, meta);
                 }
@@ -234,7 +233,7 @@ impl HttpParse {
             Step::Proxy(mount, job, body, born) => {
                 self.hb
                     .proxies
-                    .submit(&mount, job, body, meta.with_born(born));
+                    .submit(&mount, job, body, meta.with_born_nanos(born.get()));
             }
             Step::Answer(ex, answer) => self.out.answer(ex, answer, meta),
         }
@@ -242,7 +241,7 @@ impl HttpParse {
 
     /// Parses every complete request (and body) at the front of the connection's
     /// buffer, within the pipelining bound.
-    fn advance(&self, c: &Arc<Conn>, rx: &mut RecvState, now: Instant, steps: &mut Vec<Step>) {
+    fn advance(&self, c: &Arc<Conn>, rx: &mut RecvState, now: Ns, steps: &mut Vec<Step>) {
         self.parse_buffered(c, rx, now, steps);
         // An idle connection keeps no buffer: what the reads brought is parsed, and
         // the next read brings a buffer of its own.
@@ -250,13 +249,7 @@ impl HttpParse {
     }
 
     /// [`HttpParse::advance`]'s work.
-    fn parse_buffered(
-        &self,
-        c: &Arc<Conn>,
-        rx: &mut RecvState,
-        now: Instant,
-        steps: &mut Vec<Step>,
-    ) {
+    fn parse_buffered(&self, c: &Arc<Conn>, rx: &mut RecvState, now: Ns, steps: &mut Vec<Step>) {
         let hb = &self.hb;
         // Heads are parsed with the largest body limit of any proxy route; the
         // handlers' limit is checked once the route is known.
@@ -350,7 +343,7 @@ impl HttpParse {
                                     ex.log(RequestRecord::unparsed(
                                         b"",
                                         c.peer(),
-                                        born,
+                                        seda::clock::instant(born.get()),
                                         Origin::Parse,
                                     ));
                                 }
@@ -416,7 +409,7 @@ impl HttpParse {
                         ex.log(RequestRecord::unparsed(
                             &rx.buf,
                             c.peer(),
-                            born,
+                            seda::clock::instant(born.get()),
                             Origin::Parse,
                         ));
                     }
@@ -461,7 +454,13 @@ impl HttpParse {
             let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
             if hb.log.is_some() {
                 let handler = route.as_ref().map(|r| Arc::clone(&r.stage));
-                ex.log(RequestRecord::parsed(&raw, &head, c.peer(), born, handler));
+                ex.log(RequestRecord::parsed(
+                    &raw,
+                    &head,
+                    c.peer(),
+                    seda::clock::instant(born.get()),
+                    handler,
+                ));
             }
             if !head.keep_alive {
                 rx.closing = true;
@@ -540,7 +539,7 @@ impl HttpParse {
         rx: &mut RecvState,
         head: RequestHead,
         mount: Mount,
-        now: Instant,
+        now: Ns,
         steps: &mut Vec<Step>,
     ) {
         let hb = &self.hb;
@@ -559,7 +558,13 @@ impl HttpParse {
         let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), head_only, head.keep_alive);
         if hb.log.is_some() {
             let stage = Some(Arc::from(mount.route.cfg.stage_name()));
-            let mut rec = RequestRecord::parsed(&raw, &head, c.peer(), born, stage);
+            let mut rec = RequestRecord::parsed(
+                &raw,
+                &head,
+                c.peer(),
+                seda::clock::instant(born.get()),
+                stage,
+            );
             rec.origin = Origin::Proxied;
             // Its response streams and logs itself when it ends (conn.rs).
             rec.to = hb.log.clone();

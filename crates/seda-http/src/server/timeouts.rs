@@ -20,7 +20,8 @@ pub(crate) fn sweep(out: &Responder, now: Instant) {
     hb.tick(now);
     let live = hb.live.load();
     let idle_ms = u64::try_from(live.idle_timeout.as_millis()).unwrap_or(u64::MAX);
-    let now_ms = hb.millis(now);
+    let now_ns = seda::clock::nanos(now);
+    let now_ms = now_ns / 1_000_000;
     for c in hb.conns.all() {
         if c.is_gone() {
             continue;
@@ -29,7 +30,8 @@ pub(crate) fn sweep(out: &Responder, now: Instant) {
             continue;
         };
         if let Some(t0) = rx.head_started
-            && now.saturating_duration_since(t0) > live.header_timeout
+            && std::time::Duration::from_nanos(now_ns.saturating_sub(t0.get()))
+                > live.header_timeout
         {
             hb.counters.header_timeouts.fetch_add(1, Relaxed);
             // A request waiting for its body gets the 408; else a new slot does.
@@ -45,7 +47,7 @@ pub(crate) fn sweep(out: &Responder, now: Instant) {
                         ex.log(RequestRecord::unparsed(
                             &rx.buf,
                             c.peer(),
-                            born,
+                            seda::clock::instant(born.get()),
                             Origin::Timeout,
                         ));
                     }
