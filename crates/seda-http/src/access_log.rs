@@ -63,14 +63,16 @@ pub enum AccessLogFormat {
 }
 
 impl FromStr for AccessLogFormat {
-    type Err = String;
+    type Err = seda::UnknownName;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "combined" => Ok(AccessLogFormat::Combined),
             "json" => Ok(AccessLogFormat::Json),
-            _ => Err(format!(
-                "access log format must be combined or json, got `{s}`"
+            _ => Err(seda::UnknownName::new(
+                "access log format",
+                "combined or json",
+                s,
             )),
         }
     }

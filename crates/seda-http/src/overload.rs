@@ -115,7 +115,7 @@ impl fmt::Display for Admission {
 }
 
 impl FromStr for Admission {
-    type Err = String;
+    type Err = seda::UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Admission::ALL
@@ -123,9 +123,10 @@ impl FromStr for Admission {
             .find(|a| a.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Admission::ALL.iter().map(|a| a.name()).collect();
-                format!(
-                    "unknown admission policy `{s}` (expected one of: {})",
-                    names.join(", ")
+                seda::UnknownName::new(
+                    "admission policy",
+                    format!("one of: {}", names.join(", ")),
+                    s,
                 )
             })
     }
@@ -657,6 +658,8 @@ mod tests {
             assert_eq!(a.name().parse::<Admission>().unwrap(), a);
         }
         let e = "bogus".parse::<Admission>().unwrap_err();
+        assert_eq!((e.setting(), e.got()), ("admission policy", "bogus"));
+        let e = e.to_string();
         assert!(e.contains("bogus") && e.contains("response-time") && !e.contains('\n'));
     }
 

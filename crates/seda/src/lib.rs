@@ -60,6 +60,7 @@ mod sink;
 mod stage;
 mod stats;
 mod timer;
+mod unknown;
 
 pub mod admission;
 pub mod control;
@@ -78,3 +79,4 @@ pub use crate::stage::{DEFAULT_CAPACITY, Declared, StageBuilder};
 pub use crate::stats::prometheus::{MetricKind, MetricValue, PrometheusText};
 pub use crate::stats::{ClassCounts, LatencySummary, RuntimeSnapshot, StageSnapshot};
 pub use crate::timer::TimerId;
+pub use crate::unknown::UnknownName;

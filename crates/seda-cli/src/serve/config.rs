@@ -57,6 +57,8 @@ use seda_http::{
     TlsListen,
 };
 use seda_io::TlsKeys;
+
+use crate::error::CliError;
 use serde::{Deserialize, Serialize};
 
 /// Every setting of `seda serve`: the flags, and the keys of the TOML file. Every
@@ -329,13 +331,13 @@ impl<T: Copy> Word<T> {
     }
 }
 
-impl<T: FromStr<Err = String>> FromStr for Word<T> {
-    type Err = String;
+impl<T: FromStr<Err: Into<CliError>>> FromStr for Word<T> {
+    type Err = CliError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, CliError> {
         Ok(Word {
             spelling: s.to_owned(),
-            value: s.parse()?,
+            value: s.parse().map_err(Into::into)?,
         })
     }
 }
@@ -346,7 +348,7 @@ impl<T> Serialize for Word<T> {
     }
 }
 
-impl<'de, T: FromStr<Err = String>> Deserialize<'de> for Word<T> {
+impl<'de, T: FromStr<Err: Into<CliError>>> Deserialize<'de> for Word<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         s.parse().map_err(serde::de::Error::custom)
@@ -571,7 +573,7 @@ impl ServeConfig {
     pub fn defaults() -> ServeConfig {
         let d = ServerConfig::default();
         let oc = OverloadControl::default();
-        fn word<T: FromStr<Err = String>>(s: &str) -> Option<Word<T>> {
+        fn word<T: FromStr<Err: Into<CliError>>>(s: &str) -> Option<Word<T>> {
             s.parse().ok()
         }
         ServeConfig {

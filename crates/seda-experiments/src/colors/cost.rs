@@ -32,15 +32,17 @@ pub enum Kind {
 const KINDS: [Kind; 3] = [Kind::Uncolored, Kind::Colors64, Kind::OneColor];
 
 impl std::str::FromStr for Kind {
-    type Err = String;
+    type Err = seda::UnknownName;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "uncolored" => Ok(Kind::Uncolored),
             "colors64" => Ok(Kind::Colors64),
             "one-color" => Ok(Kind::OneColor),
-            other => Err(format!(
-                "unknown kind '{other}' (expected uncolored, colors64 or one-color)"
+            other => Err(seda::UnknownName::new(
+                "kind",
+                "uncolored, colors64 or one-color",
+                other,
             )),
         }
     }

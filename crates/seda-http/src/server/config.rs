@@ -42,13 +42,13 @@ pub enum FileIo {
 }
 
 impl std::str::FromStr for FileIo {
-    type Err = String;
+    type Err = seda::UnknownName;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "helper" => Ok(FileIo::Helper),
             "inline" => Ok(FileIo::Inline),
-            _ => Err(format!("file I/O must be `helper` or `inline`, got `{s}`")),
+            _ => Err(seda::UnknownName::new("file I/O", "helper or inline", s)),
         }
     }
 }

@@ -201,15 +201,17 @@ impl fmt::Display for IoBackend {
 }
 
 impl FromStr for IoBackend {
-    type Err = String;
+    type Err = seda::UnknownName;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "auto" => Ok(IoBackend::Auto),
             "epoll" => Ok(IoBackend::Epoll),
             "uring" | "io_uring" | "io-uring" => Ok(IoBackend::Uring),
-            other => Err(format!(
-                "unknown I/O backend `{other}`: expected auto, epoll or uring"
+            other => Err(seda::UnknownName::new(
+                "I/O backend",
+                "auto, epoll or uring",
+                other,
             )),
         }
     }

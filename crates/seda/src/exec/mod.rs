@@ -48,14 +48,16 @@ impl ThreadModel {
 }
 
 impl std::str::FromStr for ThreadModel {
-    type Err = String;
+    type Err = crate::UnknownName;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "per-stage" | "tps" => Ok(ThreadModel::PerStage),
             "shared" | "tpp" => Ok(ThreadModel::Shared),
-            other => Err(format!(
-                "unknown thread model '{other}' (expected per-stage or shared)"
+            other => Err(crate::UnknownName::new(
+                "thread model",
+                "per-stage or shared",
+                other,
             )),
         }
     }

@@ -43,13 +43,15 @@ impl Balance {
 }
 
 impl std::str::FromStr for Balance {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = seda::UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "leastconn" => Ok(Balance::LeastConn),
             "roundrobin" => Ok(Balance::RoundRobin),
-            _ => Err(format!(
-                "balance must be leastconn or roundrobin, got {s:?}"
+            _ => Err(seda::UnknownName::new(
+                "balance",
+                "leastconn or roundrobin",
+                s,
             )),
         }
     }
