@@ -91,12 +91,17 @@ fn checksum(data: &[u8], passes: u64) -> u64 {
     sums.0 ^ sums.1.rotate_left(32)
 }
 
+/// A `q` query parameter that is not a number in `0..=1` (the 400's text).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("q must be a number in 0..1, got `{0}`")]
+pub(crate) struct BadQuality(String);
+
 /// Parses the `q` query parameter: `None` when absent, an error unless `0..=1`.
-pub(crate) fn parse_quality(v: Option<&str>) -> Result<Option<f64>, String> {
+pub(crate) fn parse_quality(v: Option<&str>) -> Result<Option<f64>, BadQuality> {
     let Some(v) = v else { return Ok(None) };
     match v.trim().parse::<f64>() {
         Ok(q) if (0.0..=1.0).contains(&q) => Ok(Some(q)),
-        _ => Err(format!("q must be a number in 0..1, got `{v}`")),
+        _ => Err(BadQuality(v.to_owned())),
     }
 }
 
@@ -174,9 +179,13 @@ impl Bottleneck {
 
     /// Runs with automatic quality (see the module docs); `period` is how often the
     /// controller samples the stage's p90.
-    pub fn degrade(mut self, cfg: QualityConfig, period: Duration) -> Result<Bottleneck, String> {
+    pub fn degrade(
+        mut self,
+        cfg: QualityConfig,
+        period: Duration,
+    ) -> Result<Bottleneck, seda::control::ConfigError> {
         let drives_admission = cfg.reenable_after.is_some() || cfg.with_admission;
-        let ctl = QualityController::new(cfg).map_err(|e| e.to_string())?;
+        let ctl = QualityController::new(cfg)?;
         let q = ctl.decision().quality;
         self.degrade = Some(Degrader {
             ctl: Mutex::new((ctl, None, 0)),
@@ -320,7 +329,8 @@ mod tests {
         assert_eq!(parse_quality(Some("1.0")), Ok(Some(1.0)));
         for bad in ["", "1.01", "-0.1", "NaN", "inf", "half", "0.5x"] {
             let e = parse_quality(Some(bad)).unwrap_err();
-            assert!(e.contains("0..1"), "{bad}: {e}");
+            assert_eq!(e, BadQuality(bad.to_owned()));
+            assert!(e.to_string().contains("0..1"), "{bad}: {e}");
         }
     }
 

@@ -67,8 +67,8 @@ pub use access_log::{
     ACCESS_LOG_STAGE, AccessLog, AccessLogConfig, AccessLogFormat, AccessLogStats,
 };
 pub use admin::{
-    AdminBuilder, AdminServer, AdmissionView, AgentConfig, AgentReply, AgentServer, ClassCount,
-    ClassTarget, DrainReason, Latency, StageStats, StatsDoc,
+    AdminBuilder, AdminServer, AdmissionView, AgentConfig, AgentConfigError, AgentReply,
+    AgentServer, ClassCount, ClassTarget, DrainReason, Latency, StageStats, StatsDoc,
 };
 pub use bottleneck::{Bottleneck, DEFAULT_SAMPLE_PERIOD};
 pub use cache::{FileInfo, FileKey, PageCache, PageCacheStats, PathCache, Target};
@@ -78,8 +78,8 @@ pub use handler::{
 };
 pub use overload::{AddrPrefix, Admission, ClassRules, HandlerTargets, OverloadControl};
 pub use proxy::{
-    DEFAULT_TIMEOUT as DEFAULT_PROXY_TIMEOUT, ProxyRoute, ProxyStats, RouteStats, UPSTREAM_STAGE,
-    UpstreamStats, UpstreamUrl,
+    DEFAULT_TIMEOUT as DEFAULT_PROXY_TIMEOUT, ProxyRoute, ProxyStats, RouteError, RouteStats,
+    UPSTREAM_STAGE, UpstreamStats, UpstreamUrl,
 };
 pub use server::{
     DescriptorBudget, FileIo, HaboobStats, Handoff, IoBackend, PathCacheStats, Reloaded, Server,

@@ -547,6 +547,12 @@ impl From<&str> for ConfigError {
     }
 }
 
+impl From<seda_http::RouteError> for ConfigError {
+    fn from(e: seda_http::RouteError) -> Self {
+        ConfigError(e.to_string())
+    }
+}
+
 /// Turns figment's errors (one per bad key, some spanning lines) into one line:
 /// `config FILE: KEY: what is wrong`.
 fn one_line(file: &Path, err: figment::Error) -> ConfigError {

@@ -76,7 +76,9 @@ pub(super) fn mount_overload(
         .map_err(|e| format!("cannot set up the bottleneck handler: {e}"))?;
         passes = Some(b.passes());
         if let Some(q) = quality {
-            b = b.degrade(q, DEFAULT_SAMPLE_PERIOD)?;
+            b = b
+                .degrade(q, DEFAULT_SAMPLE_PERIOD)
+                .map_err(|e| e.to_string())?;
         }
         cfg.handlers
             .push(b.registration().thread_pool(bottleneck_pool()));

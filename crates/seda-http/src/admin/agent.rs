@@ -86,27 +86,54 @@ impl Default for AgentConfig {
     }
 }
 
+/// An [`AgentConfig`] parameter out of its range: names the parameter, its range and
+/// the value given.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("agent {parameter} must be {range}, got {got}")]
+pub struct AgentConfigError {
+    parameter: &'static str,
+    range: &'static str,
+    got: String,
+}
+
+impl AgentConfigError {
+    fn new(parameter: &'static str, range: &'static str, got: impl fmt::Debug) -> Self {
+        AgentConfigError {
+            parameter,
+            range,
+            got: format!("{got:?}"),
+        }
+    }
+
+    /// The parameter: `window`, `alpha`, `drain_refused` or `min_weight`.
+    pub fn parameter(&self) -> &'static str {
+        self.parameter
+    }
+}
+
 impl AgentConfig {
     /// Checks every parameter's range; the error names the parameter.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), AgentConfigError> {
         if !(Duration::from_millis(100)..=Duration::from_secs(60)).contains(&self.window) {
-            return Err(format!(
-                "agent window must be 100 ms ..= 60 s, got {:?}",
-                self.window
+            return Err(AgentConfigError::new(
+                "window",
+                "100 ms ..= 60 s",
+                self.window,
             ));
         }
         if !(self.alpha > 0.0 && self.alpha <= 1.0) {
-            return Err(format!("agent alpha must be in (0, 1], got {}", self.alpha));
+            return Err(AgentConfigError::new("alpha", "in (0, 1]", self.alpha));
         }
         if let Some(d) = self.drain_refused
             && !(d > 0.0 && d <= 1.0)
         {
-            return Err(format!("agent drain_refused must be in (0, 1], got {d}"));
+            return Err(AgentConfigError::new("drain_refused", "in (0, 1]", d));
         }
         if !(1..=100).contains(&self.min_weight) {
-            return Err(format!(
-                "agent min_weight must be 1 ..= 100 %, got {}",
-                self.min_weight
+            return Err(AgentConfigError::new(
+                "min_weight",
+                "1 ..= 100 %",
+                self.min_weight,
             ));
         }
         Ok(())
@@ -618,7 +645,9 @@ mod tests {
                 "window",
             ),
         ] {
-            assert!(cfg.validate().unwrap_err().contains(word), "{word}");
+            let e = cfg.validate().unwrap_err();
+            assert_eq!(e.parameter(), word);
+            assert!(e.to_string().contains(word), "{word}");
         }
     }
 

@@ -35,7 +35,7 @@ use seda::Runtime;
 use serde::Serialize;
 
 use acceptor::Acceptor;
-pub use agent::{AgentConfig, AgentReply, AgentServer, DrainReason};
+pub use agent::{AgentConfig, AgentConfigError, AgentReply, AgentServer, DrainReason};
 pub use doc::{AdmissionView, ClassCount, ClassTarget, Latency, StageStats, StatsDoc};
 
 use crate::handler::{Request, Response};

@@ -54,11 +54,72 @@ impl fmt::Display for UpstreamUrl {
     }
 }
 
-impl FromStr for UpstreamUrl {
-    type Err = String;
+/// Why a proxy route (`--proxy`, `[[route]]`, [`ProxyRoute`]) or one of its upstream
+/// URLs is refused. The text names the route, URL or flag, and what would be accepted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// An upstream URL that is not `http://HOST:PORT[/PATH]` or does not resolve.
+    #[error("invalid upstream url `{url}`: {why}")]
+    Upstream {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A prefix that is not a plain absolute path.
+    #[error("route prefix `{prefix}` {why}")]
+    Prefix {
+        /// The prefix as given.
+        prefix: String,
+        /// What it must be.
+        why: &'static str,
+    },
+    /// A route with no upstream.
+    #[error("route {prefix} has no upstream")]
+    NoUpstream {
+        /// The route's prefix.
+        prefix: String,
+    },
+    /// A setting of the route out of its range.
+    #[error("route {prefix}: {why}")]
+    Setting {
+        /// The route's prefix.
+        prefix: String,
+        /// Which setting, and what it must be.
+        why: &'static str,
+    },
+    /// Two routes at one prefix.
+    #[error("two routes are mounted at {prefix}")]
+    Duplicate {
+        /// The prefix.
+        prefix: String,
+    },
+    /// A `--proxy` flag without `=`.
+    #[error("--proxy `{flag}`: expected PREFIX=URL[,URL...]")]
+    Flag {
+        /// The flag's value.
+        flag: String,
+    },
+    /// A `--proxy` flag whose route is refused.
+    #[error("--proxy `{flag}`: {source}")]
+    InFlag {
+        /// The flag's value.
+        flag: String,
+        /// Why its route is refused.
+        #[source]
+        source: Box<RouteError>,
+    },
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = |why: &str| format!("invalid upstream url `{s}`: {why}");
+impl FromStr for UpstreamUrl {
+    type Err = RouteError;
+
+    fn from_str(s: &str) -> Result<Self, RouteError> {
+        let bad = |why: &str| RouteError::Upstream {
+            url: s.to_owned(),
+            why: why.to_owned(),
+        };
         let rest = s.strip_prefix("http://").ok_or_else(|| {
             bad("expected http://HOST:PORT[/PATH] (https upstreams are not supported)")
         })?;
@@ -175,7 +236,7 @@ impl fmt::Debug for ProxyRoute {
 
 impl ProxyRoute {
     /// A route at `prefix` to the upstreams at `urls`, with the defaults above.
-    pub fn new(prefix: &str, urls: &[&str]) -> Result<ProxyRoute, String> {
+    pub fn new(prefix: &str, urls: &[&str]) -> Result<ProxyRoute, RouteError> {
         let upstreams = urls
             .iter()
             .map(|u| u.parse())
@@ -184,17 +245,26 @@ impl ProxyRoute {
     }
 
     /// As [`ProxyRoute::new`] with parsed URLs.
-    pub fn with_upstreams(prefix: &str, upstreams: Vec<UpstreamUrl>) -> Result<ProxyRoute, String> {
+    pub fn with_upstreams(
+        prefix: &str,
+        upstreams: Vec<UpstreamUrl>,
+    ) -> Result<ProxyRoute, RouteError> {
+        let bad_prefix = |why| RouteError::Prefix {
+            prefix: prefix.to_owned(),
+            why,
+        };
         if !prefix.starts_with('/') {
-            return Err(format!("route prefix `{prefix}` must start with `/`"));
+            return Err(bad_prefix("must start with `/`"));
         }
         if prefix.contains(['?', '#', '%', ' ']) {
-            return Err(format!(
-                "route prefix `{prefix}` must be a plain decoded path (no `?`, `#`, `%` or space)"
+            return Err(bad_prefix(
+                "must be a plain decoded path (no `?`, `#`, `%` or space)",
             ));
         }
         if upstreams.is_empty() {
-            return Err(format!("route {prefix} has no upstream"));
+            return Err(RouteError::NoUpstream {
+                prefix: prefix.to_owned(),
+            });
         }
         let prefix = format!("/{}", prefix.trim_matches('/'));
         let name = match prefix.trim_start_matches('/') {
@@ -222,12 +292,15 @@ impl ProxyRoute {
     }
 
     /// `--proxy PREFIX=URL[,URL...]`.
-    pub fn parse_flag(s: &str) -> Result<ProxyRoute, String> {
+    pub fn parse_flag(s: &str) -> Result<ProxyRoute, RouteError> {
         let (prefix, urls) = s
             .split_once('=')
-            .ok_or_else(|| format!("--proxy `{s}`: expected PREFIX=URL[,URL...]"))?;
+            .ok_or_else(|| RouteError::Flag { flag: s.to_owned() })?;
         let urls: Vec<&str> = urls.split(',').map(str::trim).collect();
-        Self::new(prefix.trim(), &urls).map_err(|e| format!("--proxy `{s}`: {e}"))
+        Self::new(prefix.trim(), &urls).map_err(|e| RouteError::InFlag {
+            flag: s.to_owned(),
+            source: Box::new(e),
+        })
     }
 
     /// The name of the route's stage.
@@ -281,8 +354,13 @@ impl ProxyRoute {
     }
 
     /// Checks the settings; the message names the route.
-    pub fn validate(&self) -> Result<(), String> {
-        let bad = |what: &str| Err(format!("route {}: {what}", self.prefix));
+    pub fn validate(&self) -> Result<(), RouteError> {
+        let bad = |why| {
+            Err(RouteError::Setting {
+                prefix: self.prefix.clone(),
+                why,
+            })
+        };
         if self.timeout < Duration::from_millis(1) {
             return bad("timeout-ms must be at least 1");
         }
@@ -344,6 +422,11 @@ mod tests {
             "http://no-such-host.invalid:80",
         ] {
             let e = bad.parse::<UpstreamUrl>().unwrap_err();
+            assert!(
+                matches!(&e, RouteError::Upstream { url, .. } if url == bad),
+                "{e:?}"
+            );
+            let e = e.to_string();
             assert!(e.contains(bad) && !e.contains('\n'), "{e}");
         }
     }
@@ -370,6 +453,11 @@ mod tests {
             ("/a%20=http://127.0.0.1:1", "plain decoded path"),
         ] {
             let e = ProxyRoute::parse_flag(flag).unwrap_err();
+            assert!(
+                matches!(e, RouteError::Flag { .. } | RouteError::InFlag { .. }),
+                "{e:?}"
+            );
+            let e = e.to_string();
             assert!(e.contains(says) && e.contains("--proxy"), "{flag}: {e}");
         }
     }
@@ -387,10 +475,19 @@ mod tests {
         let r = ProxyRoute::new("/api", &["http://127.0.0.1:1"])
             .unwrap()
             .with_timeout(Duration::ZERO);
-        assert!(r.validate().unwrap_err().contains("route /api"));
+        assert!(matches!(
+            r.validate(),
+            Err(RouteError::Setting { ref prefix, .. }) if prefix == "/api"
+        ));
+        assert!(r.validate().unwrap_err().to_string().contains("route /api"));
         let r = ProxyRoute::new("/api", &["http://127.0.0.1:1"])
             .unwrap()
             .with_class_header("X Class");
-        assert!(r.validate().unwrap_err().contains("class-header"));
+        assert!(
+            r.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("class-header")
+        );
     }
 }

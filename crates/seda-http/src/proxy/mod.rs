@@ -54,7 +54,7 @@ use parking_lot::RwLock;
 use seda::{Domain, Meta, Runtime, ThreadModel};
 use seda_io::{ConnId, SocketEvent, Writer};
 
-pub use config::{DEFAULT_TIMEOUT, ProxyRoute, UpstreamUrl};
+pub use config::{DEFAULT_TIMEOUT, ProxyRoute, RouteError, UpstreamUrl};
 pub use state::{ProxyStats, RouteStats};
 pub use upstream::UpstreamStats;
 
@@ -142,7 +142,7 @@ impl ProxyTable {
 #[derive(Debug)]
 pub(crate) enum MountError {
     /// A route's configuration is invalid, or two routes share a prefix.
-    Config(String),
+    Route(RouteError),
     /// The runtime refused a stage.
     Runtime(seda::RuntimeError),
     /// The sweeper's thread could not start.
@@ -179,12 +179,11 @@ pub(crate) fn mount(
     }
     let mut seen = std::collections::HashSet::new();
     for r in routes {
-        r.validate().map_err(MountError::Config)?;
+        r.validate().map_err(MountError::Route)?;
         if !seen.insert(r.prefix.clone()) {
-            return Err(MountError::Config(format!(
-                "two routes are mounted at {}",
-                r.prefix
-            )));
+            return Err(MountError::Route(RouteError::Duplicate {
+                prefix: r.prefix.clone(),
+            }));
         }
     }
     let (events_sink, events_stage) = rt.declare::<SocketEvent>(UPSTREAM_STAGE)?;

@@ -1,6 +1,5 @@
 //! The server's configuration, its checks, and its errors.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -242,47 +241,37 @@ impl ServerConfig {
     }
 }
 
-/// Why the server could not start or take a handler.
-#[derive(Debug)]
+/// Why the server could not start or take a handler. `#[non_exhaustive]`: a match
+/// needs a `_` arm.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServerError {
     /// The root directory is missing or unreadable.
+    #[error("root directory {0}")]
     Root(String),
     /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
     Config(String),
+    /// A proxy route is refused.
+    #[error("invalid configuration: {0}")]
+    Route(#[from] crate::proxy::RouteError),
     /// Binding or another socket operation failed (the message names the address).
+    #[error(transparent)]
     Io(std::io::Error),
     /// The runtime refused a stage.
-    Runtime(seda::RuntimeError),
+    #[error(transparent)]
+    Runtime(#[from] seda::RuntimeError),
     /// `max_connections` does not fit the open-files limit beside what the server
     /// holds and keeps free; the budget says how many would.
+    #[error("invalid configuration: {0}")]
     Descriptors(super::budget::DescriptorBudget),
-}
-
-impl fmt::Display for ServerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServerError::Root(s) => write!(f, "root directory {s}"),
-            ServerError::Config(s) => write!(f, "invalid configuration: {s}"),
-            ServerError::Io(e) => write!(f, "{e}"),
-            ServerError::Runtime(e) => write!(f, "{e}"),
-            ServerError::Descriptors(b) => write!(f, "invalid configuration: {b}"),
-        }
-    }
-}
-
-impl std::error::Error for ServerError {}
-
-impl From<seda::RuntimeError> for ServerError {
-    fn from(e: seda::RuntimeError) -> Self {
-        ServerError::Runtime(e)
-    }
 }
 
 impl From<crate::proxy::MountError> for ServerError {
     fn from(e: crate::proxy::MountError) -> Self {
         use crate::proxy::MountError;
         match e {
-            MountError::Config(s) => ServerError::Config(s),
+            MountError::Route(e) => ServerError::Route(e),
             MountError::Runtime(e) => ServerError::Runtime(e),
             MountError::Io(e) => ServerError::Io(e),
         }
