@@ -7,7 +7,7 @@
 # docs/proxy/full (about 100 minutes), with --medium docs/proxy/medium (one benchmark
 # window, about 23 minutes) or with --quick docs/proxy/quick (about eight minutes).
 # Extra arguments go to `seda experiment proxy` (e.g. --shapes drop --fronts
-# seda,haproxy, --repeats 1).
+# seda,haproxy, --repeats 1). OUT=DIR writes DIR instead (a new folder per run).
 #
 # It needs the whole machine: it takes the benchmark lock and waits for a quiet
 # machine (bench/lib.sh), and prints the load average, which the results record too.
@@ -15,13 +15,15 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . bench/lib.sh
 bench_lock
-OUT=docs/proxy/full
-for a in "$@"; do
-    case $a in
-        --quick) OUT=docs/proxy/quick ;;
-        --medium) OUT=docs/proxy/medium ;;
-    esac
-done
+if [ -z "${OUT:-}" ]; then
+    OUT=docs/proxy/full
+    for a in "$@"; do
+        case $a in
+            --quick) OUT=docs/proxy/quick ;;
+            --medium) OUT=docs/proxy/medium ;;
+        esac
+    done
+fi
 GUNICORN=$(bench/proxy/install.sh)
 bench_need nginx nginx >/dev/null
 bench_need haproxy haproxy >/dev/null

@@ -241,6 +241,10 @@ pub struct ProxyConfig {
     pub knee_users: Vec<u64>,
     /// Length of a knee step.
     pub knee_step: Duration,
+    /// Length of the sustained step after the knee's: two closed-loop users per
+    /// worker (every worker busy, a request waiting for each); the median of its
+    /// whole seconds but the first and the last is the capacity.
+    pub sustain: Duration,
     /// Users of the spike's middle phase, and before and after it.
     pub spike_users: u64,
     /// Users before and after the spike.
@@ -282,6 +286,7 @@ impl ProxyConfig {
             ],
             knee_users: vec![2, 4, 8, 16, 32],
             knee_step: Duration::from_secs(5),
+            sustain: Duration::from_secs(20),
             spike_users: 1000,
             base_users: 3,
             retry_wait: Duration::from_secs(5),
@@ -343,6 +348,7 @@ impl ProxyConfig {
             ],
             knee_users: vec![2, 4, 8],
             knee_step: Duration::from_secs(3),
+            sustain: Duration::from_secs(8),
             spike_users: 200,
             retry_wait: Duration::from_secs(1),
             max_conns: 1000,
@@ -384,6 +390,11 @@ impl ProxyConfig {
                 "knee steps need at least one user each",
             ));
         }
+        if self.sustain < Duration::from_secs(3) {
+            return Err(ExperimentError::config(
+                "the sustained step needs at least 3 s (its first and last second are left out)",
+            ));
+        }
         if self.spike_users == 0 || self.base_users == 0 {
             return Err(ExperimentError::config(
                 "--spike-users and the base users must be at least 1",
@@ -408,7 +419,9 @@ impl ProxyConfig {
     pub fn eta(&self) -> Duration {
         let run: Duration = self.phases.iter().sum::<Duration>() + self.drain;
         let runs = (self.plan().len() * self.repeats) as u32;
-        self.knee_step * self.knee_users.len() as u32 + (run + Duration::from_secs(3)) * runs
+        self.knee_step * self.knee_users.len() as u32
+            + self.sustain
+            + (run + Duration::from_secs(3)) * runs
     }
 }
 

@@ -8,9 +8,14 @@
 //! listen queue. Every run starts a fresh backend and a fresh front.
 //!
 //! 1. **Knee**: closed-loop users without think time straight at the backend, a
-//!    staircase of user counts; the capacity is the best step's requests/s. Every
-//!    limit below that needs a number (nginx's rate, HAProxy's connections) is sized
-//!    from it; `seda serve` is told only its p90 target.
+//!    staircase of user counts, then a longer step of two users per worker (every
+//!    worker busy, one request waiting for each); the capacity is that step's median
+//!    second (its first and last left out). The best staircase step's mean, the
+//!    capacity of runs before 2026-11-27 07:00 UTC, is kept beside it
+//!    (`knee_peak_rps`): a 3 s step overstated what the backend sustains. Every
+//!    limit below that needs a number (nginx's rate, HAProxy's connections) and
+//!    every load level is sized from the capacity; `seda serve` is told only its
+//!    p90 target.
 //! 2. **Load shapes** ([`Shape`]), each in three phases (before, overload, after):
 //!    - `spike`: closed-loop users (20 ms think, a refused or failed user waits
 //!      `retry_wait`), base -> spike -> base, as `seda experiment overload`;

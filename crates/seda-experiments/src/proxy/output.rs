@@ -212,12 +212,31 @@ fn table(r: &ProxyResults) -> String {
         .iter()
         .map(|(u, x)| format!("{u} users {x:.1}/s"))
         .collect();
-    let _ = writeln!(
-        t,
-        "Capacity at the knee: **{:.1} req/s** ({}).\n",
-        r.capacity_rps,
-        knee.join(", ")
-    );
+    match &r.sustained {
+        Some(s) => {
+            let _ = writeln!(
+                t,
+                "Capacity: **{:.1} req/s**, the median second of {} closed-loop users \
+                 straight at the backend for {} s (seconds {:?}; the first and last left \
+                 out). The knee's best step, the capacity of earlier runs: {:.1} req/s \
+                 ({}).\n",
+                r.capacity_rps,
+                s.users,
+                s.seconds.len() + 2,
+                s.seconds,
+                r.knee_peak_rps,
+                knee.join(", ")
+            );
+        }
+        None => {
+            let _ = writeln!(
+                t,
+                "Capacity at the knee: **{:.1} req/s** ({}).\n",
+                r.capacity_rps,
+                knee.join(", ")
+            );
+        }
+    }
     let target = target_ms(r);
     for shape in shapes(r) {
         let _ = writeln!(t, "## {shape}\n");

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// One run's figures.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ShapeMetrics {
-    /// The backend's capacity during the overload phase, requests/s (the knee's;
+    /// The backend's capacity during the overload phase, requests/s (the run's
     /// half of it in `drop`).
     pub capacity_rps: f64,
     /// Served (2xx) per second in the overload phase.
@@ -78,6 +78,17 @@ pub struct HighClass {
     pub series: Vec<TimePoint>,
 }
 
+/// The backend saturated for longer than a knee step: what it delivers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Sustained {
+    /// Closed-loop users (two per worker).
+    pub users: u64,
+    /// Requests completed in each whole second but the first and the last.
+    pub seconds: Vec<u64>,
+    /// Their median, requests/s.
+    pub rps: f64,
+}
+
 /// Everything one invocation measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProxyResults {
@@ -87,10 +98,18 @@ pub struct ProxyResults {
     pub date: String,
     /// Machine, load average at start, the configuration.
     pub setup: serde_json::Value,
-    /// The backend's capacity at the knee, requests/s.
+    /// The backend's capacity, requests/s: the sustained step's median second
+    /// (`sustained`), or in runs before it existed the knee's best step.
     pub capacity_rps: f64,
     /// Each knee step: (users, requests/s).
     pub knee: Vec<(u64, f64)>,
+    /// The knee's best step, requests/s (the capacity of runs before 2026-11-27
+    /// 07:00 UTC: a 3-5 s step's mean, which the backend did not sustain).
+    #[serde(default)]
+    pub knee_peak_rps: f64,
+    /// The sustained step after the knee's.
+    #[serde(default)]
+    pub sustained: Option<Sustained>,
     /// The runs so far.
     pub runs: Vec<ProxyRun>,
     /// Runs that failed: (shape/front/repeat, why).
