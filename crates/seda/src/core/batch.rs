@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 
 use crate::admission::Completion;
 use crate::clock;
-use crate::color::Unpark;
+use crate::color::{ColorTable, Unpark};
 use crate::envelope::Meta;
 use crate::exec::StageObj;
 use crate::handler::{Batch, Context, Items};
@@ -95,6 +95,11 @@ impl<E: Send + 'static> StageCore<E> {
 
     /// Claims up to a batch and pops it into `s`; colored events out of turn are
     /// parked in the color table instead. Returns the events to run.
+    ///
+    /// A colored event's common case is one load of its slot's word (its turn has
+    /// come) or none (this batch holds the slot's previous ticket: it runs after it,
+    /// in the same batch); only an event out of turn looks through the batch's held
+    /// slots and then parks.
     pub(super) fn take(&self, s: &mut Scratch<E>) -> usize {
         let max = self.batch.load(Relaxed).max(1);
         let claimed = self.queue.claim(max, |env, owned| {
@@ -102,37 +107,37 @@ impl<E: Send + 'static> StageCore<E> {
                 s.envs.push(env);
                 return;
             };
-            if owned {
-                s.held.push((color, env.ticket));
+            let slot = ColorTable::slot_of(color);
+            let ticket = env.ticket;
+            if owned || self.colors.turn(slot, ticket) {
+                s.held.push((slot, ticket));
                 s.envs.push(env);
                 return;
             }
-            // The next ticket of a color this batch already holds runs in the same
+            // The next ticket of a slot this batch already holds runs in the same
             // batch, after it: same order, still never concurrent.
             if let Some(h) = s
                 .held
                 .iter_mut()
-                .find(|h| h.0 == color && crate::color::follows(h.1, env.ticket))
+                .rev()
+                .find(|h| h.0 == slot && crate::color::follows(h.1, ticket))
             {
-                h.1 = env.ticket;
+                h.1 = ticket;
                 s.envs.push(env);
                 return;
             }
-            let ticket = env.ticket;
             let weak = self.self_weak.clone();
-            let acquired = self
-                .colors
-                .acquire(color, ticket, env, move |env| -> Unpark {
-                    Box::new(move || {
-                        if let Some(core) = weak.upgrade() {
-                            core.queue.unpark(env);
-                            core.wake();
-                        }
-                    })
-                });
+            let acquired = self.colors.park(slot, ticket, env, move |env| -> Unpark {
+                Box::new(move || {
+                    if let Some(core) = weak.upgrade() {
+                        core.queue.unpark(env);
+                        core.wake();
+                    }
+                })
+            });
             match acquired {
                 Ok(env) => {
-                    s.held.push((color, ticket));
+                    s.held.push((slot, ticket));
                     s.envs.push(env);
                 }
                 Err(()) => self.queue.parked(),
@@ -166,8 +171,8 @@ impl<E: Send + 'static> StageCore<E> {
         self.invoke(Items::Drain(s.envs.drain(..)), first, start, 0);
         let end = self.complete(start, n, &s.stamps, Timing::Queued, self.stats.tally());
         clock::batch_end(end);
-        for (color, last) in s.held.drain(..) {
-            self.colors.release(color, last);
+        for (slot, last) in s.held.drain(..) {
+            self.colors.release_slot(slot, last);
         }
         // Deferred groups run before the batch is acknowledged: until then this
         // batch's held count covers them (see `lifecycle::Frame::in_batch`).

@@ -148,18 +148,22 @@ impl<E: Send + 'static> StageCore<E> {
     }
 
     /// Enqueues one event in the queue (no inline attempt). The common case (no
-    /// policy, no color) is a push, a counter bump, a look for sleepers and the
-    /// graph edge's bit test.
+    /// policy) is a push, a counter bump, a look for sleepers and the graph edge's
+    /// bit test; a colored event also draws its ticket (one `fetch_add`).
     #[inline]
     fn offer_queued(&self, event: E, meta: &Meta, origin: &Origin) -> Result<(), EnqueueError<E>> {
-        if self.admission.is_some() || meta.color().is_some() {
+        if self.admission.is_some() {
             return self.offer_queued_slow(event, meta, origin);
         }
+        let ticket = match meta.color() {
+            None => 0,
+            Some(c) => self.colors.ticket(c),
+        };
         let env = Envelope {
             event,
             meta: *meta,
             enqueued: origin.enqueue_instant(meta),
-            ticket: 0,
+            ticket,
         };
         match self.queue.push(env, origin.inside(self.runtime_id)) {
             Ok(()) => {
@@ -186,7 +190,7 @@ impl<E: Send + 'static> StageCore<E> {
         self.refused(closed, env.event, 1)
     }
 
-    /// [`StageCore::offer_queued`] with an admission policy or a color.
+    /// [`StageCore::offer_queued`] with an admission policy.
     #[inline(never)]
     fn offer_queued_slow(
         &self,

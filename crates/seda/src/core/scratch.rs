@@ -3,8 +3,8 @@
 //! buffers, the stats stamps of a run of events, and how the run is timed. A leaf:
 //! it imports neither of the two.
 
-use crate::color::Ticket;
-use crate::envelope::{Class, Color, Envelope};
+use crate::color::{SlotId, Ticket};
+use crate::envelope::{Class, Envelope};
 
 /// What the stats need of a run of consecutive events of a batch after their
 /// handler consumed them: events of one upstream batch share their enqueue instant
@@ -45,8 +45,8 @@ impl Stamp {
 #[derive(Debug)]
 pub(crate) struct Scratch<E> {
     pub(super) envs: Vec<Envelope<E>>,
-    /// Colors the batch holds, with the last ticket of each.
-    pub(super) held: Vec<(Color, Ticket)>,
+    /// Color slots the batch holds, with the last ticket of each.
+    pub(super) held: Vec<(SlotId, Ticket)>,
     pub(super) stamps: Vec<Stamp>,
 }
 

@@ -317,3 +317,57 @@ fn loom_color_hand_over_keeps_order_and_exclusion() {
         assert_eq!(table.try_take(c), Some(2), "the color is idle again");
     });
 }
+
+/// The common path (`turn`: one load) against the slow one: a batch that holds
+/// tickets 0 and 1 of a color (run as one batch, released at once with
+/// `release_slot`) races a worker that looks at ticket 2's turn, finds it not come
+/// and parks it, and an admission that draws ticket 3 meanwhile. Ticket 2 either
+/// finds its turn on the locked look or is handed the slot by the release, exactly
+/// once; ticket 3 is served only after 2 is released; the slot ends idle with
+/// `PARKED` clear (an inline take succeeds).
+#[test]
+fn loom_color_batch_release_races_a_parker() {
+    model(|| {
+        let table = Arc::new(ColorTable::new());
+        let c = Color::new(3);
+        let s = ColorTable::slot_of(c);
+        let (t0, t1, t2) = (table.ticket(c), table.ticket(c), table.ticket(c));
+        assert!(table.turn(s, t0));
+        let handed = Arc::new(AtomicUsize::new(0));
+        let releaser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.release_slot(s, t1))
+        };
+        let admit = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.ticket(c))
+        };
+        let h = Arc::clone(&handed);
+        let ran_now = if table.turn(s, t2) {
+            true
+        } else {
+            table
+                .park(s, t2, (), move |()| {
+                    Box::new(move || {
+                        h.fetch_add(1, SeqCst);
+                    })
+                })
+                .is_ok()
+        };
+        releaser.join().unwrap();
+        let t3 = admit.join().unwrap();
+        assert_eq!(t3, 3, "tickets are drawn in order");
+        let handed = handed.load(SeqCst);
+        assert_eq!(
+            usize::from(ran_now) + handed,
+            1,
+            "ticket 2 runs exactly once"
+        );
+        assert!(table.turn(s, t2), "ticket 2 owns the slot");
+        assert!(!table.turn(s, t3), "ticket 3 waits for 2's release");
+        table.release_slot(s, t2);
+        assert!(table.turn(s, t3));
+        table.release_slot(s, t3);
+        assert_eq!(table.try_take(c), Some(4), "idle, nothing left parked");
+    });
+}

@@ -211,6 +211,14 @@ impl<E> StageQueue<E> {
     /// hint); it stays counted in `outside` until claimed. The caller wakes a worker.
     pub(crate) fn unpark(&self, env: Envelope<E>) {
         let mut ready = self.ready.lock();
+        // Usually every event has the same hint: it goes to the back, no search.
+        if ready
+            .back()
+            .is_none_or(|e| e.meta.priority() >= env.meta.priority())
+        {
+            ready.push_back(env);
+            return;
+        }
         let pos = ready
             .iter()
             .position(|e| e.meta.priority() < env.meta.priority())
