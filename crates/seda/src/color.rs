@@ -48,9 +48,7 @@
 //!
 //! Model-checked with loom (`queue::loom_tests`: `loom_color_*`).
 
-use std::collections::HashMap;
-
-use foldhash::fast::RandomState;
+use std::collections::VecDeque;
 
 use crate::envelope::Color;
 use crate::loom::{AtomicU64, Mutex, Ordering::*};
@@ -102,12 +100,23 @@ pub(crate) fn follows(a: Ticket, b: Ticket) -> bool {
     succ(a) == b
 }
 
-/// One shard of parked events: `(slot, ticket) -> continuation`, and how many
-/// tickets of each slot are parked.
-#[derive(Default)]
+/// One shard of parked events: for each of its slots, the parked tickets in the
+/// slot's order with their continuations (a FIFO: tickets are mostly parked in
+/// order, so a park appends and a hand-over pops the front).
 struct Shard {
-    parked: HashMap<(u32, Ticket), Unpark, RandomState>,
-    count: HashMap<u32, u32, RandomState>,
+    parked: Box<[VecDeque<(Ticket, Unpark)>]>,
+}
+
+impl Shard {
+    fn new() -> Self {
+        Shard {
+            parked: (0..SLOTS / SHARDS).map(|_| VecDeque::new()).collect(),
+        }
+    }
+
+    fn of(&mut self, s: SlotId) -> &mut VecDeque<(Ticket, Unpark)> {
+        &mut self.parked[s.0 as usize / SHARDS]
+    }
 }
 
 /// The color table shared by every stage of a runtime.
@@ -130,7 +139,7 @@ impl ColorTable {
     pub(crate) fn new() -> Self {
         ColorTable {
             slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
         }
     }
 
@@ -239,8 +248,18 @@ impl ColorTable {
                 Err(x) => w = x,
             }
         }
-        shard.parked.insert((s.0, ticket), park(item));
-        *shard.count.entry(s.0).or_default() += 1;
+        // In the slot's order, counted from the ticket being served.
+        let from = serving(w);
+        let key = |t: Ticket| t.wrapping_sub(from) & TICKET as Ticket;
+        let q = shard.of(s);
+        let unpark = park(item);
+        match q.back() {
+            Some(&(b, _)) if key(b) > key(ticket) => {
+                let at = q.partition_point(|&(t, _)| key(t) < key(ticket));
+                q.insert(at, (ticket, unpark));
+            }
+            _ => q.push_back((ticket, unpark)),
+        }
         Err(())
     }
 
@@ -273,18 +292,12 @@ impl ColorTable {
     fn release_parked(&self, s: SlotId, after: Ticket) {
         let unpark = {
             let mut shard = self.shard(s).lock();
-            let unpark = shard.parked.remove(&(s.0, after));
-            let left = if unpark.is_some() {
-                let c = shard.count.entry(s.0).or_default();
-                *c -= 1;
-                let left = *c;
-                if left == 0 {
-                    shard.count.remove(&s.0);
-                }
-                left
-            } else {
-                shard.count.get(&s.0).copied().unwrap_or(0)
+            let q = shard.of(s);
+            let unpark = match q.front() {
+                Some(&(t, _)) if t == after => q.pop_front().map(|(_, u)| u),
+                _ => None,
             };
+            let left = q.len();
             self.update(s, |w| {
                 let n = with_serving(w, after);
                 if left == 0 { n & !PARKED } else { n }
@@ -330,6 +343,30 @@ mod tests {
         assert_eq!(t.try_take(c), Some(3));
         t.release(c, 3);
         assert_eq!(t.try_take(c), Some(4));
+    }
+
+    #[test]
+    fn tickets_parked_out_of_order_are_handed_over_in_order() {
+        let t = ColorTable::new();
+        let c = Color::new(77);
+        let k: Vec<Ticket> = (0..5).map(|_| t.ticket(c)).collect();
+        let log = Arc::new(StdMutex::new(Vec::new()));
+        // Tickets 1..=4 park in the order 3, 1, 4, 2 (two stages' claims race).
+        for i in [3, 1, 4, 2] {
+            let l = log.clone();
+            let r = t.acquire(c, k[i], i, move |n| {
+                Box::new(move || l.lock().unwrap().push(n))
+            });
+            assert!(r.is_err());
+        }
+        assert!(t.acquire(c, k[0], 0, |_| unreachable!()).is_ok());
+        for (i, &tk) in k.iter().enumerate() {
+            t.release(c, tk);
+            let handed = log.lock().unwrap().clone();
+            let want: Vec<usize> = (1..=(i + 1).min(4)).collect();
+            assert_eq!(handed, want, "after releasing ticket {i}");
+        }
+        assert_eq!(t.try_take(c), Some(5));
     }
 
     #[test]
