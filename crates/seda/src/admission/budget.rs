@@ -19,12 +19,9 @@
 //!   departures, in blocks of at least 16 departures (whole batches). Time since the
 //!   previous departure counts as busy if the stage still held events then, and the
 //!   first departure of a busy period counts from the arrival that began it; an idle
-//!   gap counts nothing. A block in which at least half the departures queued (time
-//!   at the stage, queue + service, over 1.5x the fastest of this block and the
-//!   last) measured the stage saturated and moves `delta` halfway to its own mean; a
-//!   block of a stage with idle servers measured a rate the stage at least has, so
-//!   it may only lower `delta`. `1 / delta` is the stage's departure rate under
-//!   load, whatever its threads and batch sizes. (Issue 26: counting only the gaps
+//!   gap counts nothing. Each block moves `delta` halfway to its own mean. `1 /
+//!   delta` is the stage's departure rate under load, whatever its threads and batch
+//!   sizes. (Issue 26: counting only the gaps
 //!   after a departure that left events, a few users on two servers read as
 //!   1,000/s instead of 180/s, since their departures came close together and the
 //!   gaps before them were idle; a crowd was then admitted 300 ms deep);
@@ -257,10 +254,6 @@ struct Departures {
     sampling: bool,
     /// When an event arrived at the idle stage after `last`: a busy period began.
     busy_since: Option<Instant>,
-    /// Departures of this block that queued (took over `QUEUED` x the floor).
-    queued: u32,
-    /// Fastest time at the stage (queue + service) of this block and the last.
-    floor: [Option<f64>; 2],
 }
 
 impl Departures {
@@ -268,41 +261,17 @@ impl Departures {
     const BLOCK: u32 = 16;
     const WEIGHT: f64 = 0.5;
 
-    /// A departure queued if its time at the stage was over this many times the
-    /// fastest of the last two blocks.
-    const QUEUED: f64 = 1.5;
-
-    /// One event left at `now` after `at_stage` seconds at the stage (queue and
-    /// service); `in_flight` counts the stage's events before its batch left (the
-    /// batch included).
-    fn push(&mut self, now: Instant, in_flight: usize, at_stage: f64) {
-        let floor = match self.floor {
-            [Some(a), Some(b)] => a.min(b),
-            [a, b] => a.or(b).unwrap_or(at_stage),
-        };
-        self.floor[1] = Some(self.floor[1].map_or(at_stage, |f| f.min(at_stage)));
-        let queued = at_stage > Self::QUEUED * floor;
+    /// One event left at `now`; `in_flight` counts the stage's events before its
+    /// batch left (the batch included).
+    fn push(&mut self, now: Instant, in_flight: usize) {
         match self.last {
             Some(t) if now > t => {
                 // Whole batches only: a block ends where a new departure instant starts.
                 if self.count >= Self::BLOCK {
                     let d = self.busy / f64::from(self.count);
-                    // A block in which most departures queued measured the stage
-                    // saturated: its rate under load. One in which few did measured
-                    // a stage with idle servers, which departs at least that fast:
-                    // it may only lower `delta` (a stage never filled would else
-                    // read as slow as its idle share, and the budget would keep it
-                    // from ever filling).
-                    let saturated = 2 * self.queued >= self.count;
-                    self.delta = Some(match self.delta {
-                        None => d,
-                        Some(e) if saturated => e + (d - e) * Self::WEIGHT,
-                        Some(e) => e.min(e + (d - e) * Self::WEIGHT),
-                    });
+                    self.delta = Some(self.delta.map_or(d, |e| e + (d - e) * Self::WEIGHT));
                     self.busy = 0.0;
                     self.count = 0;
-                    self.queued = 0;
-                    self.floor = [self.floor[1], None];
                 }
                 // Busy since the last departure, or since the busy period began:
                 // the first departure of a busy period counts from its first
@@ -317,7 +286,6 @@ impl Departures {
                 if let Some(from) = from {
                     self.busy += now.saturating_duration_since(from).as_secs_f64();
                     self.count += 1;
-                    self.queued += u32::from(queued);
                 }
                 self.busy_since = None;
                 self.last = Some(now);
@@ -326,7 +294,6 @@ impl Departures {
             // The same batch, or another worker's departure reported out of order.
             Some(_) => {
                 self.count += u32::from(self.sampling);
-                self.queued += u32::from(self.sampling && queued);
                 self.left = self.left.saturating_sub(1);
             }
             None => {
@@ -487,8 +454,7 @@ impl AdmissionPolicy for DelayBudget {
         let mut s = self.state.lock();
         let svc = done.service_time.as_secs_f64();
         s.service_ewma = Some(s.service_ewma.map_or(svc, |e| e + (svc - e) / 8.0));
-        let at_stage = (done.queue_delay + done.service_time).as_secs_f64();
-        s.departures.push(done.now, done.in_flight, at_stage);
+        s.departures.push(done.now, done.in_flight);
         if let Some(p90) = s.window.push(done.response_time, done.now) {
             s.sample(p90);
         }
