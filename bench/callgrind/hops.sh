@@ -9,7 +9,8 @@
 # output channel, the consumer), set-up and teardown cancelled out; and the same
 # divided by the stages ("per hop").
 #
-# Usage: bench/callgrind/hops.sh [CONFIG...]   (default: crossbeam and all eight)
+# Usage: bench/callgrind/hops.sh [CONFIG...]   (default: crossbeam and all ten; the
+# -colors64 ones give event i the color i % 64, against -each of the same model)
 # Environment: STAGES (default 5), N1 (2000), N2 (12000), KEEP (a directory to keep
 # the callgrind.out files in, for callgrind_annotate). It takes the benchmark lock
 # (bench/lib.sh) but does not wait for a quiet machine.
@@ -26,7 +27,8 @@ CONFIGS=("$@")
 if [[ ${#CONFIGS[@]} -eq 0 ]]; then
     CONFIGS=(crossbeam seda-per-stage-each seda-per-stage-batch seda-shared-each
         seda-shared-batch seda-per-stage-each-inline seda-per-stage-batch-inline
-        seda-shared-each-inline seda-shared-batch-inline)
+        seda-shared-each-inline seda-shared-batch-inline seda-per-stage-each-colors64
+        seda-shared-each-colors64)
 fi
 (cd "$REPO" && cargo bench -p seda --bench pipeline --no-run -q 2>/dev/null)
 BIN=$REPO/$(cd "$REPO" && cargo bench -p seda --bench pipeline --no-run 2>&1 |

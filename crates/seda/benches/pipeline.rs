@@ -13,12 +13,14 @@
 //! Configurations: `-each` stages forward event by event (`try_enqueue`), `-batch`
 //! forward their batch with one `try_enqueue_batch`; `-inline` puts every stage in
 //! one domain, so stage-to-stage handoffs may run inline (the source thread stays
-//! outside: events cross one real queue into the pipeline).
+//! outside: events cross one real queue into the pipeline); `-colors64` gives event
+//! `i` the color `i % 64` (each stage's forward inherits it), the price of colors per
+//! hop against the same configuration uncolored.
 
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
-use seda::{Batch, Context, Runtime, Sink, ThreadModel};
+use seda::{Batch, Color, Context, Meta, Runtime, Sink, ThreadModel};
 
 const EVENTS: u64 = 20_000;
 /// Every queue (raw and staged) holds a whole iteration's events, so no stage ever
@@ -80,6 +82,7 @@ struct Staged {
     rt: Runtime,
     input: Sink<u64>,
     output: Receiver<u64>,
+    colors: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -88,6 +91,8 @@ struct Config {
     model: ThreadModel,
     batch_emit: bool,
     inline: bool,
+    /// 0: uncolored; else event `v` has color `v % colors`.
+    colors: u64,
 }
 
 impl Staged {
@@ -147,12 +152,23 @@ impl Staged {
             rt,
             input: next.expect("at least one stage"),
             output,
+            colors: c.colors,
         }
     }
 }
 
 impl Pipeline for Staged {
     fn push(&self, v: u64) {
+        if self.colors > 0 {
+            let meta = Meta::new().with_color(Color::new(v % self.colors));
+            let mut v = v;
+            // Not taken while CAPACITY >= EVENTS.
+            while let Err(e) = self.input.try_enqueue_with(v, meta) {
+                v = e.into_inner();
+                std::thread::yield_now();
+            }
+            return;
+        }
         // Fast path without a clock read; the deadline is computed only when full.
         let mut v = match self.input.try_enqueue(v) {
             Ok(()) => return,
@@ -224,10 +240,18 @@ const fn cfg(name: &'static str, model: ThreadModel, batch_emit: bool, inline: b
         model,
         batch_emit,
         inline,
+        colors: 0,
     }
 }
 
-const CONFIGS: [Config; 8] = [
+const fn colors64(name: &'static str, model: ThreadModel) -> Config {
+    Config {
+        colors: 64,
+        ..cfg(name, model, false, false)
+    }
+}
+
+const CONFIGS: [Config; 10] = [
     cfg("seda-per-stage-each", ThreadModel::PerStage, false, false),
     cfg("seda-per-stage-batch", ThreadModel::PerStage, true, false),
     cfg("seda-shared-each", ThreadModel::Shared, false, false),
@@ -246,6 +270,8 @@ const CONFIGS: [Config; 8] = [
     ),
     cfg("seda-shared-each-inline", ThreadModel::Shared, false, true),
     cfg("seda-shared-batch-inline", ThreadModel::Shared, true, true),
+    colors64("seda-per-stage-each-colors64", ThreadModel::PerStage),
+    colors64("seda-shared-each-colors64", ThreadModel::Shared),
 ];
 
 /// One measurement of one configuration: (events/s, hop latency us).
