@@ -24,6 +24,7 @@ mod data;
 mod error;
 pub mod seed;
 mod service;
+mod setters;
 mod stages;
 pub mod store;
 mod web;

@@ -35,8 +35,10 @@ pub const META_CORPUS: &str = "corpus";
 /// Metadata key: number of seeded users.
 pub const META_USERS: &str = "users";
 
-/// How to seed.
+/// How to seed. `#[non_exhaustive]`: build it from [`SeedPlan::default`] and the
+/// `with_*` setters.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SeedPlan {
     /// Number of users `N` (>= 1).
     pub users: u32,
@@ -47,6 +49,13 @@ pub struct SeedPlan {
     /// Seed of the shuffles.
     pub seed: u64,
 }
+
+crate::setters::setters!(SeedPlan {
+    with_users: users: u32,
+    with_largest_folder: largest_folder: u32,
+    with_hash_iterations: hash_iterations: u32,
+    with_seed: seed: u64,
+});
 
 impl Default for SeedPlan {
     /// 1,024 users (the paper's largest load), largest Inbox 2,000 messages (about

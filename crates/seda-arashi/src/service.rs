@@ -78,8 +78,23 @@ impl ControlScope {
     }
 }
 
-/// Configuration of [`Arashi`].
+/// Configuration of [`Arashi`]. `#[non_exhaustive]`: build it from
+/// [`ArashiConfig::default`] and the `with_*` setters (or set its public fields).
+///
+/// # Examples
+///
+/// ```
+/// use seda_arashi::{ArashiConfig, SeedPlan};
+///
+/// let cfg = ArashiConfig::default()
+///     .with_listen("127.0.0.1:0".parse().unwrap())
+///     .with_data("arashi-data".into())
+///     .with_seed(SeedPlan::default().with_users(8))
+///     .with_stage_threads(2);
+/// assert_eq!((cfg.stage_threads, cfg.seed.users), (2, 8));
+/// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ArashiConfig {
     /// Address to listen on. Default `127.0.0.1:8080`.
     pub listen: SocketAddr,
@@ -102,6 +117,18 @@ pub struct ArashiConfig {
     /// port; `None` for none. Default: loopback, a free port.
     pub admin_listen: Option<SocketAddr>,
 }
+
+crate::setters::setters!(ArashiConfig {
+    with_listen: listen: SocketAddr,
+    with_data: data: PathBuf,
+    with_seed: seed: SeedPlan,
+    with_overload: overload: OverloadControl,
+    with_scope: scope: ControlScope,
+    with_stage_threads: stage_threads: usize,
+    with_stage_capacity: stage_capacity: usize,
+    with_thread_model: thread_model: ThreadModel,
+    with_admin_listen: admin_listen: Option<SocketAddr>,
+});
 
 impl Default for ArashiConfig {
     fn default() -> Self {

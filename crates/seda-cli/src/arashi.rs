@@ -121,11 +121,9 @@ impl SeedArgs {
         if self.seed_users == 0 || self.largest_folder == 0 {
             return Err("--seed-users and --largest-folder must be at least 1".into());
         }
-        Ok(SeedPlan {
-            users: self.seed_users,
-            largest_folder: self.largest_folder,
-            ..SeedPlan::default()
-        })
+        Ok(SeedPlan::default()
+            .with_users(self.seed_users)
+            .with_largest_folder(self.largest_folder))
     }
 }
 
@@ -177,21 +175,16 @@ fn serve(a: ServeArgs) -> CliResult {
     if !a.grace_s.is_finite() || !(0.0..=3600.0).contains(&a.grace_s) {
         return Err("--grace-s must be between 0 and 3600".into());
     }
-    let cfg = ArashiConfig {
-        listen: a.listen,
-        data: a.data.clone(),
-        seed: a.seed.plan()?,
-        overload: overload_of(&a)?,
-        scope: a.scope,
-        stage_threads: a.stage_threads,
-        ..ArashiConfig::default()
-    };
+    let cfg = ArashiConfig::default()
+        .with_listen(a.listen)
+        .with_data(a.data.clone())
+        .with_seed(a.seed.plan()?)
+        .with_overload(overload_of(&a)?)
+        .with_scope(a.scope)
+        .with_stage_threads(a.stage_threads);
     let cfg = match &a.admin_listen {
         None => cfg,
-        Some(AdminListen(addr)) => ArashiConfig {
-            admin_listen: *addr,
-            ..cfg
-        },
+        Some(AdminListen(addr)) => cfg.with_admin_listen(*addr),
     };
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,

@@ -12,18 +12,17 @@ use seda_load::arashi::{ArashiLoadConfig, LoadProgress, run};
 fn markov_users_exercise_every_common_request_type() {
     let dir = tempfile::tempdir().unwrap();
     let a = Arashi::start(
-        ArashiConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data: dir.path().join("data"),
-            seed: SeedPlan {
-                users: 8,
-                largest_folder: 80,
-                hash_iterations: 1,
-                seed: 3,
-            },
-            stage_threads: 2,
-            ..ArashiConfig::default()
-        },
+        ArashiConfig::default()
+            .with_listen("127.0.0.1:0".parse().unwrap())
+            .with_data(dir.path().join("data"))
+            .with_seed(
+                SeedPlan::default()
+                    .with_users(8)
+                    .with_largest_folder(80)
+                    .with_hash_iterations(1)
+                    .with_seed(3),
+            )
+            .with_stage_threads(2),
         &mut |_| {},
     )
     .unwrap();

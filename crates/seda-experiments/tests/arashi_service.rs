@@ -7,18 +7,17 @@ use seda_arashi::{Arashi, ArashiConfig, RequestType, SeedPlan};
 use seda_load::arashi::{HttpClient, HttpResponse};
 
 fn start(dir: &std::path::Path) -> Arashi {
-    let cfg = ArashiConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data: dir.join("data"),
-        seed: SeedPlan {
-            users: 4,
-            largest_folder: 60,
-            hash_iterations: 1,
-            seed: 7,
-        },
-        stage_threads: 2,
-        ..ArashiConfig::default()
-    };
+    let cfg = ArashiConfig::default()
+        .with_listen("127.0.0.1:0".parse().unwrap())
+        .with_data(dir.join("data"))
+        .with_seed(
+            SeedPlan::default()
+                .with_users(4)
+                .with_largest_folder(60)
+                .with_hash_iterations(1)
+                .with_seed(7),
+        )
+        .with_stage_threads(2);
     Arashi::start(cfg, &mut |_| {}).unwrap()
 }
 

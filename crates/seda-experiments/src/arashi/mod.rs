@@ -105,12 +105,11 @@ impl ExperimentConfig {
 
     /// A small version for tests: few users, seconds-long runs, a small database.
     pub fn quick(mut self) -> ExperimentConfig {
-        self.seed = SeedPlan {
-            users: 32,
-            largest_folder: 100,
-            hash_iterations: 1,
-            seed: 1,
-        };
+        self.seed = SeedPlan::default()
+            .with_users(32)
+            .with_largest_folder(100)
+            .with_hash_iterations(1)
+            .with_seed(1);
         self.loads = vec![4, 16];
         self.light = 4;
         self.heavy = 16;
@@ -218,16 +217,14 @@ fn run_one(
     copy_db(seeded, &dir)?;
     let (overload, scope) = spec.control.overload();
     let service = Arashi::start(
-        ArashiConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            data: dir.clone(),
-            seed: cfg.seed.clone(),
-            overload,
-            scope,
-            stage_threads: cfg.stage_threads,
-            admin_listen: None,
-            ..ArashiConfig::default()
-        },
+        ArashiConfig::default()
+            .with_listen(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .with_data(dir.clone())
+            .with_seed(cfg.seed.clone())
+            .with_overload(overload)
+            .with_scope(scope)
+            .with_stage_threads(cfg.stage_threads)
+            .with_admin_listen(None),
         &mut |_| {},
     )
     .map_err(ExperimentError::other)?;

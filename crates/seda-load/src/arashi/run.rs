@@ -35,8 +35,10 @@ pub struct UserGroup {
     pub class: Option<u8>,
 }
 
-/// A load run.
+/// A load run. `#[non_exhaustive]`: start from [`ArashiLoadConfig::steady`] and set
+/// the public fields.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ArashiLoadConfig {
     /// The service (loopback).
     pub addr: SocketAddr,
