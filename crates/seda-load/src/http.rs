@@ -19,6 +19,7 @@ fn chunk_limits() -> ChunkLimits {
 
 /// Why a response could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HttpError {
     /// The head is not valid HTTP or exceeds [`MAX_HEAD`].
     BadHead(String),

@@ -34,6 +34,7 @@ pub struct Block {
 
 /// Why a handshake block is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HandshakeError {
     /// Longer than [`MAX_BLOCK`] or more than [`MAX_HEADERS`] lines.
     Oversized,

@@ -142,6 +142,7 @@ fn ends_with_slash(raw_path: &[u8]) -> bool {
 
 /// Why a URL path cannot name a file under the root.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PathError {
     /// Bad escape, not an absolute path, or a path above the root: 400.
     Malformed,

@@ -152,6 +152,7 @@ pub enum BodyFraming {
 /// get. After any of these the connection is closed, since the stream can no longer
 /// be framed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ParseError {
     /// Malformed request: 400.
     Malformed,
