@@ -183,7 +183,8 @@ impl<E: Send + 'static> StageCore<E> {
 
     /// Runs events already entered inline on this thread. `clock` is the caller's
     /// batch clock (the start of an untimed run); `t` the thread's counters here
-    /// (looked up once per hop).
+    /// (looked up once per hop); `seen`: this stage's handoff key if the calling
+    /// batch hands it the event at once (see `defer::open_after`), else null.
     pub(super) fn run_inline(
         &self,
         items: Items<'_, E>,
@@ -191,6 +192,7 @@ impl<E: Send + 'static> StageCore<E> {
         meta: Meta,
         (depth, clock): (u8, u64),
         t: Tally<'_>,
+        seen: *const (),
     ) {
         let timing = self.inline_timing(clock.max(meta.born_nanos()), t);
         let start = if timing == Timing::Untimed {
@@ -204,7 +206,7 @@ impl<E: Send + 'static> StageCore<E> {
             class: meta.class(),
             n: u32::try_from(n).unwrap_or(u32::MAX),
         };
-        let outer = defer::open(n);
+        let outer = defer::open_after(n, seen);
         self.invoke(items, meta, start, depth);
         let end = self.complete(start, n, &[stamp], timing, t);
         defer::flush(outer, end);

@@ -159,6 +159,14 @@ pub(super) struct Mark {
 /// mark to [`flush`] after the batch is accounted for.
 #[inline]
 pub(super) fn open(n: usize) -> Mark {
+    open_after(n, std::ptr::null())
+}
+
+/// [`open`] for an inline run that the calling batch hands at once to the stage
+/// `seen` (non-null: the `StageCore`'s address, see [`StageCore::handoff_now`]):
+/// the calling frame records that handoff in the same thread-local access.
+#[inline]
+pub(super) fn open_after(n: usize, seen: *const ()) -> Mark {
     // One thread-local access per call (a get and a set in one `with`): each
     // access is a call of ~24 instructions under callgrind, and every hop opens a
     // frame. `Cell::set` inside `with`, not `LocalKey::set` (which goes through
@@ -173,10 +181,22 @@ pub(super) fn open(n: usize) -> Mark {
         });
         Mark {
             base: f.base,
-            seen: f.seen,
+            seen: if seen.is_null() { f.seen } else { seen },
             single: f.single,
         }
     })
+}
+
+/// Records that the calling batch handed an event to the stage `key` at once
+/// (what [`open_after`] does) when the hop did not run inline after all.
+#[cold]
+pub(super) fn mark_seen(key: *const ()) {
+    FRAME.with(|c| {
+        c.set(Frame {
+            seen: key,
+            ..c.get()
+        })
+    });
 }
 
 /// Runs the groups the batch opened with `outer = open()` deferred, in order; the
@@ -226,10 +246,12 @@ impl<E: Send + 'static> StageCore<E> {
     /// Whether the calling batch's handoff to this stage runs at once (see the
     /// module docs) or joins a group: `Err(open)`, with whether this stage's group
     /// is the open (last) one. Checks nothing of the event, so that the common
-    /// case moves the event once.
+    /// case moves the event once. On `Ok` the caller records the handoff in the
+    /// calling frame: [`open_after`] with [`StageCore::handoff_key`] when the hop
+    /// runs inline, else [`mark_seen`] (one thread-local access either way).
     #[inline]
     pub(super) fn handoff_now(&self) -> Result<(), bool> {
-        let key: *const () = std::ptr::from_ref(self).cast();
+        let key = self.handoff_key();
         // Whether this stage's group is open (the last one), else whether a batch
         // of one hands this stage its first event: no group of this stage waits in
         // the frame (the event would overtake it) and the last event handed at once
@@ -250,8 +272,13 @@ impl<E: Send + 'static> StageCore<E> {
         if !f.single || f.seen == key {
             return Err(false);
         }
-        FRAME.with(|c| c.set(Frame { seen: key, ..f }));
         Ok(())
+    }
+
+    /// This stage's key in the thread's frames and groups (its address).
+    #[inline]
+    pub(super) fn handoff_key(&self) -> *const () {
+        std::ptr::from_ref(self).cast()
     }
 
     /// Defers `event` for a run at the end of the calling batch (see the module

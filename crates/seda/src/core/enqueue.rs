@@ -126,21 +126,27 @@ impl<E: Send + 'static> StageCore<E> {
         let event = if self.may_inline(origin) {
             // From a handler's batch, uncolored: at the end of that batch, as one
             // group (the first handoff of a batch of one runs at once; see `defer`).
-            if origin.cur.in_batch
-                && meta.color().is_none()
-                && let Err(open) = self.handoff_now()
-            {
-                return match self.defer(event, meta, origin, open) {
-                    Deferral::Deferred => Ok(()),
-                    Deferral::Refused(e) => Err(EnqueueError::Rejected(e)),
-                    Deferral::No(e) => self.offer_queued(e, &meta, origin),
-                };
+            let mut seen = std::ptr::null();
+            if origin.cur.in_batch && meta.color().is_none() {
+                if let Err(open) = self.handoff_now() {
+                    return match self.defer(event, meta, origin, open) {
+                        Deferral::Deferred => Ok(()),
+                        Deferral::Refused(e) => Err(EnqueueError::Rejected(e)),
+                        Deferral::No(e) => self.offer_queued(e, &meta, origin),
+                    };
+                }
+                seen = self.handoff_key();
             }
-            match self.try_inline_one(event, meta, origin) {
+            let back = match self.try_inline_one(event, meta, origin, seen) {
                 Inline::Done => return Ok(()),
-                Inline::Refused(e) => return Err(EnqueueError::Rejected(e)),
-                Inline::Queue(e) => e,
+                Inline::Refused(e) => Err(EnqueueError::Rejected(e)),
+                Inline::Queue(e) => Ok(e),
+            };
+            // Handed at once but not run here: the calling frame still records it.
+            if !seen.is_null() {
+                super::defer::mark_seen(seen);
             }
+            back?
         } else {
             event
         };
@@ -382,6 +388,7 @@ impl<E: Send + 'static> StageCore<E> {
             meta,
             (entered.depth, entered.clock),
             entered.tally,
+            std::ptr::null(),
         );
         self.leave_inline(entered);
         Inline::Done
@@ -390,7 +397,7 @@ impl<E: Send + 'static> StageCore<E> {
     /// One event inline, the common hop: the event is moved once, into the slot
     /// the handler's batch takes it from.
     #[inline]
-    fn try_inline_one(&self, event: E, meta: Meta, origin: &Origin) -> Inline<E> {
+    fn try_inline_one(&self, event: E, meta: Meta, origin: &Origin, seen: *const ()) -> Inline<E> {
         let entered = match self.enter_inline(1, &meta, origin) {
             Ok(entered) => entered,
             Err(Inline::Refused(())) => return Inline::Refused(event),
@@ -408,6 +415,7 @@ impl<E: Send + 'static> StageCore<E> {
             meta,
             (entered.depth, entered.clock),
             entered.tally,
+            seen,
         );
         self.leave_inline(entered);
         Inline::Done

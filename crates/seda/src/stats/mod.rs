@@ -24,8 +24,6 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use crate::admission::AdmissionState;
-#[cfg(test)]
-use recorder::draw_sample;
 use recorder::{Pending, Recorder, Totals};
 pub(crate) use recorder::{Run, TRACKED_CLASSES, Tally};
 
@@ -409,11 +407,12 @@ mod tests {
         ];
         for (k, trace) in traces.iter().enumerate() {
             for seed in [1u32, 77, 0xdead_beef] {
-                recorder::seed_sampler(seed);
+                let mut x = seed | 1;
                 let s = StageStats::new();
                 let mut m = 0usize;
                 for &rt in trace {
-                    if draw_sample() {
+                    x = recorder::xorshift(x);
+                    if recorder::drawn(x) {
                         m += 1;
                         s.record(
                             rt,
