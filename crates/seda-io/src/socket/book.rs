@@ -27,6 +27,7 @@ use super::conn::{Conn, WriteState};
 use super::event::{CloseReason, ConnId, SocketEvent};
 use super::inbox::{Backlog, Bucket, IDLE_WAIT, Offer, RETRY, offer, send_check_period};
 use super::shared::{Cmd, ConnMap, Counters, Shared};
+use super::slab::{Keyed, Slab};
 
 /// What a loop keeps of a connection on either backend.
 ///
@@ -95,8 +96,9 @@ impl Base {
     }
 }
 
-/// A loop's per-connection entry: [`Base`] and the backend's own state.
-pub(super) trait Local {
+/// A loop's per-connection entry: [`Base`] and the backend's own state, in the
+/// slot its id names ([`Slab`]; the id is `base().conn.id`).
+pub(super) trait Local: Keyed {
     fn base(&self) -> &Base;
     fn base_mut(&mut self) -> &mut Base;
 }
@@ -105,7 +107,8 @@ pub(super) trait Local {
 pub(super) struct Book<'a, L> {
     pub(super) shared: &'a Shared,
     pub(super) idx: usize,
-    pub(super) conns: ConnMap<L>,
+    /// The loop's connections, by id: indexed by the slot the id names, not hashed.
+    pub(super) conns: Slab<L>,
     /// The sinks of outbound connections (the others deliver to the application's
     /// sink). Looked up only while it is not empty.
     pub(super) sinks: ConnMap<Sink<SocketEvent>>,
@@ -127,7 +130,7 @@ impl<'a, L: Local> Book<'a, L> {
         Book {
             shared,
             idx,
-            conns: ConnMap::default(),
+            conns: Slab::default(),
             sinks: ConnMap::default(),
             blocked: Vec::new(),
             throttled: Vec::new(),
@@ -162,6 +165,24 @@ impl<'a, L: Local> Book<'a, L> {
             t = t.min(at.saturating_duration_since(now));
         }
         t
+    }
+
+    /// A slot of this loop's table for a connection it accepts (`None`: all taken).
+    pub(super) fn new_id(&self) -> Option<ConnId> {
+        self.shared.new_id(self.idx)
+    }
+
+    /// Connection `id` was never entered (refused, or its socket could not be
+    /// registered): its slot is free again.
+    pub(super) fn give_back(&self, id: ConnId) {
+        self.shared.give_back(self.idx, id);
+    }
+
+    /// Takes connection `id`'s entry out of the table and frees its slot.
+    pub(super) fn drop_entry(&mut self, id: u64) -> Option<L> {
+        let entry = self.conns.remove(&id)?;
+        self.give_back(ConnId(id));
+        Some(entry)
     }
 
     /// Offers an event of connection `id` to its sink (see [`offer`]).
@@ -247,7 +268,7 @@ impl<'a, L: Local> Book<'a, L> {
                     .stalled_since
                     .is_some_and(|t| now.saturating_duration_since(t) > limit)
             })
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         self.counters()
             .send_timeouts
@@ -547,7 +568,7 @@ pub(super) trait Bookkeeping<'a> {
             );
             b.counters().undelivered.fetch_add(lost as u64, Relaxed);
         }
-        b.conns.clear();
+        b.conns.drain().for_each(drop);
     }
 
     /// At stop: the live connections, whose queued output the loop writes out as
@@ -557,7 +578,7 @@ pub(super) trait Bookkeeping<'a> {
             .conns
             .iter()
             .filter(|(_, lc)| !lc.base().dead)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect()
     }
 }

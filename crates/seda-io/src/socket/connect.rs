@@ -39,9 +39,7 @@ impl Writer {
     /// # Ok(()) }
     /// ```
     pub fn connect(&self, addr: SocketAddr, sink: Sink<SocketEvent>) -> io::Result<ConnId> {
-        let id = ConnId::next();
-        let owner = (id.0 as usize) % self.shared.loops.len().max(1);
-        self.connect_on(addr, sink, id, owner)
+        self.connect_on(addr, sink, self.shared.next_owner())
     }
 
     /// As [`Writer::connect`], on the event loop that owns connection `near` (if it
@@ -52,25 +50,27 @@ impl Writer {
         sink: Sink<SocketEvent>,
         near: ConnId,
     ) -> io::Result<ConnId> {
-        let id = ConnId::next();
         let owner = match self.shared.conns.get(near) {
             Some(c) => c.owner,
-            None => (id.0 as usize) % self.shared.loops.len().max(1),
+            None => self.shared.next_owner(),
         };
-        self.connect_on(addr, sink, id, owner)
+        self.connect_on(addr, sink, owner)
     }
 
     fn connect_on(
         &self,
         addr: SocketAddr,
         sink: Sink<SocketEvent>,
-        id: ConnId,
         owner: usize,
     ) -> io::Result<ConnId> {
         if self.shared.stopping() {
             return Err(io::Error::other("socket stages are stopping"));
         }
         let stream = crate::sys::connect_nonblocking(addr)?;
+        let id = self
+            .shared
+            .new_id(owner)
+            .ok_or_else(|| io::Error::other("every slot of the event loop's table is taken"))?;
         let stream = mio::net::TcpStream::from_std(stream);
         // In the table before the loop hears of it, so that output sent right away
         // finds the connection (and is queued until it is connected).

@@ -28,6 +28,7 @@ use super::conn::{Conn, WriteState};
 use super::event::{CloseReason, ConnId, SocketEvent};
 use super::inbox::{ACCEPT_RETRY, STOP_DELIVERY, admit_socket};
 use super::shared::Shared;
+use super::slab::Keyed;
 
 const WAKER: Token = Token(usize::MAX);
 const LISTENER: Token = Token(usize::MAX - 1);
@@ -79,6 +80,12 @@ impl LocalConn {
             parked: false,
             peer_fin: false,
         }
+    }
+}
+
+impl Keyed for LocalConn {
+    fn key(&self) -> u64 {
+        self.base.conn.id.0
     }
 }
 
@@ -186,7 +193,13 @@ impl EventLoop<'_> {
                 return;
             };
             match listener.accept() {
-                Ok((stream, peer)) => self.admit(ConnId::next(), stream, peer, false),
+                Ok((stream, peer)) => match self.book.new_id() {
+                    Some(id) => self.admit(id, stream, peer, false),
+                    // Every slot of the table taken: refused (the stream closes).
+                    None => {
+                        self.book.counters().refused.fetch_add(1, Relaxed);
+                    }
+                },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e)
                     if matches!(
@@ -218,7 +231,7 @@ impl EventLoop<'_> {
         adopted: bool,
     ) {
         let Some(stream) = admit_socket(self.book.shared, self.book.idx, stream) else {
-            return;
+            return self.book.give_back(id);
         };
         let fd = stream.as_raw_fd();
         if let Err(e) = self.poll.registry().register(
@@ -227,11 +240,11 @@ impl EventLoop<'_> {
             Interest::READABLE | Interest::WRITABLE,
         ) {
             tracing::warn!("cannot register an accepted socket: {e}");
-            return;
+            return self.book.give_back(id);
         }
         let conn = self.book.enter(id, stream);
         let base = Base::new(conn, self.book.bucket(), None);
-        self.book.conns.insert(id.0, LocalConn::new(base));
+        self.book.conns.insert(LocalConn::new(base));
         self.announce(id, peer, adopted);
     }
 
@@ -411,7 +424,7 @@ impl<'a> Bookkeeping<'a> for EventLoop<'a> {
         let id = conn.id;
         self.book.enter_outbound(&conn, sink);
         let base = Base::new(Arc::clone(&conn), None, Some(peer));
-        self.book.conns.insert(id.0, LocalConn::new(base));
+        self.book.conns.insert(LocalConn::new(base));
         let fd = conn.stream.as_raw_fd();
         if let Err(e) = self.poll.registry().register(
             &mut SourceFd(&fd),
@@ -453,7 +466,7 @@ impl<'a> Bookkeeping<'a> for EventLoop<'a> {
     }
 
     fn forget_local(&mut self, id: u64) {
-        self.book.conns.remove(&id);
+        self.book.drop_entry(id);
     }
 
     /// Output queued while connecting, and bytes that may have come with the

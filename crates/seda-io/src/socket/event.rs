@@ -7,22 +7,16 @@ use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use bytes::Bytes;
 
-static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
-
-/// A connection's identity: unique in the process, never reused. Events of one
+/// A connection's identity: unique in the process (not reused before 2^40
+/// connections have been opened), never 0. Its low 24 bits name the connection's
+/// slot in its event loop's table, which the loop indexes instead of hashing the id
+/// (`socket/slab.rs`); the rest is a process-wide sequence number. Events of one
 /// connection carry `Color(conn.0)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId(pub u64);
-
-impl ConnId {
-    pub(crate) fn next() -> Self {
-        ConnId(NEXT_CONN.fetch_add(1, Relaxed))
-    }
-}
 
 impl fmt::Display for ConnId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -12,7 +12,9 @@
 //! connections both loops do alike (events in order with the refused ones held,
 //! admission, teardown, outbound connects, commands, the send timeout, the stop) is
 //! written once (`book`); each backend adds only its system calls and their state
-//! (`epoll`, `uring/`).
+//! (`epoll`, `uring/`). A loop finds a connection's entry by indexing, not hashing:
+//! a [`ConnId`] names the slot of its entry in its loop's table (`slab`), and a
+//! stale id finds nothing, even once its slot is taken again.
 //!
 //! # How the loops map onto stages
 //! One stage, `sock-io` by default ([`SocketConfig::stage_name`]), with one fixed
@@ -105,6 +107,7 @@ mod epoll;
 mod event;
 mod inbox;
 mod shared;
+mod slab;
 mod uring;
 mod writer;
 
@@ -240,6 +243,7 @@ impl Sockets {
             loops.push(LoopSlot {
                 cmds: Mutex::new(Vec::new()),
                 waker,
+                slots: Mutex::new(Default::default()),
                 parts: Mutex::new(Some(parts)),
             });
         }
@@ -249,6 +253,7 @@ impl Sockets {
             app: OnceLock::new(),
             conns: ConnTable::new(),
             loops,
+            next_owner: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             open: AtomicUsize::new(0),
             active: Mutex::new(0),

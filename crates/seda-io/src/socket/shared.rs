@@ -18,6 +18,7 @@ use seda::Sink;
 use super::config::{IoBackend, SocketConfig};
 use super::conn::Conn;
 use super::event::{CloseReason, ConnId, SocketEvent};
+use super::slab::{self, Slots};
 
 /// One event loop's counters (a writer counts on its connection's loop). Each
 /// loop's block has its own cache lines, so two loops on two cores do not pass a
@@ -133,10 +134,12 @@ impl Wake {
 /// Dropping it unrun closes the listener.
 pub(super) type LoopRun = Box<dyn FnOnce(&Shared, usize) + Send>;
 
-/// One loop's mailbox: commands from writers, and what interrupts its wait.
+/// One loop's mailbox: commands from writers, and what interrupts its wait; and
+/// the slots of its table (a writer takes one for an outbound connection).
 pub(super) struct LoopSlot {
     pub(super) cmds: Mutex<Vec<Cmd>>,
     pub(super) waker: Wake,
+    pub(super) slots: Mutex<Slots>,
     /// The loop, until its thread takes it.
     pub(super) parts: Mutex<Option<LoopRun>>,
 }
@@ -163,6 +166,8 @@ pub(crate) struct Shared {
     pub(super) app: OnceLock<Sink<SocketEvent>>,
     pub(super) conns: ConnTable,
     pub(super) loops: Vec<LoopSlot>,
+    /// Turns of [`Shared::next_owner`].
+    pub(super) next_owner: AtomicUsize,
     pub(super) stopping: AtomicBool,
     pub(super) open: AtomicUsize,
     /// Loops running now.
@@ -183,6 +188,26 @@ impl Shared {
         slot.cmds.lock().push(cmd);
         if let Err(e) = slot.waker.wake() {
             tracing::warn!("cannot wake event loop {owner}: {e}");
+        }
+    }
+
+    /// The loop that takes the next connection the application opens (adopted or
+    /// outbound): each in turn.
+    pub(super) fn next_owner(&self) -> usize {
+        self.next_owner.fetch_add(1, Relaxed) % self.loops.len().max(1)
+    }
+
+    /// A new connection's id, in a free slot of loop `owner`'s table (`None` if
+    /// it has none left).
+    pub(super) fn new_id(&self, owner: usize) -> Option<ConnId> {
+        let slot = self.loops.get(owner)?.slots.lock().take()?;
+        Some(slab::compose(slab::next_seq(), slot))
+    }
+
+    /// Connection `id` of loop `owner` has left its table: its slot is free.
+    pub(super) fn give_back(&self, owner: usize, id: ConnId) {
+        if let Some(l) = self.loops.get(owner) {
+            l.slots.lock().give_back(slab::slot_of(id.0) as u32);
         }
     }
 

@@ -263,8 +263,11 @@ impl Writer {
         }
         let peer = stream.peer_addr()?;
         stream.set_nonblocking(true)?;
-        let id = ConnId::next();
-        let owner = (id.0 as usize) % self.shared.loops.len().max(1);
+        let owner = self.shared.next_owner();
+        let id = self
+            .shared
+            .new_id(owner)
+            .ok_or_else(|| io::Error::other("every slot of the event loop's table is taken"))?;
         let stream = mio::net::TcpStream::from_std(stream);
         self.shared.command(owner, Cmd::Adopt(id, stream, peer));
         Ok(id)

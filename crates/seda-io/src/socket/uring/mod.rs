@@ -61,6 +61,7 @@ use super::conn::{Conn, WriteState};
 use super::event::{CloseReason, ConnId, SocketEvent};
 use super::inbox::{ACCEPT_RETRY, Backlog, STOP_DELIVERY, admit_socket};
 use super::shared::Shared;
+use super::slab::Keyed;
 use ring::{Completion, Kind, Ring};
 
 /// Submission queue entries per ring (completions: 4x).
@@ -153,6 +154,12 @@ struct LocalConn {
     polling: bool,
     /// A poll for a reset of a half-closed connection is in flight.
     watching: bool,
+}
+
+impl Keyed for LocalConn {
+    fn key(&self) -> u64 {
+        self.base.conn.id.0
+    }
 }
 
 impl Local for LocalConn {
@@ -310,7 +317,21 @@ impl EventLoop<'_> {
         self.completions = done;
     }
 
-    fn on_completion(&mut self, c: Completion) {
+    fn on_completion(&mut self, mut c: Completion) {
+        if matches!(
+            c.kind,
+            Kind::Recv | Kind::Send | Kind::PollOut | Kind::PollErr
+        ) {
+            // The key is the id's low 56 bits: the slot they name holds the whole
+            // id (a completion of a connection already gone finds none, or another
+            // connection's, whose id differs in those bits, and is handled as of an
+            // unknown connection).
+            c.key = self
+                .book
+                .conns
+                .id_of(c.key, ring::KEY_MASK)
+                .unwrap_or(u64::MAX);
+        }
         match c.kind {
             Kind::Accept => self.on_accept(c),
             // The turn looks at the commands after reaping.
@@ -374,7 +395,13 @@ impl EventLoop<'_> {
                 && let Ok(peer) = stream.peer_addr()
             {
                 let stream = mio::net::TcpStream::from_std(stream);
-                self.admit(ConnId::next(), stream, peer, false);
+                match self.book.new_id() {
+                    Some(id) => self.admit(id, stream, peer, false),
+                    // Every slot of the table taken: refused (the stream closes).
+                    None => {
+                        self.book.counters().refused.fetch_add(1, Relaxed);
+                    }
+                }
             }
         } else if c.res < 0 {
             // Our own cancel at stop ends the multishot accept with ECANCELED: a
@@ -416,11 +443,11 @@ impl EventLoop<'_> {
         adopted: bool,
     ) {
         let Some(stream) = admit_socket(self.book.shared, self.book.idx, stream) else {
-            return;
+            return self.book.give_back(id);
         };
         let conn = self.book.enter(id, stream);
         let base = Base::new(conn, self.book.bucket(), None);
-        self.book.conns.insert(id.0, LocalConn::new(base));
+        self.book.conns.insert(LocalConn::new(base));
         self.announce(id, peer, adopted);
         self.rearm.push(id.0);
     }
@@ -444,7 +471,7 @@ impl EventLoop<'_> {
             .get(&id)
             .is_some_and(|lc| lc.forgotten && lc.idle())
         {
-            self.book.conns.remove(&id);
+            self.book.drop_entry(id);
         }
     }
 
@@ -535,7 +562,7 @@ impl<'a> Bookkeeping<'a> for EventLoop<'a> {
         let id = conn.id.0;
         self.book.enter_outbound(&conn, sink);
         let base = Base::new(conn, None, Some(peer));
-        self.book.conns.insert(id, LocalConn::new(base));
+        self.book.conns.insert(LocalConn::new(base));
         self.poll_connect(id);
     }
 

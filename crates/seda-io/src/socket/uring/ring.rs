@@ -33,10 +33,11 @@ use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
 /// The provided-buffer group of a ring's receives (one group per ring).
 const BGID: u16 = 0;
-/// `user_data` layout: the operation's kind in the top byte, its key (a connection
-/// id, never above 2^56) below.
+/// `user_data` layout: the operation's kind in the top byte, its key below: the low
+/// 56 bits of a connection id, which name its slot (the loop finds the whole id
+/// there, `Slab::id_of`).
 const KIND_SHIFT: u32 = 56;
-const KEY_MASK: u64 = (1 << KIND_SHIFT) - 1;
+pub(super) const KEY_MASK: u64 = (1 << KIND_SHIFT) - 1;
 
 /// What an operation is, recovered from a completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +74,6 @@ impl Kind {
 }
 
 fn user_data(kind: Kind, key: u64) -> u64 {
-    debug_assert!(key <= KEY_MASK);
     ((kind as u64) << KIND_SHIFT) | (key & KEY_MASK)
 }
 
@@ -325,6 +325,8 @@ impl Ring {
         conn: u64,
         bufs: Vec<Bytes>,
     ) -> io::Result<()> {
+        // Keyed as its completion will be: by the id's low 56 bits.
+        let conn = conn & KEY_MASK;
         debug_assert!(!self.sends.contains_key(&conn), "two sends in flight");
         let mut op = self.spare.pop().unwrap_or_else(|| {
             Box::new(SendOp {
