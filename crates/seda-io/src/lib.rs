@@ -44,7 +44,7 @@
 //! let echo = rt
 //!     .stage("echo", move |batch: Batch<'_, SocketEvent>, _cx: &Context<'_>| {
 //!         for ev in batch {
-//!             if let (SocketEvent::Data { conn, bytes }, Some(w)) = (ev, w.get()) {
+//!             if let (SocketEvent::Data { conn, bytes, .. }, Some(w)) = (ev, w.get()) {
 //!                 let _ = w.send(conn, Outgoing::from(bytes));
 //!             }
 //!         }
@@ -73,8 +73,9 @@ pub use crate::file::{
 };
 pub use crate::link::Link;
 pub use crate::socket::{
-    BacklogAction, BoundSockets, CloseReason, ConnId, ConnWriter, DEFAULT_STAGE, IoBackend,
-    Outgoing, SocketConfig, SocketEvent, SocketHandle, SocketStats, Sockets, WriteError, Writer,
+    BacklogAction, BoundSockets, CloseReason, ConnId, ConnState, ConnWriter, DEFAULT_STAGE,
+    IoBackend, Outgoing, SocketConfig, SocketEvent, SocketHandle, SocketStats, Sockets, WriteError,
+    Writer,
 };
 pub use crate::sys::raise_fd_limit;
 pub use crate::tls::{

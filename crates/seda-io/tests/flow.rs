@@ -184,7 +184,7 @@ fn loops_in_a_domain_hand_events_to_the_app_inline() {
             "app",
             move |batch: Batch<'_, SocketEvent>, _cx: &Context<'_>| {
                 for ev in batch {
-                    if let (SocketEvent::Data { conn, bytes }, Some(w)) = (ev, w.get()) {
+                    if let (SocketEvent::Data { conn, bytes, .. }, Some(w)) = (ev, w.get()) {
                         let _ = w.send(conn, Outgoing::from(bytes));
                     }
                 }

@@ -474,7 +474,7 @@ fn socket_loops_keep_their_own_threads_under_the_shared_model() {
             "app",
             move |batch: Batch<'_, SocketEvent>, _cx: &Context<'_>| {
                 for ev in batch {
-                    if let (SocketEvent::Data { conn, bytes }, Some(w)) = (ev, w.get()) {
+                    if let (SocketEvent::Data { conn, bytes, .. }, Some(w)) = (ev, w.get()) {
                         let _ = w.send(conn, Outgoing::from(bytes));
                     }
                 }

@@ -76,7 +76,7 @@ fn echo(dir: &Path) -> Echo {
                 for ev in batch {
                     match ev {
                         SocketEvent::Accepted { .. } => h.lock().accepted += 1,
-                        SocketEvent::Data { conn, bytes } => {
+                        SocketEvent::Data { conn, bytes, .. } => {
                             h.lock().bytes += bytes.len();
                             if let Some(c) = w.bind(conn) {
                                 let _ = c.send(Outgoing::from(bytes));

@@ -565,10 +565,10 @@ impl EventHandler<SocketEvent> for Server {
     fn handle_events(&self, mut batch: Batch<'_, SocketEvent>, _cx: &Context<'_>) {
         while let Some((ev, meta)) = batch.next_with_meta() {
             match ev {
-                SocketEvent::Accepted { conn, peer } => self.opened(conn, peer, false),
-                SocketEvent::Adopted { conn, peer } => self.opened(conn, peer, true),
-                SocketEvent::Data { conn, bytes } => self.data(conn, bytes, meta),
-                SocketEvent::Closed { conn, reason } => self.closed(conn, reason),
+                SocketEvent::Accepted { conn, peer, .. } => self.opened(conn, peer, false),
+                SocketEvent::Adopted { conn, peer, .. } => self.opened(conn, peer, true),
+                SocketEvent::Data { conn, bytes, .. } => self.data(conn, bytes, meta),
+                SocketEvent::Closed { conn, reason, .. } => self.closed(conn, reason),
                 // WriteBacklog (not asked for: on_backlog is Close), Resumed (reading
                 // is never paused here), and kinds added later.
                 _ => {}

@@ -44,8 +44,8 @@ impl EventHandler<SocketEvent> for UpstreamEvents {
         for ev in batch {
             match ev {
                 SocketEvent::Connected { conn, .. } => self.connected(conn),
-                SocketEvent::Data { conn, bytes } => self.data(conn, bytes, now),
-                SocketEvent::ReadClosed { conn } => self.ended(conn, false, now),
+                SocketEvent::Data { conn, bytes, .. } => self.data(conn, bytes, now),
+                SocketEvent::ReadClosed { conn, .. } => self.ended(conn, false, now),
                 SocketEvent::Closed { conn, .. } => self.ended(conn, true, now),
                 _ => {}
             }

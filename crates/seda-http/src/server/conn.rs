@@ -28,16 +28,16 @@
 //!   answered `503`.
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use seda_io::{ConnId, Link, Outgoing, WriteError};
+use seda_io::{ConnId, ConnState, Link, Outgoing, WriteError};
 
 use crate::access_log::{AccessEntry, Answerer, RequestRecord, status_of};
 
@@ -374,6 +374,8 @@ pub(crate) struct Conn {
     close_when_answered: AtomicBool,
     /// Milliseconds since the server's epoch of the last request byte or response.
     last_active_ms: AtomicU64,
+    /// Where the connection is in its shard's list ([`ConnList`]).
+    at: AtomicU32,
     pub(crate) rx: Mutex<RecvState>,
     tx: Mutex<SendState>,
 }
@@ -390,9 +392,16 @@ impl Conn {
             resume_at: AtomicU64::new(u64::MAX),
             close_when_answered: AtomicBool::new(false),
             last_active_ms: AtomicU64::new(now_ms),
+            at: AtomicU32::new(u32::MAX),
             rx: Mutex::new(RecvState::default()),
             tx: Mutex::new(SendState::default()),
         }
+    }
+
+    /// The connection an event of the socket layer hands over
+    /// ([`seda_io::SocketEvent::state`]; `None` if it carries none, or not ours).
+    pub(crate) fn of(state: Option<ConnState>) -> Option<Arc<Conn>> {
+        state?.downcast::<Conn>().ok()
     }
 
     /// The client's address.
@@ -952,39 +961,59 @@ impl Drop for ResponseStream {
 const SHARDS: usize = 32;
 
 /// One shard, on cache lines of its own (the lock words of two shards that two
-/// cores take must not share a line). Ids are the socket layer's sequence
-/// numbers, not a client's choice: a fast hash is safe.
+/// cores take must not share a line).
 #[derive(Debug, Default)]
 #[repr(align(128))]
-struct Shard(Mutex<HashMap<u64, Arc<Conn>, foldhash::fast::RandomState>>);
+struct Shard(Mutex<Vec<Arc<Conn>>>);
 
-/// Open connections by id.
+/// The open connections, for the timeout sweep, the shutdown and the stats: lists,
+/// not a map. No event looks a connection up: the socket layer hands each event's
+/// connection over with it ([`seda_io::SocketEvent::state`], made by
+/// `Haboob::attach`), so a connection is touched here twice, when it is admitted
+/// and when it closes.
+///
+/// # Invariants
+/// A connection is in the list of its shard from its admission until its `Closed`
+/// is handled, at index `Conn::at`, which changes only under that shard's lock.
 #[derive(Debug)]
-pub(crate) struct ConnTable {
+pub(crate) struct ConnList {
     shards: Vec<Shard>,
 }
 
-impl ConnTable {
+impl ConnList {
     pub(crate) fn new() -> Self {
-        ConnTable {
+        ConnList {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
         }
     }
 
-    fn shard(&self, id: ConnId) -> &Mutex<HashMap<u64, Arc<Conn>, foldhash::fast::RandomState>> {
+    fn shard(&self, id: ConnId) -> &Mutex<Vec<Arc<Conn>>> {
         &self.shards[(id.0 % SHARDS as u64) as usize].0
     }
 
-    pub(crate) fn get(&self, id: ConnId) -> Option<Arc<Conn>> {
-        self.shard(id).lock().get(&id.0).cloned()
+    pub(crate) fn insert(&self, conn: &Arc<Conn>) {
+        let mut list = self.shard(conn.id).lock();
+        conn.at
+            .store(u32::try_from(list.len()).unwrap_or(u32::MAX), Relaxed);
+        list.push(Arc::clone(conn));
     }
 
-    pub(crate) fn insert(&self, conn: Arc<Conn>) {
-        self.shard(conn.id).lock().insert(conn.id.0, conn);
-    }
-
-    pub(crate) fn remove(&self, id: ConnId) -> Option<Arc<Conn>> {
-        self.shard(id).lock().remove(&id.0)
+    /// Takes `conn` off its list (false if it was not on it).
+    pub(crate) fn remove(&self, conn: &Conn) -> bool {
+        let mut list = self.shard(conn.id).lock();
+        let at = conn.at.load(Relaxed) as usize;
+        if !list.get(at).is_some_and(|c| std::ptr::eq(&**c, conn)) {
+            return false;
+        }
+        list.swap_remove(at);
+        if let Some(moved) = list.get(at) {
+            moved.at.store(at as u32, Relaxed);
+        }
+        let len = list.len();
+        if len < list.capacity() / 4 {
+            list.shrink_to(len * 2);
+        }
+        true
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -995,10 +1024,11 @@ impl ConnTable {
     pub(crate) fn all(&self) -> Vec<Arc<Conn>> {
         self.shards
             .iter()
-            .flat_map(|s| s.0.lock().values().cloned().collect::<Vec<_>>())
+            .flat_map(|s| s.0.lock().clone())
             .collect()
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1066,6 +1096,9 @@ mod tests {
     /// issue 29.5): a field added here is paid 2,000 times by 2,000 idle clients.
     /// 224 bytes: with the `Arc`'s counts and malloc's header a 256-byte chunk
     /// (248 took 272, before the receive times became 8-byte clock readings).
+    /// Its place in the list of open connections (`at`) fits in the record's
+    /// padding, and the list holds one pointer per connection (the hash map of
+    /// ids it replaced held ~35 bytes per connection).
     #[test]
     fn a_connection_record_stays_small() {
         assert!(
@@ -1073,5 +1106,30 @@ mod tests {
             "{}",
             std::mem::size_of::<Conn>()
         );
+        assert_eq!(std::mem::size_of::<Arc<Conn>>(), 8);
+    }
+
+    /// The list finds each connection again after others left (their places move),
+    /// and a connection not on it is not taken off.
+    #[test]
+    fn the_list_takes_off_the_connection_it_is_given() {
+        let list = ConnList::new();
+        let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        // Ids of one shard, so that places move.
+        let conns: Vec<Arc<Conn>> = (0..4)
+            .map(|i| Arc::new(Conn::new(ConnId(1 + i * SHARDS as u64), peer, None, 0)))
+            .collect();
+        for c in &conns {
+            list.insert(c);
+        }
+        assert_eq!(list.len(), 4);
+        assert!(list.remove(&conns[1]));
+        assert!(!list.remove(&conns[1]), "taken off once");
+        let stranger = Conn::new(conns[0].id, peer, None, 0);
+        assert!(!list.remove(&stranger), "same id, another record");
+        assert!(list.remove(&conns[3]) && list.remove(&conns[0]));
+        let left = list.all();
+        assert!(left.len() == 1 && Arc::ptr_eq(&left[0], &conns[2]));
+        assert!(list.remove(&conns[2]) && list.len() == 0);
     }
 }

@@ -172,6 +172,16 @@ impl fmt::Debug for Server {
     }
 }
 
+/// What makes each connection's record as the socket layer admits it
+/// ([`state::Haboob::attach`]). It holds the server's state weakly: the socket
+/// layer keeps it for as long as it runs, and must not keep the server alive.
+fn attach(
+    hb: &Arc<Haboob>,
+) -> impl Fn(seda_io::ConnId, SocketAddr) -> Option<seda_io::ConnState> + Send + Sync + 'static {
+    let hb = Arc::downgrade(hb);
+    move |conn, peer| hb.upgrade()?.attach(conn, peer)
+}
+
 /// The answer to a connection over `max_connections`.
 fn refusal(retry_after_secs: u32) -> Bytes {
     let body = "503 Service Unavailable: too many connections, retry later\n";
@@ -264,7 +274,7 @@ impl Server {
                 dotfiles: cfg.dotfiles,
             },
             live: arc_swap::ArcSwap::from_pointee(Live::of(&cfg)),
-            conns: conn::ConnTable::new(),
+            conns: conn::ConnList::new(),
             paths: PathCache::new(cfg.path_cache_bytes, cfg.revalidate),
             pages: PageCache::new(cfg.cache_bytes),
             framer: Framer::new(cfg.retry_after_secs, cfg.header_cache),
@@ -380,11 +390,16 @@ impl Server {
         )?;
         let tls = match tls_bound {
             Some(t) => Some(Arc::new(
-                t.start(&rt, parse.clone()).map_err(ServerError::Io)?,
+                t.start_attached(&rt, parse.clone(), attach(&hb))
+                    .map_err(ServerError::Io)?,
             )),
             None => None,
         };
-        let sockets = Arc::new(bound.start(&rt, parse).map_err(ServerError::Io)?);
+        let sockets = Arc::new(
+            bound
+                .start_attached(&rt, parse, attach(&hb))
+                .map_err(ServerError::Io)?,
+        );
         rt.start()?;
         let local_addr = sockets.local_addr();
         let mut server = Server {

@@ -157,21 +157,16 @@ impl HttpParse {
     fn on_event(&self, ev: SocketEvent, read_at: Ns, now: Ns, steps: &mut Vec<Step>) {
         let hb = &self.hb;
         match ev {
-            SocketEvent::Accepted { conn, peer } => {
+            // The connection's record was made as the socket layer admitted it
+            // (`Haboob::attach`; none while draining) and comes with each event.
+            SocketEvent::Accepted { state, .. } => {
                 hb.counters.connections.fetch_add(1, Relaxed);
-                let link = hb.link(conn);
-                if hb.draining() {
-                    if let Some(l) = link {
-                        l.close();
-                    }
-                    return;
+                if let Some(c) = Conn::of(state) {
+                    c.rx.lock().born = Some(read_at);
                 }
-                let c = Conn::new(conn, peer, link, hb.millis_at(now));
-                c.rx.lock().born = Some(read_at);
-                hb.conns.insert(Arc::new(c));
             }
-            SocketEvent::Data { conn, bytes } => {
-                let Some(c) = hb.conns.get(conn) else {
+            SocketEvent::Data { bytes, state, .. } => {
+                let Some(c) = Conn::of(state) else {
                     return;
                 };
                 let mut rx = c.rx.lock();
@@ -190,15 +185,15 @@ impl HttpParse {
                 }
                 self.advance(&c, &mut rx, now, steps);
             }
-            SocketEvent::Resumed { conn } => {
-                if let Some(c) = hb.conns.get(conn) {
+            SocketEvent::Resumed { state, .. } => {
+                if let Some(c) = Conn::of(state) {
                     let mut rx = c.rx.lock();
                     self.advance(&c, &mut rx, now, steps);
                 }
             }
-            SocketEvent::ReadClosed { conn } => {
+            SocketEvent::ReadClosed { state, .. } => {
                 // The client sent all it will: answer what it sent, then close.
-                if let Some(c) = hb.conns.get(conn) {
+                if let Some(c) = Conn::of(state) {
                     let mut rx = c.rx.lock();
                     rx.peer_done = true;
                     if !rx.closing && !c.is_gone() {
@@ -206,8 +201,9 @@ impl HttpParse {
                     }
                 }
             }
-            SocketEvent::Closed { conn, .. } => {
-                if let Some(c) = hb.conns.remove(conn) {
+            SocketEvent::Closed { state, .. } => {
+                if let Some(c) = Conn::of(state) {
+                    hb.conns.remove(&c);
                     c.mark_gone();
                     // Drops a waiting request's slot (its Exchange holds the
                     // connection: a cycle otherwise).

@@ -2,6 +2,7 @@
 //! table of dynamic handlers, counters, and the way every stage hands an answer to
 //! HttpSend.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -9,12 +10,12 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use seda::{Meta, Sink};
-use seda_io::Writer;
+use seda_io::{ConnId, ConnState, Writer};
 use serde::{Deserialize, Serialize};
 
 use super::answer::{Answer, Framer};
 use super::config::FileIo;
-use super::conn::{Body, ConnTable, Exchange, Ns, Reply};
+use super::conn::{Body, Conn, ConnList, Exchange, Ns, Reply};
 use super::events::SendEvent;
 use super::routes::Routes;
 use crate::access_log::{AccessEntry, AccessLog, Answerer, Origin, RequestRecord, status_of};
@@ -130,7 +131,9 @@ pub struct PathCacheStats {
 pub(crate) struct Haboob {
     pub(crate) set: Settings,
     pub(crate) live: ArcSwap<Live>,
-    pub(crate) conns: ConnTable,
+    /// The open connections (for the sweep, the shutdown and the stats; no
+    /// event looks one up: see [`Haboob::attach`]).
+    pub(crate) conns: ConnList,
     pub(crate) paths: PathCache,
     pub(crate) pages: PageCache,
     pub(crate) framer: Framer,
@@ -155,6 +158,24 @@ impl Haboob {
             return Some(seda_io::Link::Tls(l));
         }
         seda_io::Link::plain(&self.writer, conn)
+    }
+
+    /// Makes the record of connection `conn` as the socket layer admits it (on its
+    /// event loop's thread, or the TLS stage's once the handshake is done, before
+    /// `Accepted`) and lists it; every event of the connection then carries it
+    /// (`BoundSockets::start_attached`). While the server drains, closes the
+    /// connection instead and makes none.
+    pub(crate) fn attach(&self, conn: ConnId, peer: SocketAddr) -> Option<ConnState> {
+        let link = self.link(conn);
+        if self.draining() {
+            if let Some(l) = link {
+                l.close();
+            }
+            return None;
+        }
+        let c = Arc::new(Conn::new(conn, peer, link, self.millis(Instant::now())));
+        self.conns.insert(&c);
+        Some(c)
     }
 
     pub(crate) fn draining(&self) -> bool {

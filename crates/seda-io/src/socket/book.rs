@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use seda::Sink;
 
 use super::conn::{Conn, WriteState};
-use super::event::{CloseReason, ConnId, SocketEvent};
+use super::event::{CloseReason, ConnId, ConnState, SocketEvent};
 use super::inbox::{Backlog, Bucket, IDLE_WAIT, Offer, RETRY, offer, send_check_period};
 use super::shared::{Cmd, ConnMap, Counters, Shared};
 use super::slab::{Keyed, Slab};
@@ -36,6 +36,9 @@ use super::slab::{Keyed, Slab};
 #[derive(Debug)]
 pub(super) struct Base {
     pub(super) conn: Arc<Conn>,
+    /// The application's state of the connection (`SocketEvent::state`): made at
+    /// admission, a clone in each event, taken out into `Closed`.
+    pub(super) state: Option<ConnState>,
     /// Events the application refused, oldest first, with their `born`.
     pub(super) pending: Backlog<(SocketEvent, Instant)>,
     /// `None` for nearly every connection.
@@ -65,6 +68,7 @@ impl Base {
             .then(|| Box::new(Rare { bucket, connecting }));
         Base {
             conn,
+            state: None,
             pending: Backlog::default(),
             rare,
             dead: false,
@@ -423,15 +427,21 @@ pub(super) trait Bookkeeping<'a> {
                 Cmd::Flush(conn) => self.flush(conn.0),
                 Cmd::Resume(conn) => {
                     if self.is_live(conn.0) {
-                        self.deliver(conn.0, SocketEvent::Resumed { conn }, Instant::now());
+                        let state = self.state_of(conn.0);
+                        self.deliver(conn.0, SocketEvent::Resumed { conn, state }, Instant::now());
                         self.unpark(conn.0);
                     }
                 }
                 Cmd::Backlog(conn, queued) => {
                     if self.is_live(conn.0) {
+                        let state = self.state_of(conn.0);
                         self.deliver(
                             conn.0,
-                            SocketEvent::WriteBacklog { conn, queued },
+                            SocketEvent::WriteBacklog {
+                                conn,
+                                queued,
+                                state,
+                            },
                             Instant::now(),
                         );
                     }
@@ -445,12 +455,32 @@ pub(super) trait Bookkeeping<'a> {
         self.book().conns.get(&id).is_some_and(|lc| !lc.base().dead)
     }
 
-    /// Delivers a new connection's first event: `Accepted`, or `Adopted`.
+    /// The application's state of connection `id`, a clone for an event.
+    fn state_of(&mut self, id: u64) -> Option<ConnState> {
+        self.book().conns.get(&id)?.base().state.clone()
+    }
+
+    /// Delivers a new connection's first event, `Accepted` or `Adopted`, with the
+    /// state the application's attach function made for it, if it gave one
+    /// ([`super::BoundSockets::start_attached`]).
     fn announce(&mut self, id: ConnId, peer: SocketAddr, adopted: bool) {
+        let b = self.book();
+        let state = b.shared.attach.get().and_then(|f| (f.0)(id, peer));
+        if let Some(lc) = b.conns.get_mut(&id.0) {
+            lc.base_mut().state.clone_from(&state);
+        }
         let first = if adopted {
-            SocketEvent::Adopted { conn: id, peer }
+            SocketEvent::Adopted {
+                conn: id,
+                peer,
+                state,
+            }
         } else {
-            SocketEvent::Accepted { conn: id, peer }
+            SocketEvent::Accepted {
+                conn: id,
+                peer,
+                state,
+            }
         };
         self.deliver(id.0, first, Instant::now());
     }
@@ -508,6 +538,9 @@ pub(super) trait Bookkeeping<'a> {
             return;
         }
         base.dead = true;
+        // The socket stages' last hold of the application's state: it goes with
+        // `Closed`.
+        let state = base.state.take();
         let failed_connect = base.end_connect();
         let conn = Arc::clone(&base.conn);
         let watcher = {
@@ -536,6 +569,7 @@ pub(super) trait Bookkeeping<'a> {
             SocketEvent::Closed {
                 conn: conn.id,
                 reason,
+                state,
             },
             Instant::now(),
         );

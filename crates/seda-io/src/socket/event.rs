@@ -2,6 +2,7 @@
 //! [`SocketEvent`], why a connection closed, what a writer sends, why a send failed.
 //! A leaf: it imports no other file of the socket stages.
 
+use std::any::Any;
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -24,6 +25,12 @@ impl fmt::Display for ConnId {
     }
 }
 
+/// The application's state of one connection, made when the connection is
+/// admitted and handed over with each of its events (`state` of [`SocketEvent`];
+/// see "Attached state" in the module docs of `socket`). The application takes its
+/// own type back with [`Arc::downcast`].
+pub type ConnState = Arc<dyn Any + Send + Sync>;
+
 /// Why a connection closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CloseReason {
@@ -41,7 +48,9 @@ pub enum CloseReason {
 
 /// An event the socket stages deliver to the application's sink. Each carries
 /// `Color(conn.0)`; `born` is the time the event arose (bytes read, connection
-/// accepted). More kinds may be added: match with a wildcard arm.
+/// accepted). Every event of a connection the application attached a state to
+/// carries it in `state` (`None` otherwise). More kinds may be added: match with a
+/// wildcard arm.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum SocketEvent {
@@ -52,6 +61,8 @@ pub enum SocketEvent {
         conn: ConnId,
         /// The peer's address.
         peer: SocketAddr,
+        /// The application's state of the connection, if it attached one.
+        state: Option<ConnState>,
     },
     /// A connection the application opened itself and handed over with
     /// [`Writer::adopt`](super::Writer::adopt) (an outgoing connection): its first event, in place of
@@ -62,6 +73,8 @@ pub enum SocketEvent {
         conn: ConnId,
         /// The peer's address (the address connected to).
         peer: SocketAddr,
+        /// The application's state of the connection, if it attached one.
+        state: Option<ConnState>,
     },
     /// An outbound connection ([`Writer::connect`](super::Writer::connect)) is established. Always its first
     /// event; a connection whose connect fails gets only `Closed`.
@@ -77,6 +90,8 @@ pub enum SocketEvent {
         conn: ConnId,
         /// The bytes, in stream order.
         bytes: Vec<u8>,
+        /// The application's state of the connection, if it attached one.
+        state: Option<ConnState>,
     },
     /// The outgoing queue passed its threshold ([`BacklogAction::Notify`](super::BacklogAction::Notify) only); sent
     /// once per crossing.
@@ -85,6 +100,8 @@ pub enum SocketEvent {
         conn: ConnId,
         /// Bytes queued when the threshold was passed.
         queued: usize,
+        /// The application's state of the connection, if it attached one.
+        state: Option<ConnState>,
     },
     /// Reading resumed after [`Writer::pause_reading`](super::Writer::pause_reading): input the application held
     /// back meanwhile can be processed now. One per [`Writer::resume_reading`](super::Writer::resume_reading) that
@@ -92,6 +109,8 @@ pub enum SocketEvent {
     Resumed {
         /// The connection.
         conn: ConnId,
+        /// The application's state of the connection, if it attached one.
+        state: Option<ConnState>,
     },
     /// The peer shut down its sending side (read returned end of file) and
     /// [`SocketConfig::half_close`](super::SocketConfig::half_close) is set: nothing more will be read, but the
@@ -100,6 +119,8 @@ pub enum SocketEvent {
     ReadClosed {
         /// The connection.
         conn: ConnId,
+        /// The application's state of the connection, if it attached one.
+        state: Option<ConnState>,
     },
     /// The connection is closed. Exactly once per accepted connection, and last.
     Closed {
@@ -107,6 +128,8 @@ pub enum SocketEvent {
         conn: ConnId,
         /// Why.
         reason: CloseReason,
+        /// The application's state of the connection, if it attached one.
+        state: Option<ConnState>,
     },
 }
 
@@ -119,9 +142,23 @@ impl SocketEvent {
             | SocketEvent::Connected { conn, .. }
             | SocketEvent::Data { conn, .. }
             | SocketEvent::WriteBacklog { conn, .. }
-            | SocketEvent::ReadClosed { conn }
-            | SocketEvent::Resumed { conn }
+            | SocketEvent::ReadClosed { conn, .. }
+            | SocketEvent::Resumed { conn, .. }
             | SocketEvent::Closed { conn, .. } => *conn,
+        }
+    }
+
+    /// The application's state of the event's connection, if it attached one.
+    pub fn state(&self) -> Option<&ConnState> {
+        match self {
+            SocketEvent::Accepted { state, .. }
+            | SocketEvent::Adopted { state, .. }
+            | SocketEvent::Data { state, .. }
+            | SocketEvent::WriteBacklog { state, .. }
+            | SocketEvent::ReadClosed { state, .. }
+            | SocketEvent::Resumed { state, .. }
+            | SocketEvent::Closed { state, .. } => state.as_ref(),
+            SocketEvent::Connected { .. } => None,
         }
     }
 }

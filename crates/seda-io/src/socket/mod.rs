@@ -46,6 +46,20 @@
 //! rest of its turn's sends; `sendfile` has no io_uring form, so file segments are
 //! still sent with it, on the loop, with a `POLLOUT` poll while the socket is full.
 //!
+//! # Attached state
+//! An application that keeps a record per connection attaches it instead of keeping
+//! a table of its own ([`BoundSockets::start_attached`]): a function it gives makes
+//! the record when a connection is admitted, on the loop's thread, before the first
+//! event; the loop keeps it in its entry for the connection and hands a clone over
+//! with every event of that connection ([`SocketEvent::state`], a [`ConnState`]),
+//! so no event needs a lookup by id. Invariants: a connection's state is made
+//! exactly once, before `Accepted` (or `Adopted`), which carries it; the loop
+//! gives up its hold when it queues `Closed`, which carries the state out, so the
+//! socket stages drop it exactly once and hold none after `Closed`; a state is
+//! reached only through its own connection's entry (the slot an id names, the whole
+//! id compared), so an event never carries another connection's state, and a stale
+//! id reaches none. Outbound connections ([`Writer::connect`]) have no state.
+//!
 //! # Backpressure and bounds
 //! - Into the application: when the app's sink answers `Full` or `Rejected`, the
 //!   loop keeps the refused packet, stops reading that connection (TCP flow control
@@ -123,8 +137,8 @@ use seda::{Batch, Context, Runtime, Sink, ThreadModel};
 use serde::{Deserialize, Serialize};
 
 pub use config::{BacklogAction, DEFAULT_STAGE, IoBackend, SocketConfig};
-pub use event::{CloseReason, ConnId, Outgoing, SocketEvent, WriteError};
-use shared::{ConnTable, Counters, LoopRun, LoopSlot, Shared, Wake};
+pub use event::{CloseReason, ConnId, ConnState, Outgoing, SocketEvent, WriteError};
+use shared::{Attach, ConnTable, Counters, LoopRun, LoopSlot, Shared, Wake};
 pub use writer::{ConnWriter, Writer};
 
 /// Counters of the socket stages since start.
@@ -251,6 +265,7 @@ impl Sockets {
             max_connections: AtomicUsize::new(cfg.max_connections),
             cfg,
             app: OnceLock::new(),
+            attach: OnceLock::new(),
             conns: ConnTable::new(),
             loops,
             next_owner: AtomicUsize::new(0),
@@ -327,8 +342,37 @@ impl BoundSockets {
     ///
     /// Errors: the runtime refusing the stage (e.g. a duplicate stage name).
     pub fn start(self, rt: &Runtime, app: Sink<SocketEvent>) -> io::Result<SocketHandle> {
+        self.start_with(rt, app, None)
+    }
+
+    /// As [`BoundSockets::start`], and each accepted or adopted connection gets the
+    /// state `attach` makes for it (`None`: no state), on its event loop's thread
+    /// before its first event; every event of the connection then carries it
+    /// ([`SocketEvent::state`]), so the application finds its record of the
+    /// connection without a table of its own. See "Attached state" in the module
+    /// docs. `attach` runs on the loop: it must be quick and must not block.
+    ///
+    /// Errors: as [`BoundSockets::start`].
+    pub fn start_attached(
+        self,
+        rt: &Runtime,
+        app: Sink<SocketEvent>,
+        attach: impl Fn(ConnId, SocketAddr) -> Option<ConnState> + Send + Sync + 'static,
+    ) -> io::Result<SocketHandle> {
+        self.start_with(rt, app, Some(Attach(Box::new(attach))))
+    }
+
+    fn start_with(
+        self,
+        rt: &Runtime,
+        app: Sink<SocketEvent>,
+        attach: Option<Attach>,
+    ) -> io::Result<SocketHandle> {
         let BoundSockets { shared, local_addr } = self;
         let _ = shared.app.set(app);
+        if let Some(a) = attach {
+            let _ = shared.attach.set(a);
+        }
         let n = shared.cfg.event_loops;
         let for_loops = Arc::clone(&shared);
         let stage = rt

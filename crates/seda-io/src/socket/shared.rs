@@ -17,7 +17,7 @@ use seda::Sink;
 
 use super::config::{IoBackend, SocketConfig};
 use super::conn::Conn;
-use super::event::{CloseReason, ConnId, SocketEvent};
+use super::event::{CloseReason, ConnId, ConnState, SocketEvent};
 use super::slab::{self, Slots};
 
 /// One event loop's counters (a writer counts on its connection's loop). Each
@@ -83,6 +83,18 @@ impl ConnTable {
 
     pub(super) fn remove(&self, id: ConnId) {
         self.shard(id).write().remove(&id.0);
+    }
+}
+
+/// The application's function that makes a new connection's state
+/// ([`BoundSockets::start_attached`](super::BoundSockets::start_attached)).
+pub(super) struct Attach(pub(super) Box<AttachFn>);
+
+pub(super) type AttachFn = dyn Fn(ConnId, SocketAddr) -> Option<ConnState> + Send + Sync;
+
+impl std::fmt::Debug for Attach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Attach")
     }
 }
 
@@ -164,6 +176,9 @@ pub(crate) struct Shared {
     /// The application's sink, set once by [`BoundSockets::start`](super::BoundSockets::start) before any loop
     /// runs (loops deliver nothing before).
     pub(super) app: OnceLock<Sink<SocketEvent>>,
+    /// What makes an accepted or adopted connection's state, if the application
+    /// gave one; set with `app`.
+    pub(super) attach: OnceLock<Attach>,
     pub(super) conns: ConnTable,
     pub(super) loops: Vec<LoopSlot>,
     /// Turns of [`Shared::next_owner`].

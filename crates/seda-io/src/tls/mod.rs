@@ -71,7 +71,9 @@ use session::Table;
 use shared::Shared;
 use stage::TlsStage;
 
-use crate::socket::{BoundSockets, SocketConfig, SocketEvent, SocketHandle, SocketStats, Sockets};
+use crate::socket::{
+    BoundSockets, ConnId, ConnState, SocketConfig, SocketEvent, SocketHandle, SocketStats, Sockets,
+};
 
 /// Counters of the TLS layer since start.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -168,6 +170,31 @@ impl BoundTls {
     ///
     /// Errors: the runtime refusing a stage (e.g. a duplicate name).
     pub fn start(self, rt: &Runtime, app: Sink<SocketEvent>) -> io::Result<TlsHandle> {
+        self.start_with(rt, app, None)
+    }
+
+    /// As [`BoundTls::start`], and each connection gets the state `attach` makes
+    /// for it once its handshake is done (`None`: no state), before its `Accepted`;
+    /// every event of the connection then carries it, `Closed` last, as with
+    /// [`crate::BoundSockets::start_attached`] (the same invariants). `attach` runs
+    /// on the TLS stage's thread: it must be quick and must not block.
+    ///
+    /// Errors: as [`BoundTls::start`].
+    pub fn start_attached(
+        self,
+        rt: &Runtime,
+        app: Sink<SocketEvent>,
+        attach: impl Fn(ConnId, SocketAddr) -> Option<ConnState> + Send + Sync + 'static,
+    ) -> io::Result<TlsHandle> {
+        self.start_with(rt, app, Some(stage::Attach(Box::new(attach))))
+    }
+
+    fn start_with(
+        self,
+        rt: &Runtime,
+        app: Sink<SocketEvent>,
+        attach: Option<stage::Attach>,
+    ) -> io::Result<TlsHandle> {
         let BoundTls { raw, shared } = self;
         let cfg = &shared.cfg;
         let (me, declared) = rt
@@ -177,6 +204,7 @@ impl BoundTls {
             shared: Arc::clone(&shared),
             app,
             me: me.clone(),
+            attach,
         };
         let mut builder = declared.handler(stage).capacity(16_384).batch(64);
         builder = match &cfg.domain {

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::counters::Counters;
-use crate::socket::{ConnId, ConnWriter, Outgoing, SocketEvent, WriteError, Writer};
+use crate::socket::{ConnId, ConnState, ConnWriter, Outgoing, SocketEvent, WriteError, Writer};
 
 /// Ciphertext a streamed file may have queued on the socket before it waits for the
 /// socket to drain to half of it.
@@ -82,6 +82,10 @@ pub(crate) struct Session {
     pub(crate) seen_bytes: bool,
     /// Reused buffer: plaintext gathered into one record.
     plain: Vec<u8>,
+    /// The application's state of the connection (made once the handshake is
+    /// done, `BoundTls::start_attached`): a clone in each event, taken out into
+    /// `Closed`.
+    pub(crate) state: Option<ConnState>,
 }
 
 /// One TLS connection.
@@ -124,6 +128,7 @@ impl TlsConn {
                 close_after: false,
                 read_closed: false,
                 seen_bytes: false,
+                state: None,
                 plain: Vec::new(),
             }),
         }

@@ -11,6 +11,7 @@
 //! - A connection's events reach the application in order: once one is refused
 //!   and held, every later one is held behind it until the retry delivers them.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use seda::{Batch, Context, EventHandler, Meta, Sink};
 
 use super::session::{Phase, Session, TlsConn, feed};
 use super::shared::Shared;
-use crate::socket::SocketEvent;
+use crate::socket::{ConnId, ConnState, SocketEvent};
 
 /// How long an event the application's stage refused waits before it is offered
 /// again.
@@ -36,6 +37,20 @@ pub(crate) struct TlsStage {
     pub(crate) app: Sink<SocketEvent>,
     /// This stage (a refused event's retry comes back here).
     pub(crate) me: Sink<SocketEvent>,
+    /// What makes a connection's state for the application, if it gave one.
+    pub(crate) attach: Option<Attach>,
+}
+
+/// The application's function that makes a connection's state, called once its
+/// handshake is done, before `Accepted` (`BoundTls::start_attached`).
+pub(crate) struct Attach(pub(crate) Box<AttachFn>);
+
+pub(crate) type AttachFn = dyn Fn(ConnId, SocketAddr) -> Option<ConnState> + Send + Sync;
+
+impl std::fmt::Debug for Attach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Attach")
+    }
 }
 
 impl EventHandler<SocketEvent> for TlsStage {
@@ -60,7 +75,7 @@ impl TlsStage {
     ) -> Option<Arc<TlsConn>> {
         let sh = &self.shared;
         match ev {
-            SocketEvent::Accepted { conn, peer } => {
+            SocketEvent::Accepted { conn, peer, .. } => {
                 if sh.in_progress.load(Relaxed) >= sh.cfg.max_handshakes {
                     sh.counters.handshakes_refused.fetch_add(1, Relaxed);
                     sh.raw.abort(conn);
@@ -83,7 +98,7 @@ impl TlsStage {
                 sh.table.insert(Arc::new(c));
                 None
             }
-            SocketEvent::Data { conn, bytes } => {
+            SocketEvent::Data { conn, bytes, .. } => {
                 let c = sh.table.get(conn)?;
                 sh.counters
                     .bytes_decrypted
@@ -116,21 +131,48 @@ impl TlsStage {
                     return None;
                 }
                 if matches!(s.phase, Phase::Handshaking(_)) && !s.tls.is_handshaking() {
-                    self.established(&c, &mut s, out);
+                    self.established(&c, &mut s);
+                    // The application's attach function runs with the session
+                    // unlocked: it may bind and write to (or close) the connection,
+                    // which takes the lock. Nothing else handles this connection
+                    // meanwhile (its events run one at a time here, and its phase
+                    // is no longer the handshake the sweeper cuts).
+                    drop(s);
+                    let state = self.attach.as_ref().and_then(|a| (a.0)(c.id, c.peer));
+                    s = c.s.lock();
+                    s.state.clone_from(&state);
+                    // The connection's first event; its `born` is the accept's, so
+                    // the first request's response time covers the handshake.
+                    let first = SocketEvent::Accepted {
+                        conn: c.id,
+                        peer: c.peer,
+                        state,
+                    };
+                    push(&mut s, out, first);
                 }
                 if s.phase == Phase::Open {
                     if !plain.is_empty() {
-                        push(&mut s, out, SocketEvent::Data { conn, bytes: plain });
+                        let state = s.state.clone();
+                        push(
+                            &mut s,
+                            out,
+                            SocketEvent::Data {
+                                conn,
+                                bytes: plain,
+                                state,
+                            },
+                        );
                     }
                     if s.read_closed {
                         s.read_closed = false;
-                        push(&mut s, out, SocketEvent::ReadClosed { conn });
+                        let state = s.state.clone();
+                        push(&mut s, out, SocketEvent::ReadClosed { conn, state });
                     }
                 }
                 drop(s);
                 Some(c)
             }
-            SocketEvent::ReadClosed { conn } => {
+            SocketEvent::ReadClosed { conn, .. } => {
                 let c = sh.table.get(conn)?;
                 let mut s = c.s.lock();
                 match s.phase {
@@ -144,29 +186,41 @@ impl TlsStage {
                         counter.fetch_add(1, Relaxed);
                         self.fail(&c, &mut s);
                     }
-                    Phase::Open => push(&mut s, out, SocketEvent::ReadClosed { conn }),
+                    Phase::Open => {
+                        let state = s.state.clone();
+                        push(&mut s, out, SocketEvent::ReadClosed { conn, state });
+                    }
                     Phase::Done => {}
                 }
                 drop(s);
                 Some(c)
             }
-            SocketEvent::Resumed { conn } => {
+            SocketEvent::Resumed { conn, .. } => {
                 let c = sh.table.get(conn)?;
                 let mut s = c.s.lock();
                 self.resumed(&c, &mut s, out);
                 drop(s);
                 Some(c)
             }
-            SocketEvent::WriteBacklog { conn, queued } => {
+            SocketEvent::WriteBacklog { conn, queued, .. } => {
                 let c = sh.table.get(conn)?;
                 let mut s = c.s.lock();
                 if s.phase == Phase::Open {
-                    push(&mut s, out, SocketEvent::WriteBacklog { conn, queued });
+                    let state = s.state.clone();
+                    push(
+                        &mut s,
+                        out,
+                        SocketEvent::WriteBacklog {
+                            conn,
+                            queued,
+                            state,
+                        },
+                    );
                 }
                 drop(s);
                 Some(c)
             }
-            SocketEvent::Closed { conn, reason } => {
+            SocketEvent::Closed { conn, reason, .. } => {
                 let c = sh.table.remove(conn)?;
                 let mut s = c.s.lock();
                 let was = s.phase;
@@ -175,6 +229,9 @@ impl TlsStage {
                 s.file = None;
                 s.after_file.clear();
                 let held = std::mem::take(&mut s.held);
+                // The stage's last hold of the application's state: it goes with
+                // `Closed`.
+                let state = s.state.take();
                 drop(s);
                 if let Phase::Handshaking(_) = was {
                     sh.counters.abandoned.fetch_add(1, Relaxed);
@@ -182,10 +239,11 @@ impl TlsStage {
                 // The application heard (or holds) `Accepted`: it hears `Closed`,
                 // last, after what it was still owed. Nothing is held any more.
                 if c.announced.load(Relaxed) {
-                    for ev in held
-                        .into_iter()
-                        .chain([SocketEvent::Closed { conn, reason }])
-                    {
+                    for ev in held.into_iter().chain([SocketEvent::Closed {
+                        conn,
+                        reason,
+                        state,
+                    }]) {
                         if self.app.try_enqueue_with(ev, meta).is_err() {
                             sh.counters.undelivered.fetch_add(1, Relaxed);
                         }
@@ -198,7 +256,8 @@ impl TlsStage {
     }
 
     /// The handshake completed: count it and announce the connection.
-    fn established(&self, c: &TlsConn, s: &mut Session, out: &mut Vec<SocketEvent>) {
+    /// The caller then makes the application's state and delivers `Accepted`.
+    fn established(&self, c: &TlsConn, s: &mut Session) {
         let sh = &self.shared;
         sh.end_handshake(s);
         s.phase = Phase::Open;
@@ -211,16 +270,6 @@ impl TlsStage {
         if s.tls.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3) {
             counters.tls13.fetch_add(1, Relaxed);
         }
-        // The connection's first event; its `born` is the accept's, so the first
-        // request's response time covers the handshake.
-        push(
-            s,
-            out,
-            SocketEvent::Accepted {
-                conn: c.id,
-                peer: c.peer,
-            },
-        );
     }
 
     /// Offers `out` to the application, in order, with no lock held; what it
@@ -240,7 +289,11 @@ impl TlsStage {
                 self.shared.counters.app_stalls.fetch_add(1, Relaxed);
                 c.settle_reading(&s);
                 drop(s);
-                cx.schedule_with(RETRY, &self.me, SocketEvent::Resumed { conn: c.id }, meta);
+                let retry = SocketEvent::Resumed {
+                    conn: c.id,
+                    state: None,
+                };
+                cx.schedule_with(RETRY, &self.me, retry, meta);
                 return;
             }
         }
@@ -263,7 +316,10 @@ impl TlsStage {
         let unasked = !s.draining && !s.app_paused && s.phase == Phase::Open;
         if owed || unasked {
             s.resume_owed = false;
-            out.push(SocketEvent::Resumed { conn: c.id });
+            out.push(SocketEvent::Resumed {
+                conn: c.id,
+                state: s.state.clone(),
+            });
         }
         c.settle_reading(s);
     }

@@ -96,6 +96,7 @@ impl EventLoop<'_> {
                 let event = SocketEvent::Data {
                     conn: ConnId(id),
                     bytes,
+                    state: lc.base.state.clone(),
                 };
                 self.deliver(id, event, born);
             }
@@ -114,9 +115,13 @@ impl EventLoop<'_> {
                         Err(e) => tracing::debug!("cannot watch a half-closed connection: {e}"),
                     }
                 }
+                let state = lc.base.state.clone();
                 self.deliver(
                     id,
-                    SocketEvent::ReadClosed { conn: ConnId(id) },
+                    SocketEvent::ReadClosed {
+                        conn: ConnId(id),
+                        state,
+                    },
                     Instant::now(),
                 );
             }
