@@ -104,6 +104,12 @@ pub struct GnutellaArgs {
     /// bound.
     #[arg(long, default_value_t = 5.0)]
     pub router_max_delay_ms: f64,
+    /// Back-pressure: a read that finds this many reads queued at the router
+    /// pauses its connection until the queue is down to a quarter of it (TCP then
+    /// slows the peer instead of the router shedding late reads); 0: never (the
+    /// default: shedding measured faster, at lower latency).
+    #[arg(long, default_value_t = 0)]
+    pub pause_reads_at: usize,
     /// Socket event loops [default: one per core].
     #[arg(long)]
     pub event_loops: Option<usize>,
@@ -173,6 +179,7 @@ pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
         },
         event_loops: a.event_loops,
         io: a.io,
+        pause_reads_at: a.pause_reads_at,
         ..RouterConfig::default()
     };
     cfg.max_backoff = cfg.max_backoff.max(cfg.backoff);
@@ -474,6 +481,14 @@ pub struct ThroughputArgs {
     /// --router-max-delay-ms`.
     #[arg(long, default_value_t = 5.0)]
     pub router_max_delay_ms: f64,
+    /// Router queue length (reads) at which the staged router pauses reading a
+    /// connection until its queue is down to a quarter of it (0: never); see
+    /// `seda gnutella --pause-reads-at`.
+    #[arg(long, default_value_t = 0)]
+    pub pause_reads_at: usize,
+    /// Socket event loops of the staged router [default: one per core].
+    #[arg(long)]
+    pub event_loops: Option<usize>,
 }
 
 /// Runs `seda experiment gnutella-throughput`.
@@ -497,6 +512,8 @@ pub fn throughput(a: ThroughputArgs) -> CliResult {
                 a.router_max_delay_ms / 1000.0,
             )?)
         },
+        pause_reads_at: a.pause_reads_at,
+        event_loops: a.event_loops,
     };
     if cfg.leaves >= cfg.peers {
         return Err("--leaves must leave at least one ultrapeer among --peers".into());

@@ -227,6 +227,15 @@ pub struct RouterConfig {
     /// queue bounded only in events (`router_capacity`) held 0.3-1 s of reads.
     /// `None`: no bound (Fig. 14 measures the queue's growth). Default 5 ms.
     pub max_queue_delay: Option<Duration>,
+    /// Back-pressure: a read that finds this many reads queued at the router
+    /// pauses its connection's reading until the router's queue is down to a
+    /// quarter of it (TCP's flow control then slows the peer, instead of the router
+    /// dropping what waited past `max_queue_delay`; see the `flow` module). 0:
+    /// never pause; never with `router_pool_controller` either (a standing queue is
+    /// its signal to add a thread). Default 0: on 2 cores it measured 0.93x the
+    /// plain loop at a query p90 of 31-32 ms where shedding late reads measured
+    /// 1.11x at 5.8-6.2 ms (2026-11-27, `docs/gnutella/README.md`).
+    pub pause_reads_at: usize,
     /// Socket event loops. Default: one per core.
     pub event_loops: Option<usize>,
     /// Socket backend of the event loops. Default [`seda_io::IoBackend::Auto`]:
@@ -269,6 +278,7 @@ impl Default for RouterConfig {
             router_capacity: 65_536,
             router_admission: RouterAdmission::None,
             max_queue_delay: Some(Duration::from_millis(5)),
+            pause_reads_at: 0,
             event_loops: None,
             io: seda_io::IoBackend::Auto,
             send_buffer: None,

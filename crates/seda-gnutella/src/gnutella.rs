@@ -35,6 +35,7 @@ use seda_io::{BacklogAction, SocketConfig, SocketHandle, Sockets};
 use crate::catcher::Catcher;
 use crate::config::{RouterAdmission, RouterConfig};
 use crate::events::{CatcherEvent, RouterEvent};
+use crate::flow::ReadPause;
 use crate::router::{Peers, Router};
 use crate::server::Server;
 use crate::stats::{Counters, GnutellaStats, PeerStats};
@@ -160,6 +161,14 @@ impl Gnutella {
             .map_err(stage_err)?;
         let counters = [(); 3].map(|()| Arc::new(Counters::default()));
         let peers = Arc::new(Peers::default());
+        // With the thread-pool controller a standing queue is its signal to add a
+        // thread (Fig. 14): no pause.
+        let pause_at = if cfg.router_pool_controller {
+            0
+        } else {
+            cfg.pause_reads_at
+        };
+        let pause = Arc::new(ReadPause::new(pause_at, pause_at / 4));
 
         let router = Router::new(
             Arc::clone(&cfg),
@@ -169,6 +178,7 @@ impl Gnutella {
             catcher_sink.clone(),
             Arc::clone(&peers),
             Arc::clone(&counters[1]),
+            Arc::clone(&pause),
         );
         let mut pool = ThreadPoolConfig::bounded(cfg.router_threads.0, cfg.router_threads.1);
         pool.queue_threshold = cfg.router_queue_threshold;
@@ -216,6 +226,7 @@ impl Gnutella {
             router_sink.clone(),
             catcher_sink.clone(),
             Arc::clone(&counters[0]),
+            pause,
         );
         let server_sink = rt
             .stage(SERVER_STAGE, server)

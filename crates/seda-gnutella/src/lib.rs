@@ -39,6 +39,7 @@
 mod catcher;
 mod config;
 mod events;
+mod flow;
 mod gnutella;
 mod outq;
 mod router;

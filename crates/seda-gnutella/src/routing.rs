@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use seda_io::ConnId;
 
@@ -114,6 +115,9 @@ impl Hasher for PassThrough {
     }
 }
 
+/// A shard: its lock and maps on cache lines of their own.
+type Shard<K, V> = CachePadded<Mutex<Generations<K, V>>>;
+
 #[derive(Debug)]
 struct Generations<K, V> {
     cur: HashMap<Hashed<K>, V, PreHashed>,
@@ -129,10 +133,12 @@ struct Generations<K, V> {
 /// shard is the hash's top bits and the shard's maps use the same hash.
 /// [`GuidTable::apply`] takes a shard's lock once for all of a batch's keys in it:
 /// with two router threads, each lock taken is a cache line moved between cores
-/// (one per message cost a quarter of the router's CPU in a profile).
+/// (one per message cost a quarter of the router's CPU in a profile). Each shard
+/// has cache lines of its own (a shard is ~90 bytes: two threads on neighbouring
+/// shards would otherwise still share a line).
 #[derive(Debug)]
 pub struct GuidTable<K, V> {
-    shards: Box<[Mutex<Generations<K, V>>]>,
+    shards: Box<[Shard<K, V>]>,
     hasher: RandomState,
     per_generation: usize,
     half_ttl: Duration,
@@ -159,11 +165,11 @@ impl<K: Hash + Eq + Copy, V: Copy> GuidTable<K, V> {
         GuidTable {
             shards: (0..SHARDS)
                 .map(|_| {
-                    Mutex::new(Generations {
+                    CachePadded::new(Mutex::new(Generations {
                         cur: HashMap::with_hasher(PreHashed),
                         old: HashMap::with_hasher(PreHashed),
                         since: now,
-                    })
+                    }))
                 })
                 .collect(),
             per_generation: (capacity / SHARDS / 2).max(1),

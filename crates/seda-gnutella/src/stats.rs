@@ -91,9 +91,10 @@ pub enum Event {
     RefusedLeavesFull,
     RateLimited,
     RateLimitedNet,
+    ReadPaused,
 }
 
-const N_EVENTS: usize = 23;
+const N_EVENTS: usize = 24;
 const EVENTS: [(Event, &str); N_EVENTS] = [
     (Event::HandshakeOk, "handshake_ok"),
     (Event::HandshakeMalformed, "handshake_malformed"),
@@ -118,6 +119,7 @@ const EVENTS: [(Event, &str); N_EVENTS] = [
     (Event::RefusedLeavesFull, "refused_leaves_full"),
     (Event::RateLimited, "refused_rate_limit"),
     (Event::RateLimitedNet, "refused_rate_limit_net"),
+    (Event::ReadPaused, "read_paused"),
 ];
 
 /// Counts of the ultrapeer's query routing and pong cache (see [`QrpStats`] and

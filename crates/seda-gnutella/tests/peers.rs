@@ -224,6 +224,8 @@ fn a_standing_queue_sheds_late_pings_and_routing_resumes() {
         query_delay: Some(Duration::from_secs(3)),
         router_threads: (1, 1),
         pong_cache: None,
+        // The delay bound alone (the read pause would keep the queue short).
+        pause_reads_at: 0,
         ..RouterConfig::default()
     });
     let mut v = peers(&r, 3);
@@ -249,6 +251,74 @@ fn a_standing_queue_sheds_late_pings_and_routing_resumes() {
         .count() as u64;
     assert_eq!(got, PINGS - s.drops("router_late"), "{s:#?}");
     // No queue: a ping is routed at once.
+    let p = Msg::new(PING, 2, 0, vec![]);
+    v[1].send(&p);
+    assert_eq!(v[2].recv_kind(PING, T).expect("routed again").guid, p.guid);
+}
+
+/// Back-pressure (the `flow` module): while the router's queue stands, a read
+/// pauses its connection, so the peer's further bytes wait in the kernel instead of
+/// queueing at the router to be shed late; once the queue drains, reading resumes
+/// and every ping is routed. The standing queue is made as above (a query the
+/// router sleeps 2 s on, one thread); the pings go one read each until the pause
+/// comes, the rest at once. Without the pause, reads queue past the standing mark
+/// and the late ones are shed (the test above).
+#[test]
+fn a_standing_queue_pauses_the_sender_and_sheds_nothing() {
+    const PINGS: u64 = 120;
+    let r = TestRouter::start(RouterConfig {
+        query_delay: Some(Duration::from_secs(2)),
+        router_threads: (1, 1),
+        pong_cache: None,
+        pause_reads_at: 8,
+        ..RouterConfig::default()
+    });
+    let mut v = peers(&r, 3);
+    v[0].send(&Msg::new(QUERY, 3, 0, query("hold the router")));
+    r.wait("the query at the router", |s| {
+        s.received.get("query").copied().unwrap_or(0) == 1
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut sent = 0;
+    while sent < PINGS {
+        v[1].send(&Msg::new(PING, 2, 0, vec![]));
+        sent += 1;
+        // One read per ping: the next is sent once the server framed this one, or
+        // once reading is paused (the rest then waits in the kernel).
+        loop {
+            let s = r.router.stats();
+            if s.event("read_paused") > 0 {
+                break;
+            }
+            if s.received.get("ping").copied().unwrap_or(0) >= sent {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ping {sent} never framed: {s:#?}"
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
+        if r.router.stats().event("read_paused") > 0 {
+            break;
+        }
+    }
+    while sent < PINGS {
+        v[1].send(&Msg::new(PING, 2, 0, vec![]));
+        sent += 1;
+    }
+    let got = v[2]
+        .drain_until(Duration::from_secs(60), |got| {
+            got.iter().filter(|m| m.kind == PING && m.hops == 1).count() as u64 >= PINGS
+        })
+        .iter()
+        .filter(|m| m.kind == PING && m.hops == 1)
+        .count() as u64;
+    let s = r.router.stats();
+    assert_eq!(got, PINGS, "pings lost: {s:#?}");
+    assert_eq!(s.drops("router_late"), 0, "{s:#?}");
+    assert!(s.event("read_paused") > 0, "{s:#?}");
+    // Reading resumed: a ping now is routed at once.
     let p = Msg::new(PING, 2, 0, vec![]);
     v[1].send(&p);
     assert_eq!(v[2].recv_kind(PING, T).expect("routed again").guid, p.guid);

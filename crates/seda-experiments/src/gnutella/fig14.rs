@@ -131,8 +131,10 @@ pub fn run_one(
             max_leaves: cfg.leaves + 4,
             min_outgoing: 0,
             query_delay: Some(cfg.query_delay),
-            // Fig. 14 shows the queue growing past one thread's capacity: no bound.
+            // Fig. 14 shows the queue growing past one thread's capacity: no bound,
+            // and no read pause holding the queue in the kernel instead.
             max_queue_delay: None,
+            pause_reads_at: 0,
             router_threads: (1, if controller { cfg.max_threads } else { 1 }),
             router_pool_controller: controller,
             router_queue_threshold: cfg.queue_threshold,

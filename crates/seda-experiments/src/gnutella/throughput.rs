@@ -43,6 +43,11 @@ pub struct ThroughputConfig {
     pub router_threads: usize,
     /// The staged router's queue bound in time. Default 5 ms.
     pub max_queue_delay: Option<Duration>,
+    /// Router queue length (reads) at which the staged router pauses reading a
+    /// connection (`RouterConfig::pause_reads_at`; 0: never). Default 0.
+    pub pause_reads_at: usize,
+    /// Socket event loops of the staged router (`None`: one per core).
+    pub event_loops: Option<usize>,
 }
 
 impl Default for ThroughputConfig {
@@ -58,6 +63,8 @@ impl Default for ThroughputConfig {
             inline_too: false,
             router_threads: 2,
             max_queue_delay: Some(Duration::from_millis(5)),
+            pause_reads_at: 0,
+            event_loops: None,
         }
     }
 }
@@ -273,6 +280,8 @@ fn staged_round(
             inline,
             router_threads: (cfg.router_threads, cfg.router_threads),
             max_queue_delay: cfg.max_queue_delay,
+            pause_reads_at: cfg.pause_reads_at,
+            event_loops: cfg.event_loops,
             ..RouterConfig::default()
         },
     )
@@ -321,6 +330,8 @@ fn ultrapeer_round(
             advertise: Some(SocketAddr::from(BENCH_ADVERTISE)),
             router_threads: (cfg.router_threads, cfg.router_threads),
             max_queue_delay: cfg.max_queue_delay,
+            pause_reads_at: cfg.pause_reads_at,
+            event_loops: cfg.event_loops,
             ..RouterConfig::default()
         },
     )
@@ -377,7 +388,7 @@ pub fn table(r: &Throughput, cfg: &ThroughputConfig, loadavg: &str) -> String {
         "Gnutella router throughput, {} ({}; load average at start {loadavg}).\n\
          {} simulated peers sending as fast as the router takes them (mix {:.0} % pings, \
          {:.0} % queries, {fanout}), generator and router in one process on the same cores, \
-         {} rounds of {:.0} s each{}; the staged router with {} router thread(s) and {}. Latency is one way, sender to receiver; cores are CPU \
+         {} rounds of {:.0} s each{}; the staged router with {} router thread(s), {} socket event loop(s), {} and {}. Latency is one way, sender to receiver; cores are CPU \
          time per second of the round's threads (router: every thread but the generator's).\n\n",
         crate::harness::date_utc(),
         crate::harness::machine_summary(),
@@ -388,6 +399,12 @@ pub fn table(r: &Throughput, cfg: &ThroughputConfig, loadavg: &str) -> String {
         cfg.duration.as_secs_f64(),
         if cfg.leaves > 0 { "" } else { ", alternating" },
         cfg.router_threads,
+        cfg.event_loops
+            .map_or_else(|| "one per core".to_owned(), |n| n.to_string()),
+        match cfg.pause_reads_at {
+            0 => "no read pause".to_owned(),
+            n => format!("reads paused at {n} queued reads (back-pressure)"),
+        },
         match cfg.max_queue_delay {
             Some(d) => format!(
                 "a queue delay bound of {:.1} ms (`late drops`: pings and queries shed unrouted)",

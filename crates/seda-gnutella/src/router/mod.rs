@@ -43,6 +43,7 @@ use seda_io::{ConnId, Writer};
 
 use crate::config::RouterConfig;
 use crate::events::{CatcherEvent, Messages, PeerInfo, Role, RouterEvent};
+use crate::flow::ReadPause;
 use crate::proto::message::{
     Guid, HEADER_LEN, Header, Malformed, MsgType, bye_payload, pong_addr, pong_payload, pong_port,
     usable,
@@ -94,6 +95,9 @@ pub(crate) struct Router {
     up_tables: AtomicUsize,
     /// The pong cache, if pong caching is on.
     pongs: Option<Mutex<PongCache>>,
+    /// Connections the server paused while our queue stood: resumed once it is
+    /// down (end of a batch, tick).
+    pause: Arc<ReadPause>,
 }
 
 /// What one batch collects.
@@ -111,6 +115,7 @@ struct Work {
 }
 
 impl Router {
+    #[allow(clippy::too_many_arguments)] // the stage's sinks, shared state and settings
     pub(crate) fn new(
         cfg: Arc<RouterConfig>,
         advertised: SocketAddr,
@@ -119,6 +124,7 @@ impl Router {
         catcher: Sink<CatcherEvent>,
         peers: Arc<Peers>,
         counters: Arc<Counters>,
+        pause: Arc<ReadPause>,
     ) -> Router {
         let qrp = QueryRouting::new(&cfg.qrp);
         let pongs = cfg
@@ -141,6 +147,7 @@ impl Router {
             qrp,
             up_tables: AtomicUsize::new(0),
             pongs,
+            pause,
         }
     }
 
@@ -634,6 +641,8 @@ impl Router {
         let ms = self.millis(now);
         self.last_tick_ms.store(ms, Relaxed);
         cx.schedule_with(TICK, &self.me, RouterEvent::Tick(generation), Meta::new());
+        self.pause
+            .resume_if_drained(&self.writer, self.me.queue_len());
         let (routes, push) = self.routes.sizes();
         self.counters.gauge(Gauge::RouteEntries, routes);
         self.counters.gauge(Gauge::PushEntries, push);
@@ -776,6 +785,8 @@ impl EventHandler<RouterEvent> for Router {
                 .try_enqueue(CatcherEvent::Learned(std::mem::take(&mut w.learned)));
         }
         self.pool.lock().push(w.dests);
+        self.pause
+            .resume_if_drained(&self.writer, self.me.queue_len());
         self.rearm_if_stale(cx, now);
     }
 }

@@ -33,6 +33,7 @@ use seda_io::{CloseReason, ConnId, Outgoing, SocketEvent, Writer};
 
 use crate::config::RouterConfig;
 use crate::events::{CatcherEvent, Messages, PeerInfo, Role, RouterEvent};
+use crate::flow::ReadPause;
 use crate::proto::framing::Inflater;
 use crate::proto::handshake::{Block, HandshakeError, plausible_request};
 use crate::proto::message::{MsgType, check, parse_bye};
@@ -80,6 +81,9 @@ pub(crate) struct Server {
     limiter: Limiter,
     recent: RecentHosts,
     counters: Arc<Counters>,
+    /// Connections paused while the router's queue stands (shared with the router,
+    /// which resumes them).
+    pause: Arc<ReadPause>,
 }
 
 impl Server {
@@ -90,6 +94,7 @@ impl Server {
         router: Sink<RouterEvent>,
         catcher: Sink<CatcherEvent>,
         counters: Arc<Counters>,
+        pause: Arc<ReadPause>,
     ) -> Server {
         Server {
             slots: Slots::new(&cfg),
@@ -102,6 +107,7 @@ impl Server {
             conns: ConnTable::default(),
             recent: RecentHosts::default(),
             counters,
+            pause,
         }
     }
 
@@ -522,6 +528,11 @@ impl Server {
                 let mut t = Tally::default();
                 t.dropped_n(Dropped::Overload, routable);
                 self.counters.add(&t);
+            } else if self
+                .pause
+                .after_enqueue(&self.writer, conn, self.router.queue_len())
+            {
+                self.counters.event(Event::ReadPaused);
             }
         }
         if let Some((code, reason)) = bye {

@@ -413,6 +413,20 @@ impl Peer {
         v
     }
 
+    /// Messages until `done(all so far)` holds or `timeout` passes (or the
+    /// connection ends).
+    pub fn drain_until(&mut self, timeout: Duration, done: impl Fn(&[Msg]) -> bool) -> Vec<Msg> {
+        let deadline = Instant::now() + timeout;
+        let mut v = Vec::new();
+        while !done(&v) {
+            match self.recv(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Some(m)) => v.push(m),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        v
+    }
+
     /// Whether the router closed the connection within `timeout` (messages before
     /// the close are returned).
     pub fn closed_within(&mut self, timeout: Duration) -> (bool, Vec<Msg>) {
