@@ -76,8 +76,10 @@ impl ChunkLimits {
     }
 }
 
-/// Why a chunked body could not be decoded.
+/// Why a chunked body could not be decoded. `#[non_exhaustive]`: a match needs a `_`
+/// arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ChunkedError {
     /// Malformed framing: 400.
     Malformed,

@@ -397,7 +397,7 @@ impl FileHelper {
                 let reason = match &e {
                     EnqueueError::Full(_) => Refusal::Full,
                     EnqueueError::Rejected(_) => Refusal::Rejected,
-                    EnqueueError::Closed(_) => Refusal::Closed,
+                    _ => Refusal::Closed,
                 };
                 Err(SubmitError {
                     op: e.into_inner().op,

@@ -3,8 +3,10 @@
 
 use std::fmt;
 
-/// Why an enqueue failed. Each variant hands the event back.
+/// Why an enqueue failed. Each variant hands the event back. `#[non_exhaustive]`: a
+/// match needs a `_` arm (or use [`is_overload`](Self::is_overload) and friends).
 #[derive(PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EnqueueError<E> {
     /// The queue is at its capacity.
     Full(E),

@@ -633,13 +633,18 @@ fn read_body(body: &mut BodyInProgress, buf: &mut BytesMut) -> Result<bool, Stat
                         data.extend_from_slice(piece);
                     }
                 })
-                .map_err(|e| match e {
-                    ChunkedError::Malformed => Status::BAD_REQUEST,
-                    ChunkedError::TooLarge => Status::PAYLOAD_TOO_LARGE,
-                })?;
+                .map_err(chunked_status)?;
             buf.advance(fed.consumed);
             Ok(fed.done)
         }
+    }
+}
+
+/// The answer to a chunked body the decoder refused: 413 past a limit, else 400.
+fn chunked_status(e: ChunkedError) -> Status {
+    match e {
+        ChunkedError::TooLarge => Status::PAYLOAD_TOO_LARGE,
+        _ => Status::BAD_REQUEST,
     }
 }
 
@@ -669,10 +674,7 @@ fn stream_body(
             BodyReader::Chunked(d) => {
                 let fed = d
                     .feed(&buf[..take], |piece| s.push(piece))
-                    .map_err(|e| match e {
-                        ChunkedError::Malformed => Status::BAD_REQUEST,
-                        ChunkedError::TooLarge => Status::PAYLOAD_TOO_LARGE,
-                    })?;
+                    .map_err(chunked_status)?;
                 buf.advance(fed.consumed);
                 if fed.consumed == 0 && !fed.done {
                     return Ok(false);

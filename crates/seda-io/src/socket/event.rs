@@ -200,7 +200,9 @@ impl From<&'static [u8]> for Outgoing {
 }
 
 /// Why [`Writer::send`](super::Writer::send) did not take the output.
+/// `#[non_exhaustive]`: a match needs a `_` arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WriteError {
     /// No open connection has this id (never existed, or closed and gone).
     NoConnection,

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use seda::{Color, EnqueueError, Meta, Sink};
+use seda::{Color, Meta, Sink};
 
 use super::event::SocketEvent;
 use super::shared::Shared;
@@ -145,11 +145,12 @@ pub(super) fn offer(
     };
     match app.try_enqueue_with(event, meta) {
         Ok(()) => Offer::Taken,
-        Err(EnqueueError::Full(e) | EnqueueError::Rejected(e)) => Offer::Refused(e),
-        Err(EnqueueError::Closed(_)) => {
+        Err(e) if e.is_closed() => {
             shared.counters(idx).undelivered.fetch_add(1, Relaxed);
             Offer::Gone
         }
+        // Full or rejected: an overload signal, the event comes back.
+        Err(e) => Offer::Refused(e.into_inner()),
     }
 }
 
