@@ -302,10 +302,7 @@ pub fn load(a: LoadArgs) -> CliResult {
         None => Schedule::steady(parse_duration(&a.duration)?, f64::from(a.users)),
     };
     let mut cfg = ArashiLoadConfig::steady(addr, a.users, schedule.total());
-    cfg.groups = vec![UserGroup {
-        schedule,
-        class: a.class,
-    }];
+    cfg.groups = vec![UserGroup::new(schedule).with_class(a.class)];
     cfg.accounts = a.accounts;
     cfg.think = Duration::from_millis(a.think_ms);
     cfg.retry_wait = seconds("--retry-wait-s", a.retry_wait_s)?;

@@ -149,39 +149,38 @@ fn secs(name: &str, v: f64) -> Result<Duration, String> {
 
 /// The router configuration the arguments describe.
 pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
-    let mut cfg = RouterConfig {
-        listen: a.listen,
-        advertise: a.advertise,
-        seeds: a.peers.clone(),
-        min_outgoing: a.min_outgoing,
-        max_peers: a.max_peers,
-        max_leaves: a.max_leaves,
-        deflate: !a.no_deflate,
-        max_payload: a.max_payload,
-        out_queue_bytes: a.out_queue_kb.saturating_mul(1024),
-        slow_grace: Duration::from_millis(a.slow_grace_ms),
-        backoff: secs("--backoff-s", a.backoff_s)?,
-        query_delay: a
-            .query_delay_ms
-            .map(|ms| secs("--query-delay-ms", ms / 1000.0))
-            .transpose()?,
-        router_threads: parse_threads(&a.router_threads)?,
-        inline: a.inline,
-        router_pool_controller: a.pool_controller,
-        router_queue_threshold: a.queue_threshold,
-        max_queue_delay: if a.router_max_delay_ms == 0.0 {
+    let mut cfg = RouterConfig::default()
+        .with_listen(a.listen)
+        .with_advertise(a.advertise)
+        .with_seeds(a.peers.clone())
+        .with_min_outgoing(a.min_outgoing)
+        .with_max_peers(a.max_peers)
+        .with_max_leaves(a.max_leaves)
+        .with_deflate(!a.no_deflate)
+        .with_max_payload(a.max_payload)
+        .with_out_queue_bytes(a.out_queue_kb.saturating_mul(1024))
+        .with_slow_grace(Duration::from_millis(a.slow_grace_ms))
+        .with_backoff(secs("--backoff-s", a.backoff_s)?)
+        .with_query_delay(
+            a.query_delay_ms
+                .map(|ms| secs("--query-delay-ms", ms / 1000.0))
+                .transpose()?,
+        )
+        .with_router_threads(parse_threads(&a.router_threads)?)
+        .with_inline(a.inline)
+        .with_router_pool_controller(a.pool_controller)
+        .with_router_queue_threshold(a.queue_threshold)
+        .with_max_queue_delay(if a.router_max_delay_ms == 0.0 {
             None
         } else {
             Some(secs(
                 "--router-max-delay-ms",
                 a.router_max_delay_ms / 1000.0,
             )?)
-        },
-        event_loops: a.event_loops,
-        io: a.io,
-        pause_reads_at: a.pause_reads_at,
-        ..RouterConfig::default()
-    };
+        })
+        .with_event_loops(a.event_loops)
+        .with_io(a.io)
+        .with_pause_reads_at(a.pause_reads_at);
     cfg.max_backoff = cfg.max_backoff.max(cfg.backoff);
     if a.no_pong_cache {
         cfg.pong_cache = None;
@@ -205,7 +204,7 @@ pub fn config(a: &GnutellaArgs) -> Result<RouterConfig, String> {
     cfg.routing.max_ttl = a.max_ttl;
     cfg.routing.table_entries = a.route_entries;
     cfg.routing.table_ttl = secs("--route-ttl-s", a.route_ttl_s)?;
-    cfg.validate()?;
+    cfg.validate().map_err(|e| e.to_string())?;
     Ok(cfg)
 }
 
@@ -356,23 +355,21 @@ pub struct LoadArgs {
 
 /// Runs `seda load gnutella`.
 pub fn load(a: LoadArgs) -> CliResult {
-    let cfg = seda_load::gnutella::LoadConfig {
-        router: a.router,
-        peers: a.peers,
-        threads: a.threads,
-        rate: (a.rate > 0.0).then_some(a.rate),
-        duration: secs("--duration-s", a.duration_s)?,
-        mix: seda_load::gnutella::Mix::parse(&a.mix)?,
-        ttl: a.ttl,
-        query_bytes: a.query_bytes,
-        hit_fraction: a.hit_fraction,
-        seed: a.seed,
-        leaves: a.leaves,
-        vocabulary: a.vocabulary,
-        leaf_words: a.leaf_words,
-        query_words: a.query_words,
-        ..seda_load::gnutella::LoadConfig::default()
-    };
+    let cfg = seda_load::gnutella::LoadConfig::default()
+        .with_router(a.router)
+        .with_peers(a.peers)
+        .with_threads(a.threads)
+        .with_rate((a.rate > 0.0).then_some(a.rate))
+        .with_duration(secs("--duration-s", a.duration_s)?)
+        .with_mix(seda_load::gnutella::Mix::parse(&a.mix)?)
+        .with_ttl(a.ttl)
+        .with_query_bytes(a.query_bytes)
+        .with_hit_fraction(a.hit_fraction)
+        .with_seed(a.seed)
+        .with_leaves(a.leaves)
+        .with_vocabulary(a.vocabulary)
+        .with_leaf_words(a.leaf_words)
+        .with_query_words(a.query_words);
     let report = seda_load::gnutella::run(&cfg)?;
     print!("{}", report.text());
     if let Some(path) = a.json {

@@ -178,20 +178,15 @@ fn http(a: HttpArgs) -> CliResult {
         .iter()
         .map(|h| parse_header(h))
         .collect::<Result<Vec<_>, _>>()?;
-    let cfg = LoadConfig {
-        addr,
-        host,
-        mode,
-        requests,
-        headers,
-        schedule: schedule.clone(),
-        timeout: seconds("timeout-s", a.timeout_s)?,
-        drain: seconds("drain-s", a.drain_s)?,
-        threads: a.threads,
-        seed: a.seed,
-        rt_target: None,
-        retry_wait: None,
-    };
+    let cfg = LoadConfig::new(addr, schedule.clone())
+        .with_host(host)
+        .with_mode(mode)
+        .with_requests(requests)
+        .with_headers(headers)
+        .with_timeout(seconds("timeout-s", a.timeout_s)?)
+        .with_drain(seconds("drain-s", a.drain_s)?)
+        .with_threads(a.threads)
+        .with_seed(a.seed);
     let bar = RunBar::new(schedule.total(), a.quiet);
     let unit = if open { "req/s" } else { "users" };
     let total = schedule.total().as_secs_f64();

@@ -17,14 +17,7 @@ struct TestRouter {
 impl TestRouter {
     fn start(cfg: RouterConfig) -> TestRouter {
         let rt = Runtime::builder().build();
-        let router = Gnutella::start(
-            &rt,
-            RouterConfig {
-                event_loops: Some(1),
-                ..cfg
-            },
-        )
-        .expect("router starts");
+        let router = Gnutella::start(&rt, cfg.with_event_loops(Some(1))).expect("router starts");
         rt.start().expect("runtime starts");
         TestRouter { rt, router }
     }
@@ -43,20 +36,18 @@ impl Drop for TestRouter {
 
 #[test]
 fn simulated_peers_get_every_broadcast_and_time_it() {
-    let r = TestRouter::start(RouterConfig {
-        advertise: Some("192.0.2.1:6346".parse().unwrap()),
-        // The generator's traffic model (SEDA 5.2.3) times broadcast pings.
-        pong_cache: None,
-        ..RouterConfig::default()
-    });
-    let report = run(&LoadConfig {
-        router: r.addr(),
-        peers: 3,
-        rate: Some(300.0),
-        duration: Duration::from_millis(1500),
-        hit_fraction: 1.0,
-        ..LoadConfig::default()
-    })
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_advertise(Some("192.0.2.1:6346".parse().unwrap()))
+            // The generator's traffic model (SEDA 5.2.3) times broadcast pings.
+            .with_pong_cache(None),
+    );
+    let report = run(&LoadConfig::default()
+        .with_router(r.addr())
+        .with_peers(3)
+        .with_rate(Some(300.0))
+        .with_duration(Duration::from_millis(1500))
+        .with_hit_fraction(1.0))
     .unwrap();
     let q = &report.kinds["query"];
     let p = &report.kinds["ping"];
@@ -82,15 +73,9 @@ fn simulated_peers_get_every_broadcast_and_time_it() {
 
 #[test]
 fn the_generator_refuses_bad_settings() {
-    let bad = LoadConfig {
-        peers: 1,
-        ..LoadConfig::default()
-    };
+    let bad = LoadConfig::default().with_peers(1);
     assert!(run(&bad).is_err());
-    let remote = LoadConfig {
-        router: "10.0.0.1:6346".parse().unwrap(),
-        ..LoadConfig::default()
-    };
+    let remote = LoadConfig::default().with_router("10.0.0.1:6346".parse().unwrap());
     let e = run(&remote).unwrap_err();
     assert!(matches!(e, seda_load::LoadError::Config(_)), "{e:?}");
     assert!(e.to_string().contains("loopback"), "{e}");
@@ -102,13 +87,11 @@ fn the_generator_refuses_bad_settings() {
 #[test]
 fn the_plain_loop_routes_the_same_traffic() {
     let plain = PlainLoop::start().unwrap();
-    let report = run(&LoadConfig {
-        router: plain.addr(),
-        peers: 3,
-        rate: Some(300.0),
-        duration: Duration::from_millis(1000),
-        ..LoadConfig::default()
-    })
+    let report = run(&LoadConfig::default()
+        .with_router(plain.addr())
+        .with_peers(3)
+        .with_rate(Some(300.0))
+        .with_duration(Duration::from_millis(1000)))
     .unwrap();
     assert!(plain.routed() > 200, "{}", plain.routed());
     let ping = &report.kinds["ping"];
@@ -197,22 +180,19 @@ fn the_peers_codec_agrees_with_the_routers() {
 fn simulated_leaves_get_only_the_queries_their_tables_match() {
     // The router as an ultrapeer (pong cache, QRP); two of four peers are leaves
     // sharing 5 words of 20; one-word queries: a leaf's table matches a quarter.
-    let r = TestRouter::start(RouterConfig {
-        advertise: Some("192.0.2.1:6346".parse().unwrap()),
-        ..RouterConfig::default()
-    });
-    let report = run(&LoadConfig {
-        router: r.addr(),
-        peers: 4,
-        leaves: 2,
-        vocabulary: 20,
-        leaf_words: 5,
-        rate: Some(400.0),
-        duration: Duration::from_millis(1500),
-        mix: seda_load::gnutella::Mix::parse("ping=10,query=90").unwrap(),
-        hit_fraction: 0.0,
-        ..LoadConfig::default()
-    })
+    let r = TestRouter::start(
+        RouterConfig::default().with_advertise(Some("192.0.2.1:6346".parse().unwrap())),
+    );
+    let report = run(&LoadConfig::default()
+        .with_router(r.addr())
+        .with_peers(4)
+        .with_leaves(2)
+        .with_vocabulary(20)
+        .with_leaf_words(5)
+        .with_rate(Some(400.0))
+        .with_duration(Duration::from_millis(1500))
+        .with_mix(seda_load::gnutella::Mix::parse("ping=10,query=90").unwrap())
+        .with_hit_fraction(0.0))
     .unwrap();
     let s = r.router.stats();
     // Counted over the run: the peers' links close as the run ends, so the router

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use crate::error::ConfigError;
 use crate::routing::RoutingConfig;
 
 /// Admission control on the router stage's queue (SEDA 5.2.3 names both: "threshold
@@ -29,7 +30,10 @@ pub enum RouterAdmission {
 }
 
 /// Query routing tables (QRP): what we keep of our peers' tables and what we send.
+///
+/// `#[non_exhaustive]`: start from `Default` and use the `with_*` setters.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QrpConfig {
     /// log2 of the slots of the table we send ultrapeers that ask for it
     /// (`X-Ultrapeer-Query-Routing`): the union of our leaves' tables. Default 16
@@ -47,6 +51,13 @@ pub struct QrpConfig {
     pub update_every: Duration,
 }
 
+crate::setters::setters!(QrpConfig {
+    with_table_bits: table_bits: u8,
+    with_max_table_bits: max_table_bits: u8,
+    with_memory: memory: usize,
+    with_update_every: update_every: Duration,
+});
+
 impl Default for QrpConfig {
     fn default() -> Self {
         QrpConfig {
@@ -62,7 +73,10 @@ impl Default for QrpConfig {
 /// gtk-gnutella's `pcache.c` implements it): a ping is answered from a cache of
 /// recent pongs per hop count instead of being broadcast; the cache is refilled by
 /// pinging our ultrapeers at most once per `lifespan`.
+///
+/// `#[non_exhaustive]`: start from `Default` and use the `with_*` setters.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PongCacheConfig {
     /// How long cached pongs are used before the cache is emptied and our
     /// ultrapeers are pinged again. Default 20 s (gtk-gnutella's ultrapeer value).
@@ -76,6 +90,13 @@ pub struct PongCacheConfig {
     /// values). Alive pings (TTL 1, hops 0) are always answered.
     pub throttle: (Duration, Duration),
 }
+
+crate::setters::setters!(PongCacheConfig {
+    with_lifespan: lifespan: Duration,
+    with_per_ping: per_ping: usize,
+    with_per_hop: per_hop: usize,
+    with_throttle: throttle: (Duration, Duration),
+});
 
 impl Default for PongCacheConfig {
     fn default() -> Self {
@@ -94,7 +115,10 @@ impl Default for PongCacheConfig {
 /// the source is banned for `ban`, doubled for each ban that follows within an
 /// hour, up to `max_ban`; while banned every attempt is answered `429` with a
 /// `Retry-After` header and closed.
+///
+/// `#[non_exhaustive]`: start from `Default` and use the `with_*` setters.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HandshakeLimit {
     /// Attempts per address per period. Default 2 (gtk-gnutella's); 0: no limit.
     pub per_addr: u32,
@@ -111,6 +135,15 @@ pub struct HandshakeLimit {
     pub exempt_loopback: bool,
 }
 
+crate::setters::setters!(HandshakeLimit {
+    with_per_addr: per_addr: u32,
+    with_per_net: per_net: u32,
+    with_period: period: Duration,
+    with_ban: ban: Duration,
+    with_max_ban: max_ban: Duration,
+    with_exempt_loopback: exempt_loopback: bool,
+});
+
 impl Default for HandshakeLimit {
     fn default() -> Self {
         HandshakeLimit {
@@ -125,8 +158,27 @@ impl Default for HandshakeLimit {
 }
 
 /// Settings of a Gnutella router. `Default` gives a router on an ephemeral loopback
-/// port with the values documented per field.
+/// port with the values documented per field. `#[non_exhaustive]`: start from
+/// `Default` and set what differs with the `with_*` setters (or assign the public
+/// fields).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use seda_gnutella::RouterConfig;
+///
+/// let cfg = RouterConfig::default()
+///     .with_max_peers(8)
+///     .with_keepalive(Duration::from_secs(5));
+/// assert!(cfg.validate().is_ok());
+/// let bad = cfg.with_max_peers(0).validate().unwrap_err();
+/// assert_eq!(bad.setting(), "max_peers");
+/// assert_eq!(bad.to_string(), "max peers must be at least 1");
+/// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RouterConfig {
     /// Address to listen on. Default 127.0.0.1:0.
     pub listen: SocketAddr,
@@ -286,86 +338,150 @@ impl Default for RouterConfig {
     }
 }
 
+crate::setters::setters!(RouterConfig {
+    with_listen: listen: SocketAddr,
+    with_advertise: advertise: Option<SocketAddr>,
+    with_user_agent: user_agent: String,
+    with_max_peers: max_peers: usize,
+    with_max_leaves: max_leaves: usize,
+    with_qrp: qrp: QrpConfig,
+    with_pong_cache: pong_cache: Option<PongCacheConfig>,
+    with_handshake_limit: handshake_limit: HandshakeLimit,
+    with_min_outgoing: min_outgoing: usize,
+    with_seeds: seeds: Vec<SocketAddr>,
+    with_backoff: backoff: Duration,
+    with_max_backoff: max_backoff: Duration,
+    with_connect_timeout: connect_timeout: Duration,
+    with_handshake_timeout: handshake_timeout: Duration,
+    with_keepalive: keepalive: Duration,
+    with_deflate: deflate: bool,
+    with_max_payload: max_payload: u32,
+    with_routing: routing: RoutingConfig,
+    with_out_queue_bytes: out_queue_bytes: usize,
+    with_socket_budget: socket_budget: usize,
+    with_slow_grace: slow_grace: Duration,
+    with_query_delay: query_delay: Option<Duration>,
+    with_router_threads: router_threads: (usize, usize),
+    with_inline: inline: bool,
+    with_router_pool_controller: router_pool_controller: bool,
+    with_router_queue_threshold: router_queue_threshold: usize,
+    with_router_capacity: router_capacity: usize,
+    with_router_admission: router_admission: RouterAdmission,
+    with_max_queue_delay: max_queue_delay: Option<Duration>,
+    with_pause_reads_at: pause_reads_at: usize,
+    with_event_loops: event_loops: Option<usize>,
+    with_io: io: seda_io::IoBackend,
+    with_send_buffer: send_buffer: Option<usize>,
+});
+
 impl RouterConfig {
     /// Checks each field's range; the error names the setting.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         self.routing.validate()?;
-        let check = |ok: bool, msg: &str| if ok { Ok(()) } else { Err(msg.to_owned()) };
-        check(self.max_peers >= 1, "max peers must be at least 1")?;
+        let check = |ok: bool, setting: &'static str, rule: &'static str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::new(setting, rule))
+            }
+        };
+        check(
+            self.max_peers >= 1,
+            "max_peers",
+            "max peers must be at least 1",
+        )?;
         check(
             (8..=crate::proto::qrp::MAX_BITS).contains(&self.qrp.table_bits),
+            "qrp.table_bits",
             "QRP table bits must be 8..=21",
         )?;
         check(
             (8..=crate::proto::qrp::MAX_BITS).contains(&self.qrp.max_table_bits),
+            "qrp.max_table_bits",
             "largest QRP table bits must be 8..=21",
         )?;
         check(
             self.qrp.memory >= 64 << 10,
+            "qrp.memory",
             "QRP memory must be at least 64 KiB",
         )?;
         if let Some(pc) = &self.pong_cache {
             check(
                 pc.lifespan >= Duration::from_secs(1),
+                "pong_cache.lifespan",
                 "pong cache lifespan must be at least 1 s",
             )?;
             check(
                 pc.per_ping >= 1 && pc.per_hop >= 1,
+                "pong_cache.per_ping",
                 "pong cache sizes must be at least 1",
             )?;
         }
         let hl = &self.handshake_limit;
         check(
             hl.period >= Duration::from_secs(1) && hl.ban >= Duration::from_secs(1),
+            "handshake_limit.period",
             "handshake limit period and ban must be at least 1 s",
         )?;
         check(
             hl.max_ban >= hl.ban,
+            "handshake_limit.max_ban",
             "handshake limit: longest ban must not be below the first",
         )?;
         check(
             self.max_payload >= 64,
+            "max_payload",
             "max payload must be at least 64 bytes",
         )?;
         check(
             self.out_queue_bytes >= usize::try_from(self.max_payload).unwrap_or(usize::MAX) + 23,
+            "out_queue_bytes",
             "outgoing queue must hold at least one largest message",
         )?;
         check(
             self.socket_budget >= 4096,
+            "socket_budget",
             "socket budget must be at least 4 KiB",
         )?;
         check(
             self.router_threads.0 >= 1 && self.router_threads.1 >= self.router_threads.0,
+            "router_threads",
             "router threads: need 1 <= min <= max",
         )?;
         check(
             self.router_capacity >= 1,
+            "router_capacity",
             "router queue capacity must be at least 1",
         )?;
         check(
             self.max_queue_delay
                 .is_none_or(|d| d >= Duration::from_micros(100)),
+            "max_queue_delay",
             "router queue delay bound must be at least 0.1 ms",
         )?;
         check(
             self.router_queue_threshold >= 1,
+            "router_queue_threshold",
             "router queue threshold must be at least 1",
         )?;
         check(
             !self.backoff.is_zero(),
+            "backoff",
             "reconnect backoff must be positive",
         )?;
         check(
             self.max_backoff >= self.backoff,
+            "max_backoff",
             "max backoff must not be below the backoff",
         )?;
         check(
             !self.handshake_timeout.is_zero(),
+            "handshake_timeout",
             "handshake timeout must be positive",
         )?;
         check(
             self.event_loops.is_none_or(|n| n >= 1),
+            "event_loops",
             "event loops must be at least 1",
         )
     }

@@ -22,7 +22,6 @@
 //! connections' reads in parallel (the thread-pool controller of Fig. 14 depends on
 //! that) and each connection's reads one at a time, in the order they were read.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +33,7 @@ use seda_io::{BacklogAction, SocketConfig, SocketHandle, Sockets};
 
 use crate::catcher::Catcher;
 use crate::config::{RouterAdmission, RouterConfig};
+use crate::error::Error;
 use crate::events::{CatcherEvent, RouterEvent};
 use crate::flow::ReadPause;
 use crate::router::{Peers, Router};
@@ -49,18 +49,6 @@ pub const CATCHER_STAGE: &str = "GnutellaCatcher";
 
 /// How long [`Gnutella::stop`] waits for the router to send its Byes.
 const BYE_WAIT: Duration = Duration::from_secs(1);
-
-/// The router's error: a bad setting or a failure to start.
-#[derive(Debug)]
-pub struct Error(String);
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// What a stats snapshot reads: each stage's counters and the router's peers.
 /// Read-only: only the owning stage writes any of it.
@@ -131,9 +119,8 @@ impl Gnutella {
     /// Registers the router's stages in `rt` and binds its listener. The router
     /// runs once `rt` runs (at once if it already does).
     pub fn start(rt: &Runtime, cfg: RouterConfig) -> Result<Gnutella, Error> {
-        cfg.validate().map_err(Error)?;
+        cfg.validate()?;
         let cfg = Arc::new(cfg);
-        let stage_err = |e: seda::RuntimeError| Error(format!("cannot register a stage: {e}"));
         let mut sc = SocketConfig::new(cfg.listen);
         if let Some(n) = cfg.event_loops {
             sc.event_loops = n;
@@ -148,17 +135,16 @@ impl Gnutella {
         let inline_router = cfg.inline && cfg.query_delay.is_none();
         domain.set_inline(cfg.inline);
         sc.domain = Some(domain.clone());
-        let bound = Sockets::bind(sc)
-            .map_err(|e| Error(format!("cannot listen on {}: {e}", cfg.listen)))?;
+        let bound = Sockets::bind(sc).map_err(|source| Error::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
         let writer = bound.writer();
         let listen = bound.local_addr();
         let advertised = cfg.advertise.unwrap_or(listen);
 
-        let (router_sink, router_decl) =
-            rt.declare::<RouterEvent>(ROUTER_STAGE).map_err(stage_err)?;
-        let (catcher_sink, catcher_decl) = rt
-            .declare::<CatcherEvent>(CATCHER_STAGE)
-            .map_err(stage_err)?;
+        let (router_sink, router_decl) = rt.declare::<RouterEvent>(ROUTER_STAGE)?;
+        let (catcher_sink, catcher_decl) = rt.declare::<CatcherEvent>(CATCHER_STAGE)?;
         let counters = [(); 3].map(|()| Arc::new(Counters::default()));
         let peers = Arc::new(Peers::default());
         // With the thread-pool controller a standing queue is its signal to add a
@@ -201,7 +187,7 @@ impl Gnutella {
                 router_stage.admission(Red::new(min, max, max_p, 0.2))
             }
         };
-        router_stage.build().map_err(stage_err)?;
+        router_stage.build()?;
 
         let catcher = Catcher::new(
             Arc::clone(&cfg),
@@ -216,8 +202,7 @@ impl Gnutella {
             .capacity(4096)
             .thread_model(ThreadModel::PerStage)
             .fixed_threads(1)
-            .build()
-            .map_err(stage_err)?;
+            .build()?;
 
         let server = Server::new(
             Arc::clone(&cfg),
@@ -233,11 +218,8 @@ impl Gnutella {
             .capacity(16_384)
             .batch(64)
             .domain(&domain)
-            .build()
-            .map_err(stage_err)?;
-        let sockets = bound
-            .start(rt, server_sink)
-            .map_err(|e| Error(format!("cannot start the socket stages: {e}")))?;
+            .build()?;
+        let sockets = bound.start(rt, server_sink).map_err(Error::Sockets)?;
         rt.schedule_with(
             Duration::ZERO,
             &catcher_sink,

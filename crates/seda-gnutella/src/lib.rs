@@ -38,22 +38,23 @@
 
 mod catcher;
 mod config;
+mod error;
 mod events;
 mod flow;
 mod gnutella;
 mod outq;
 mod router;
 mod server;
+mod setters;
 mod stats;
 
 pub mod proto;
 pub mod routing;
 
 pub use crate::config::{
-    HandshakeLimit, PongCacheConfig, QrpConfig, RouterAdmission, RouterConfig,
+    ConfigError, HandshakeLimit, PongCacheConfig, QrpConfig, RouterAdmission, RouterConfig,
 };
+pub use crate::error::Error;
 pub use crate::events::{CatcherEvent, Messages, PeerInfo, Role, RouterEvent};
-pub use crate::gnutella::{
-    CATCHER_STAGE, Error, Gnutella, ROUTER_STAGE, SERVER_STAGE, StatsHandle,
-};
+pub use crate::gnutella::{CATCHER_STAGE, Gnutella, ROUTER_STAGE, SERVER_STAGE, StatsHandle};
 pub use crate::stats::{GnutellaStats, PeerStats, PongCacheStats, QrpStats};

@@ -26,6 +26,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use seda_io::ConnId;
 
+use crate::error::ConfigError;
 use crate::proto::message::{Guid, HEADER_LEN, Header, MsgType, push_servent, queryhit_servent};
 
 /// The origin of messages this router sends itself (connection ids start at 1).
@@ -33,8 +34,10 @@ pub const LOCAL: ConnId = ConnId(0);
 
 const SHARDS: usize = 16;
 
-/// Settings of the routing tables and TTL rules.
+/// Settings of the routing tables and TTL rules. `#[non_exhaustive]`: start from
+/// `Default` and use the `with_*` setters.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RoutingConfig {
     /// Largest TTL + Hops of a forwarded broadcast (advertised as `X-Max-TTL`).
     /// Default 4, 1..=255.
@@ -45,6 +48,12 @@ pub struct RoutingConfig {
     /// How long an entry is kept at most. Default 10 minutes.
     pub table_ttl: Duration,
 }
+
+crate::setters::setters!(RoutingConfig {
+    with_max_ttl: max_ttl: u8,
+    with_table_entries: table_entries: usize,
+    with_table_ttl: table_ttl: Duration,
+});
 
 impl Default for RoutingConfig {
     fn default() -> Self {
@@ -58,15 +67,24 @@ impl Default for RoutingConfig {
 
 impl RoutingConfig {
     /// Checks each field's range.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_ttl == 0 {
-            return Err("max TTL must be 1..=255".into());
+            return Err(ConfigError::new(
+                "routing.max_ttl",
+                "max TTL must be 1..=255",
+            ));
         }
         if self.table_entries < 64 {
-            return Err("routing table entries must be at least 64".into());
+            return Err(ConfigError::new(
+                "routing.table_entries",
+                "routing table entries must be at least 64",
+            ));
         }
         if self.table_ttl < Duration::from_millis(10) {
-            return Err("routing table TTL must be at least 10 ms".into());
+            return Err(ConfigError::new(
+                "routing.table_ttl",
+                "routing table TTL must be at least 10 ms",
+            ));
         }
         Ok(())
     }

@@ -59,10 +59,7 @@ fn refused(r: &TestRouter, o: &Opts) -> Head {
 
 #[test]
 fn normal_nodes_leaves_when_not_taken_and_old_protocols_are_refused_clearly() {
-    let r = TestRouter::start(RouterConfig {
-        max_leaves: 0,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(RouterConfig::default().with_max_leaves(0));
     let normal = Opts {
         headers: vec![("User-Agent".into(), "old/1".into())],
         ..Opts::default()
@@ -87,10 +84,7 @@ fn normal_nodes_leaves_when_not_taken_and_old_protocols_are_refused_clearly() {
 
 #[test]
 fn a_full_router_answers_503_with_hosts_to_try() {
-    let r = TestRouter::start(RouterConfig {
-        max_peers: 2,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(RouterConfig::default().with_max_peers(2));
     // Teach the router a host via a peer's X-Try-Ultrapeers.
     let mut o = Opts::default();
     o.headers
@@ -143,10 +137,9 @@ fn garbage_and_oversized_handshakes_get_a_status_and_a_close() {
 
 #[test]
 fn a_silent_connection_is_closed_after_the_handshake_timeout() {
-    let r = TestRouter::start(RouterConfig {
-        handshake_timeout: Duration::from_millis(300),
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default().with_handshake_timeout(Duration::from_millis(300)),
+    );
     let mut s = connect_raw(r.addr());
     // The router closes us: read returns 0 (or a reset), not our own read timeout
     // (60 s, 200 times the handshake timeout: a loaded machine cannot reach it).
@@ -208,10 +201,7 @@ fn an_ultrapeer_that_dials_in_teaches_the_host_cache_its_node_address() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let node = closed.local_addr().unwrap();
     drop(closed);
-    let r = TestRouter::start(RouterConfig {
-        min_outgoing: 0,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(RouterConfig::default().with_min_outgoing(0));
     let mut o = Opts::default();
     o.headers
         .push(("Node".into(), format!("{node}, [fd00::2]:59565")));

@@ -16,13 +16,13 @@ use support::*;
 fn a_peer_that_stops_reading_costs_bounded_memory_and_is_closed() {
     const OUT_QUEUE: usize = 128 * 1024;
     const QUERIES: u64 = 1000;
-    let r = TestRouter::start(RouterConfig {
-        out_queue_bytes: OUT_QUEUE,
-        socket_budget: 16 * 1024,
-        send_buffer: Some(16 * 1024),
-        slow_grace: Duration::from_millis(800),
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_out_queue_bytes(OUT_QUEUE)
+            .with_socket_budget(16 * 1024)
+            .with_send_buffer(Some(16 * 1024))
+            .with_slow_grace(Duration::from_millis(800)),
+    );
     let mut v = peers(&r, 3);
     let slow = v.pop().unwrap(); // never reads again
     let mut fast = v.pop().unwrap();
@@ -84,11 +84,11 @@ fn a_peer_that_stops_reading_costs_bounded_memory_and_is_closed() {
 #[test]
 fn two_routers_chain_and_route_both_ways() {
     let r1 = TestRouter::start(RouterConfig::default());
-    let r2 = TestRouter::start(RouterConfig {
-        seeds: vec![r1.addr()],
-        min_outgoing: 1,
-        ..RouterConfig::default()
-    });
+    let r2 = TestRouter::start(
+        RouterConfig::default()
+            .with_seeds(vec![r1.addr()])
+            .with_min_outgoing(1),
+    );
     r2.wait("outgoing connection up", |s| {
         s.peers == 1 && s.connections[0].outgoing && s.event("outgoing_connected") == 1
     });
@@ -148,11 +148,11 @@ fn the_catcher_backs_off_between_failed_connects() {
         .unwrap();
     let backoff = Duration::from_millis(500);
     let start = Instant::now();
-    let r = TestRouter::start(RouterConfig {
-        seeds: vec![dead],
-        backoff,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_seeds(vec![dead])
+            .with_backoff(backoff),
+    );
     // Tries at about 0, 0.5, 1.5 s (then 3.5 s).
     assert_backs_off("connect attempts", start, backoff, || {
         r.router.stats().event("connect_failed")
@@ -162,18 +162,15 @@ fn the_catcher_backs_off_between_failed_connects() {
 #[test]
 fn the_catcher_backs_off_after_a_refused_handshake() {
     // A router that refuses everyone (max 1 peer, taken).
-    let full = TestRouter::start(RouterConfig {
-        max_peers: 1,
-        ..RouterConfig::default()
-    });
+    let full = TestRouter::start(RouterConfig::default().with_max_peers(1));
     let _taken = peers(&full, 1);
     let backoff = Duration::from_millis(400);
     let start = Instant::now();
-    let r = TestRouter::start(RouterConfig {
-        seeds: vec![full.addr()],
-        backoff,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_seeds(vec![full.addr()])
+            .with_backoff(backoff),
+    );
     assert_backs_off("refused handshakes", start, backoff, || {
         full.router.stats().event("refused_full")
     });
@@ -184,12 +181,12 @@ fn the_catcher_backs_off_after_a_refused_handshake() {
 #[test]
 fn admission_on_the_router_queue_drops_and_counts_while_pings_still_flow() {
     // 50 ms per query and a queue threshold of 2: a burst of queries overflows it.
-    let r = TestRouter::start(RouterConfig {
-        query_delay: Some(Duration::from_millis(50)),
-        router_admission: seda_gnutella::RouterAdmission::QueueThreshold(2),
-        pong_cache: None,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_query_delay(Some(Duration::from_millis(50)))
+            .with_router_admission(seda_gnutella::RouterAdmission::QueueThreshold(2))
+            .with_pong_cache(None),
+    );
     let mut v = peers(&r, 2);
     for i in 0..30 {
         v[0].send(&Msg::new(QUERY, 3, 0, query(&format!("burst {i}"))));
@@ -220,14 +217,14 @@ fn admission_on_the_router_queue_drops_and_counts_while_pings_still_flow() {
 #[test]
 fn a_standing_queue_sheds_late_pings_and_routing_resumes() {
     const PINGS: u64 = 120;
-    let r = TestRouter::start(RouterConfig {
-        query_delay: Some(Duration::from_secs(3)),
-        router_threads: (1, 1),
-        pong_cache: None,
-        // The delay bound alone (the read pause would keep the queue short).
-        pause_reads_at: 0,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_query_delay(Some(Duration::from_secs(3)))
+            .with_router_threads((1, 1))
+            .with_pong_cache(None)
+            // The delay bound alone (the read pause would keep the queue short).
+            .with_pause_reads_at(0),
+    );
     let mut v = peers(&r, 3);
     v[0].send(&Msg::new(QUERY, 3, 0, query("hold the router")));
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -266,13 +263,13 @@ fn a_standing_queue_sheds_late_pings_and_routing_resumes() {
 #[test]
 fn a_standing_queue_pauses_the_sender_and_sheds_nothing() {
     const PINGS: u64 = 120;
-    let r = TestRouter::start(RouterConfig {
-        query_delay: Some(Duration::from_secs(2)),
-        router_threads: (1, 1),
-        pong_cache: None,
-        pause_reads_at: 8,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_query_delay(Some(Duration::from_secs(2)))
+            .with_router_threads((1, 1))
+            .with_pong_cache(None)
+            .with_pause_reads_at(8),
+    );
     let mut v = peers(&r, 3);
     v[0].send(&Msg::new(QUERY, 3, 0, query("hold the router")));
     r.wait("the query at the router", |s| {

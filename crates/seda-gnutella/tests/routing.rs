@@ -94,11 +94,11 @@ fn query_hits_follow_the_reverse_path_and_pushes_the_servent() {
 
 #[test]
 fn without_pong_caching_pings_are_broadcast_and_pongs_go_back_usable_only() {
-    let r = TestRouter::start(RouterConfig {
-        advertise: Some("10.0.0.1:6346".parse().unwrap()),
-        pong_cache: None,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_advertise(Some("10.0.0.1:6346".parse().unwrap()))
+            .with_pong_cache(None),
+    );
     let mut v = peers(&r, 2);
     let ping = Msg::new(PING, 2, 0, vec![]);
     v[0].send(&ping);
@@ -140,10 +140,7 @@ fn without_pong_caching_pings_are_broadcast_and_pongs_go_back_usable_only() {
 
 #[test]
 fn a_loopback_router_answers_only_alive_pings() {
-    let r = TestRouter::start(RouterConfig {
-        pong_cache: None,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(RouterConfig::default().with_pong_cache(None));
     let mut v = peers(&r, 1);
     // A neighbour's alive ping (TTL 1, hops 0): answered; servents match the pong by
     // GUID before they look at its address.
@@ -183,10 +180,7 @@ fn link_messages_are_consumed_never_forwarded() {
 
 #[test]
 fn hops_flow_stops_queries_to_a_peer() {
-    let r = TestRouter::start(RouterConfig {
-        pong_cache: None,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(RouterConfig::default().with_pong_cache(None));
     let mut v = peers(&r, 2);
     // BEAR/4 v1 "Hops Flow" 0: send me no queries.
     let mut hf = b"BEAR".to_vec();
@@ -246,10 +240,7 @@ fn a_peer_that_says_bye_is_closed() {
 
 #[test]
 fn a_quiet_link_gets_keepalive_pings_and_their_pongs_count_as_ours() {
-    let r = TestRouter::start(RouterConfig {
-        keepalive: Duration::from_millis(300),
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(RouterConfig::default().with_keepalive(Duration::from_millis(300)));
     let mut v = peers(&r, 1);
     // Silence from the router for longer than the keep-alive: a one-hop ping.
     let ping = v[0].recv_kind(PING, T).expect("keep-alive ping");

@@ -30,10 +30,7 @@ fn queries(p: &mut Peer) -> Vec<Msg> {
 
 #[test]
 fn a_leaf_is_accepted_and_gets_no_ping_or_query_it_did_not_ask_for() {
-    let r = TestRouter::start(RouterConfig {
-        pong_cache: None,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(RouterConfig::default().with_pong_cache(None));
     let mut l = Peer::connect_with(r.addr(), &leaf_opts());
     assert_eq!(l.head.get("X-Ultrapeer"), Some("True"));
     assert_eq!(l.head.get("X-Query-Routing"), Some("0.2"));
@@ -87,11 +84,11 @@ fn a_leaf_gets_only_the_queries_its_table_matches() {
 /// come before any RESET and drop the leaf (Bye 413).
 #[test]
 fn two_router_threads_keep_a_connections_order() {
-    let r = TestRouter::start(RouterConfig {
-        router_threads: (2, 2),
-        query_delay: Some(Duration::from_millis(300)),
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_router_threads((2, 2))
+            .with_query_delay(Some(Duration::from_millis(300))),
+    );
     let mut l = leaf(&r);
     let msgs = qrp_messages(&qrp_table(&["ordered"], 16), 1);
     let mut first = Msg::new(QUERY, 1, 0, query("nothing here")).encode();
@@ -150,13 +147,9 @@ fn a_leafs_queries_hits_and_pushes_are_routed_as_any_peers() {
 
 #[test]
 fn a_malformed_patch_or_an_oversized_table_drops_that_leaf_only() {
-    let r = TestRouter::start(RouterConfig {
-        qrp: QrpConfig {
-            memory: 64 << 10,
-            ..QrpConfig::default()
-        },
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default().with_qrp(QrpConfig::default().with_memory(64 << 10)),
+    );
     let mut good = leaf(&r);
     share(&r, &mut good, &["keep"], 1);
     // A PATCH whose zlib data is garbage.
@@ -192,11 +185,7 @@ fn a_malformed_patch_or_an_oversized_table_drops_that_leaf_only() {
 
 #[test]
 fn leaves_past_the_limit_are_refused_and_the_headers_say_so() {
-    let r = TestRouter::start(RouterConfig {
-        max_peers: 1,
-        max_leaves: 2,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(RouterConfig::default().with_max_peers(1).with_max_leaves(2));
     let _a = leaf(&r);
     let _b = leaf(&r);
     let mut third = Peer::try_connect(r.addr(), &leaf_opts()).expect("an answer");
@@ -217,10 +206,7 @@ fn leaves_past_the_limit_are_refused_and_the_headers_say_so() {
 /// carries our ultrapeer degree (at least 16), as gtk-gnutella's do.
 #[test]
 fn the_default_takes_32_leaves_and_the_headers_say_which_slots_are_free() {
-    let r = TestRouter::start(RouterConfig {
-        max_peers: 1,
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(RouterConfig::default().with_max_peers(1));
     let up = Peer::connect(r.addr());
     assert_eq!(up.head.get("X-Ultrapeer-Needed"), Some("True"));
     assert_eq!(up.head.get("X-Degree"), Some("16"));
@@ -244,10 +230,9 @@ fn the_default_takes_32_leaves_and_the_headers_say_which_slots_are_free() {
 /// by pinging our ultrapeers: never our leaves, who did not ask.
 #[test]
 fn a_leaf_gets_no_cache_refill_ping() {
-    let r = TestRouter::start(RouterConfig {
-        advertise: Some("10.0.0.1:6346".parse().unwrap()),
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default().with_advertise(Some("10.0.0.1:6346".parse().unwrap())),
+    );
     let mut l = leaf(&r);
     let mut up = peers(&r, 2);
     r.wait("a leaf and two ultrapeers", |s| {
@@ -264,13 +249,10 @@ fn a_leaf_gets_no_cache_refill_ping() {
 
 #[test]
 fn ultrapeers_that_ask_get_the_union_of_our_leaves_tables() {
-    let r = TestRouter::start(RouterConfig {
-        qrp: QrpConfig {
-            update_every: Duration::from_millis(100),
-            ..QrpConfig::default()
-        },
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_qrp(QrpConfig::default().with_update_every(Duration::from_millis(100))),
+    );
     let mut o = Opts::default();
     o.headers
         .push(("X-Ultrapeer-Query-Routing".into(), "0.1".into()));
@@ -367,14 +349,14 @@ fn last_hop_queries_reach_an_ultrapeer_only_if_its_table_matches() {
 
 #[test]
 fn pings_are_answered_from_the_pong_cache_not_broadcast() {
-    let r = TestRouter::start(RouterConfig {
-        advertise: Some("10.0.0.1:6346".parse().unwrap()),
-        pong_cache: Some(PongCacheConfig {
-            throttle: (Duration::from_millis(300), Duration::from_secs(60)),
-            ..PongCacheConfig::default()
-        }),
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default()
+            .with_advertise(Some("10.0.0.1:6346".parse().unwrap()))
+            .with_pong_cache(Some(
+                PongCacheConfig::default()
+                    .with_throttle((Duration::from_millis(300), Duration::from_secs(60))),
+            )),
+    );
     let mut v = peers(&r, 2);
     let ping = Msg::new(PING, 3, 0, vec![]);
     v[0].send(&ping);
@@ -442,14 +424,13 @@ fn pings_are_answered_from_the_pong_cache_not_broadcast() {
 
 #[test]
 fn a_hammering_address_gets_429_with_retry_after() {
-    let r = TestRouter::start(RouterConfig {
-        handshake_limit: HandshakeLimit {
-            exempt_loopback: false,
-            per_net: 0,
-            ..HandshakeLimit::default()
-        },
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default().with_handshake_limit(
+            HandshakeLimit::default()
+                .with_exempt_loopback(false)
+                .with_per_net(0),
+        ),
+    );
     let _a = Peer::connect(r.addr());
     let _b = Peer::connect(r.addr());
     let mut third = Peer::try_connect(r.addr(), &Opts::default()).expect("an answer");
@@ -470,15 +451,14 @@ fn a_hammering_address_gets_429_with_retry_after() {
 /// together, and a host of another network is not held back.
 #[test]
 fn a_hammering_network_gets_429_too() {
-    let r = TestRouter::start(RouterConfig {
-        handshake_limit: HandshakeLimit {
-            exempt_loopback: false,
-            per_addr: 2,
-            per_net: 3,
-            ..HandshakeLimit::default()
-        },
-        ..RouterConfig::default()
-    });
+    let r = TestRouter::start(
+        RouterConfig::default().with_handshake_limit(
+            HandshakeLimit::default()
+                .with_exempt_loopback(false)
+                .with_per_addr(2)
+                .with_per_net(3),
+        ),
+    );
     let from = |ip: [u8; 4]| {
         Peer::try_connect_from(IpAddr::from(ip), r.addr(), &Opts::default()).expect("an answer")
     };

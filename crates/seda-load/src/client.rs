@@ -66,8 +66,24 @@ pub enum RequestMix {
     FileSet(Manifest),
 }
 
-/// A load run.
+/// A load run. `#[non_exhaustive]`: start from [`LoadConfig::new`] and set the rest
+/// with the `with_*` setters (a new setting is then not a breaking change).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use seda_load::{LoadConfig, Mode, Schedule};
+///
+/// let cfg = LoadConfig::new("127.0.0.1:8080".parse().unwrap(), Schedule::steady(Duration::from_secs(10), 50.0))
+///     .with_mode(Mode::Open { reqs_per_conn: 1, max_conns: 100 })
+///     .with_threads(2);
+/// assert_eq!(cfg.host, "127.0.0.1:8080");
+/// assert_eq!(cfg.timeout, Duration::from_secs(60));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct LoadConfig {
     /// Server address (loopback only, see [`parse_url`]).
     pub addr: SocketAddr,
@@ -153,7 +169,46 @@ pub fn parse_url(url: &str) -> Result<(SocketAddr, String), LoadError> {
     Ok((addr, authority.as_str().to_string()))
 }
 
+crate::setters::setters!(LoadConfig {
+    with_addr: addr: SocketAddr,
+    with_host: host: String,
+    with_mode: mode: Mode,
+    with_requests: requests: RequestMix,
+    with_headers: headers: Vec<(String, String)>,
+    with_schedule: schedule: Schedule,
+    with_timeout: timeout: Duration,
+    with_drain: drain: Duration,
+    with_threads: threads: usize,
+    with_seed: seed: u64,
+    with_rt_target: rt_target: Option<Duration>,
+    with_retry_wait: retry_wait: Option<Duration>,
+});
+
 impl LoadConfig {
+    /// A run against `addr` over `schedule` with `seda load http`'s defaults: Host
+    /// `addr`, a closed loop (20 ms think time, 5 requests per connection) asking
+    /// for `/`, no extra headers, a 60 s timeout, 5 s drain, one thread, seed 1, no
+    /// response-time target, the think time after a refusal.
+    pub fn new(addr: SocketAddr, schedule: Schedule) -> Self {
+        LoadConfig {
+            addr,
+            host: addr.to_string(),
+            mode: Mode::Closed {
+                think: Duration::from_millis(20),
+                reqs_per_conn: 5,
+            },
+            requests: RequestMix::Path("/".to_owned()),
+            headers: Vec::new(),
+            schedule,
+            timeout: Duration::from_secs(60),
+            drain: Duration::from_secs(5),
+            threads: 1,
+            seed: 1,
+            rt_target: None,
+            retry_wait: None,
+        }
+    }
+
     fn validate(&self) -> Result<(), LoadError> {
         if !self.addr.ip().is_loopback() {
             return Err(LoadError::config(format!(

@@ -29,6 +29,7 @@ pub mod http;
 pub mod metrics;
 pub mod report;
 pub mod schedule;
+mod setters;
 pub mod testserver;
 
 pub use client::{LoadConfig, Mode, Progress, RequestMix, parse_url};

@@ -8,20 +8,15 @@ use seda_load::{LoadConfig, LoadReport, Mode, RequestMix, Schedule, parse_url};
 
 fn config(server: &TestServer, mode: Mode, schedule: Schedule) -> LoadConfig {
     let (addr, host) = parse_url(&server.url()).unwrap();
-    LoadConfig {
-        addr,
-        host,
-        mode,
-        requests: RequestMix::Path("/x".into()),
-        headers: vec![("X-Class".into(), "1".into())],
-        schedule,
-        timeout: Duration::from_secs(10),
-        drain: Duration::from_secs(2),
-        threads: 1,
-        seed: 1,
-        rt_target: None,
-        retry_wait: None,
-    }
+    LoadConfig::new(addr, schedule)
+        .with_host(host)
+        .with_mode(mode)
+        .with_requests(RequestMix::Path("/x".into()))
+        .with_headers(vec![("X-Class".into(), "1".into())])
+        .with_timeout(Duration::from_secs(10))
+        .with_drain(Duration::from_secs(2))
+        .with_threads(1)
+        .with_seed(1)
 }
 
 fn check_accounting(r: &LoadReport) {
@@ -279,23 +274,18 @@ fn refused_connections_are_errors() {
         l.local_addr().unwrap().port()
     };
     let (addr, host) = parse_url(&format!("http://127.0.0.1:{port}")).unwrap();
-    let cfg = LoadConfig {
-        addr,
-        host,
-        mode: Mode::Closed {
+    let cfg = LoadConfig::new(addr, Schedule::steady(Duration::from_millis(500), 2.0))
+        .with_host(host)
+        .with_mode(Mode::Closed {
             think: Duration::from_millis(50),
             reqs_per_conn: 5,
-        },
-        requests: RequestMix::Path("/".into()),
-        headers: vec![],
-        schedule: Schedule::steady(Duration::from_millis(500), 2.0),
-        timeout: Duration::from_secs(1),
-        drain: Duration::from_millis(200),
-        threads: 2,
-        seed: 3,
-        rt_target: None,
-        retry_wait: None,
-    };
+        })
+        .with_requests(RequestMix::Path("/".into()))
+        .with_headers(vec![])
+        .with_timeout(Duration::from_secs(1))
+        .with_drain(Duration::from_millis(200))
+        .with_threads(2)
+        .with_seed(3);
     let r = seda_load::client::run(&cfg, |_, _| {}).unwrap();
     check_accounting(&r);
     assert_eq!(r.completed, 0);

@@ -230,10 +230,9 @@ fn run_one(
     .map_err(ExperimentError::other)?;
     let mut groups = Vec::new();
     for (s, class) in &spec.groups {
-        groups.push(UserGroup {
-            schedule: Schedule::parse(s).map_err(ExperimentError::other)?,
-            class: *class,
-        });
+        groups.push(
+            UserGroup::new(Schedule::parse(s).map_err(ExperimentError::other)?).with_class(*class),
+        );
     }
     let mut load = ArashiLoadConfig::steady(service.local_addr(), 1, Duration::from_secs(1));
     load.groups = groups;

@@ -183,22 +183,18 @@ pub fn run(cfg: &Fig12Config, log: &mut dyn FnMut(&str)) -> Result<Fig12Results,
         skipped: Vec::new(),
         runs: Vec::new(),
     };
-    let load = |addr, clients: u64, dur: Duration, seed: u64| LoadConfig {
-        addr,
-        host: format!("{addr}"),
-        mode: Mode::Closed {
-            think: Duration::from_millis(20),
-            reqs_per_conn: 5,
-        },
-        requests: RequestMix::FileSet(manifest.clone()),
-        headers: Vec::new(),
-        schedule: Schedule::steady(dur, clients as f64),
-        timeout: Duration::from_secs(120),
-        drain: cfg.drain,
-        threads: cfg.threads,
-        seed,
-        rt_target: None,
-        retry_wait: None,
+    let load = |addr, clients: u64, dur: Duration, seed: u64| {
+        LoadConfig::new(addr, Schedule::steady(dur, clients as f64))
+            .with_host(format!("{addr}"))
+            .with_mode(Mode::Closed {
+                think: Duration::from_millis(20),
+                reqs_per_conn: 5,
+            })
+            .with_requests(RequestMix::FileSet(manifest.clone()))
+            .with_timeout(Duration::from_secs(120))
+            .with_drain(cfg.drain)
+            .with_threads(cfg.threads)
+            .with_seed(seed)
     };
 
     for spec in &cfg.servers {

@@ -524,23 +524,16 @@ struct Point<'a> {
 
 impl Point<'_> {
     fn load(&self, addr: std::net::SocketAddr, dur: Duration, seed: u64) -> LoadConfig {
-        LoadConfig {
-            addr,
-            host: addr.to_string(),
-            mode: Mode::Closed {
+        LoadConfig::new(addr, Schedule::steady(dur, self.cfg.clients as f64))
+            .with_mode(Mode::Closed {
                 think: Duration::ZERO,
                 reqs_per_conn: 5,
-            },
-            requests: RequestMix::FileSet(self.manifest.clone()),
-            headers: Vec::new(),
-            schedule: Schedule::steady(dur, self.cfg.clients as f64),
-            timeout: Duration::from_secs(60),
-            drain: Duration::from_secs(5),
-            threads: 1,
-            seed,
-            rt_target: None,
-            retry_wait: None,
-        }
+            })
+            .with_requests(RequestMix::FileSet(self.manifest.clone()))
+            .with_timeout(Duration::from_secs(60))
+            .with_drain(Duration::from_secs(5))
+            .with_threads(1)
+            .with_seed(seed)
     }
 
     /// Starts the server (in `group`), checks it serves, warms it up, measures.

@@ -126,28 +126,26 @@ pub fn run_one(
     let rt = seda::Runtime::builder().name("fig14").build();
     let g = Gnutella::start(
         &rt,
-        RouterConfig {
-            max_peers: cfg.peers + 4,
-            max_leaves: cfg.leaves + 4,
-            min_outgoing: 0,
-            query_delay: Some(cfg.query_delay),
+        RouterConfig::default()
+            .with_max_peers(cfg.peers + 4)
+            .with_max_leaves(cfg.leaves + 4)
+            .with_min_outgoing(0)
+            .with_query_delay(Some(cfg.query_delay))
             // Fig. 14 shows the queue growing past one thread's capacity: no bound,
             // and no read pause holding the queue in the kernel instead.
-            max_queue_delay: None,
-            pause_reads_at: 0,
-            router_threads: (1, if controller { cfg.max_threads } else { 1 }),
-            router_pool_controller: controller,
-            router_queue_threshold: cfg.queue_threshold,
-            advertise: Some(std::net::SocketAddr::from(BENCH_ADVERTISE)),
+            .with_max_queue_delay(None)
+            .with_pause_reads_at(0)
+            .with_router_threads((1, if controller { cfg.max_threads } else { 1 }))
+            .with_router_pool_controller(controller)
+            .with_router_queue_threshold(cfg.queue_threshold)
+            .with_advertise(Some(std::net::SocketAddr::from(BENCH_ADVERTISE)))
             // SEDA's traffic model: every ping is broadcast, as the paper's router did;
             // with leaves, today's ultrapeer: pings answered from the pong cache.
-            pong_cache: if cfg.leaves > 0 {
+            .with_pong_cache(if cfg.leaves > 0 {
                 RouterConfig::default().pong_cache
             } else {
                 None
-            },
-            ..RouterConfig::default()
-        },
+            }),
     )
     .map_err(ExperimentError::other)?;
     rt.start().map_err(ExperimentError::other)?;
@@ -170,16 +168,16 @@ pub fn run_one(
             v
         })
     };
-    let load = seda_load::gnutella::run(&LoadConfig {
-        router: g.local_addr(),
-        peers: cfg.peers,
-        rate: Some(rate),
-        duration: cfg.duration,
-        warmup: cfg.warmup,
-        hit_fraction: 0.0,
-        leaves: cfg.leaves,
-        ..LoadConfig::default()
-    });
+    let load = seda_load::gnutella::run(
+        &LoadConfig::default()
+            .with_router(g.local_addr())
+            .with_peers(cfg.peers)
+            .with_rate(Some(rate))
+            .with_duration(cfg.duration)
+            .with_warmup(cfg.warmup)
+            .with_hit_fraction(0.0)
+            .with_leaves(cfg.leaves),
+    );
     stop.store(true, Relaxed);
     let samples = sampler.join().unwrap_or_default();
     let router = g.stats();

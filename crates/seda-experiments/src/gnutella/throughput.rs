@@ -139,20 +139,20 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn load(cfg: &ThroughputConfig, router: SocketAddr) -> Result<LoadReport, ExperimentError> {
-    seda_load::gnutella::run(&LoadConfig {
-        router,
-        peers: cfg.peers,
-        threads: cfg.threads,
-        rate: None,
-        duration: cfg.duration,
-        mix: cfg.mix.clone(),
-        hit_fraction: 0.0,
-        // Time every query but one ping in 16: millions of copies a second.
-        ping_sample: 16,
-        leaves: cfg.leaves,
-        query_words: cfg.query_words,
-        ..LoadConfig::default()
-    })
+    seda_load::gnutella::run(
+        &LoadConfig::default()
+            .with_router(router)
+            .with_peers(cfg.peers)
+            .with_threads(cfg.threads)
+            .with_rate(None)
+            .with_duration(cfg.duration)
+            .with_mix(cfg.mix.clone())
+            .with_hit_fraction(0.0)
+            // Time every query but one ping in 16: millions of copies a second.
+            .with_ping_sample(16)
+            .with_leaves(cfg.leaves)
+            .with_query_words(cfg.query_words),
+    )
     .map_err(ExperimentError::other)
 }
 
@@ -272,18 +272,16 @@ fn staged_round(
     let rt = seda::Runtime::builder().name("gnutella-bench").build();
     let g = Gnutella::start(
         &rt,
-        RouterConfig {
-            max_peers: cfg.peers + 4,
-            min_outgoing: 0,
-            advertise: Some(SocketAddr::from(BENCH_ADVERTISE)),
-            pong_cache: None,
-            inline,
-            router_threads: (cfg.router_threads, cfg.router_threads),
-            max_queue_delay: cfg.max_queue_delay,
-            pause_reads_at: cfg.pause_reads_at,
-            event_loops: cfg.event_loops,
-            ..RouterConfig::default()
-        },
+        RouterConfig::default()
+            .with_max_peers(cfg.peers + 4)
+            .with_min_outgoing(0)
+            .with_advertise(Some(SocketAddr::from(BENCH_ADVERTISE)))
+            .with_pong_cache(None)
+            .with_inline(inline)
+            .with_router_threads((cfg.router_threads, cfg.router_threads))
+            .with_max_queue_delay(cfg.max_queue_delay)
+            .with_pause_reads_at(cfg.pause_reads_at)
+            .with_event_loops(cfg.event_loops),
     )
     .map_err(ExperimentError::other)?;
     rt.start().map_err(ExperimentError::other)?;
@@ -323,17 +321,15 @@ fn ultrapeer_round(
     let rt = seda::Runtime::builder().name("gnutella-bench").build();
     let g = Gnutella::start(
         &rt,
-        RouterConfig {
-            max_peers: cfg.peers + 4,
-            max_leaves: cfg.leaves + 4,
-            min_outgoing: 0,
-            advertise: Some(SocketAddr::from(BENCH_ADVERTISE)),
-            router_threads: (cfg.router_threads, cfg.router_threads),
-            max_queue_delay: cfg.max_queue_delay,
-            pause_reads_at: cfg.pause_reads_at,
-            event_loops: cfg.event_loops,
-            ..RouterConfig::default()
-        },
+        RouterConfig::default()
+            .with_max_peers(cfg.peers + 4)
+            .with_max_leaves(cfg.leaves + 4)
+            .with_min_outgoing(0)
+            .with_advertise(Some(SocketAddr::from(BENCH_ADVERTISE)))
+            .with_router_threads((cfg.router_threads, cfg.router_threads))
+            .with_max_queue_delay(cfg.max_queue_delay)
+            .with_pause_reads_at(cfg.pause_reads_at)
+            .with_event_loops(cfg.event_loops),
     )
     .map_err(ExperimentError::other)?;
     rt.start().map_err(ExperimentError::other)?;

@@ -270,25 +270,24 @@ fn run_one(
         .groups
         .iter()
         .enumerate()
-        .map(|(k, g)| LoadConfig {
-            addr,
-            host: addr.to_string(),
-            mode: Mode::Closed {
-                think: cfg.think,
-                reqs_per_conn: cfg.reqs_per_conn,
-            },
-            requests: RequestMix::Path("/bottleneck".into()),
-            headers: g
-                .class
-                .map(|c| vec![(CLASS_HEADER.to_string(), c.to_string())])
-                .unwrap_or_default(),
-            schedule: g.schedule.clone(),
-            timeout: cfg.timeout,
-            drain: cfg.drain,
-            threads: cfg.threads,
-            seed: cfg.seed.wrapping_add(index * 16 + k as u64),
-            rt_target: Some(Duration::from_secs_f64(cfg.target_ms / 1e3)),
-            retry_wait: Some(retry_wait),
+        .map(|(k, g)| {
+            LoadConfig::new(addr, g.schedule.clone())
+                .with_mode(Mode::Closed {
+                    think: cfg.think,
+                    reqs_per_conn: cfg.reqs_per_conn,
+                })
+                .with_requests(RequestMix::Path("/bottleneck".into()))
+                .with_headers(
+                    g.class
+                        .map(|c| vec![(CLASS_HEADER.to_string(), c.to_string())])
+                        .unwrap_or_default(),
+                )
+                .with_timeout(cfg.timeout)
+                .with_drain(cfg.drain)
+                .with_threads(cfg.threads)
+                .with_seed(cfg.seed.wrapping_add(index * 16 + k as u64))
+                .with_rt_target(Some(Duration::from_secs_f64(cfg.target_ms / 1e3)))
+                .with_retry_wait(Some(retry_wait))
         })
         .collect();
     let done = std::sync::atomic::AtomicBool::new(false);

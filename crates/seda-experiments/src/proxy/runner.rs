@@ -328,20 +328,18 @@ fn load(
     phases: Vec<Phase>,
     seed: u64,
 ) -> LoadConfig {
-    LoadConfig {
-        addr,
-        host: addr.to_string(),
-        mode,
-        requests: RequestMix::Path(format!("/work?ms={}&dist={}", cfg.work_ms, cfg.dist)),
-        headers: Vec::new(),
-        schedule: Schedule { phases },
-        timeout: cfg.timeout,
-        drain: cfg.drain,
-        threads: 1,
-        seed,
-        rt_target: Some(Duration::from_secs_f64(cfg.target_ms / 1e3)),
-        retry_wait: Some(cfg.retry_wait),
-    }
+    LoadConfig::new(addr, Schedule { phases })
+        .with_mode(mode)
+        .with_requests(RequestMix::Path(format!(
+            "/work?ms={}&dist={}",
+            cfg.work_ms, cfg.dist
+        )))
+        .with_timeout(cfg.timeout)
+        .with_drain(cfg.drain)
+        .with_threads(1)
+        .with_seed(seed)
+        .with_rt_target(Some(Duration::from_secs_f64(cfg.target_ms / 1e3)))
+        .with_retry_wait(Some(cfg.retry_wait))
 }
 
 /// The knee: closed-loop users without think time straight at the backend, step by

@@ -316,23 +316,19 @@ fn run_one(
     let hpoller = stats_addr
         .map(|a| HaproxyPoller::start(a, BACKEND, t0))
         .transpose()?;
-    let load = LoadConfig {
-        addr: target,
-        host: target.to_string(),
-        mode: Mode::Closed {
+    let load = LoadConfig::new(target, spec.schedule.clone())
+        .with_host(target.to_string())
+        .with_mode(Mode::Closed {
             think: cfg.think,
             reqs_per_conn: cfg.reqs_per_conn,
-        },
-        requests: RequestMix::Path("/bottleneck".into()),
-        headers: Vec::new(),
-        schedule: spec.schedule.clone(),
-        timeout: cfg.timeout,
-        drain: cfg.drain,
-        threads: cfg.threads,
-        seed: cfg.seed.wrapping_add(index * 16),
-        rt_target: Some(Duration::from_secs_f64(cfg.target_ms / 1e3)),
-        retry_wait: Some(cfg.retry_wait),
-    };
+        })
+        .with_requests(RequestMix::Path("/bottleneck".into()))
+        .with_timeout(cfg.timeout)
+        .with_drain(cfg.drain)
+        .with_threads(cfg.threads)
+        .with_seed(cfg.seed.wrapping_add(index * 16))
+        .with_rt_target(Some(Duration::from_secs_f64(cfg.target_ms / 1e3)))
+        .with_retry_wait(Some(cfg.retry_wait));
     let (report, killed) = std::thread::scope(|s| {
         let h = s.spawn(|| seda_load::client::run(&load, |_, _| {}));
         let mut killed = None;

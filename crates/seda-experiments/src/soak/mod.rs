@@ -203,23 +203,18 @@ fn make_root(dir: &Path, large_mib: u64) -> Result<(), ExperimentError> {
 }
 
 fn users(addr: SocketAddr, users: u64, length: Duration, seed: u64) -> LoadConfig {
-    LoadConfig {
-        addr,
-        host: "soak".into(),
-        mode: Mode::Closed {
+    LoadConfig::new(addr, Schedule::steady(length, users as f64))
+        .with_host("soak".into())
+        .with_mode(Mode::Closed {
             think: Duration::from_millis(20),
             reqs_per_conn: 5,
-        },
-        requests: RequestMix::Path("/bottleneck".into()),
-        headers: Vec::new(),
-        schedule: Schedule::steady(length, users as f64),
-        timeout: Duration::from_secs(30),
-        drain: Duration::from_secs(10),
-        threads: 1,
-        seed,
-        rt_target: None,
-        retry_wait: Some(Duration::from_secs(1)),
-    }
+        })
+        .with_requests(RequestMix::Path("/bottleneck".into()))
+        .with_timeout(Duration::from_secs(30))
+        .with_drain(Duration::from_secs(10))
+        .with_threads(1)
+        .with_seed(seed)
+        .with_retry_wait(Some(Duration::from_secs(1)))
 }
 
 /// The canary: a fresh connection fetching the small file twice a second.

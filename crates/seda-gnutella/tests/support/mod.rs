@@ -451,14 +451,7 @@ pub struct TestRouter {
 impl TestRouter {
     pub fn start(cfg: RouterConfig) -> TestRouter {
         let rt = Runtime::builder().build();
-        let router = Gnutella::start(
-            &rt,
-            RouterConfig {
-                event_loops: Some(1),
-                ..cfg
-            },
-        )
-        .expect("router starts");
+        let router = Gnutella::start(&rt, cfg.with_event_loops(Some(1))).expect("router starts");
         rt.start().expect("runtime starts");
         TestRouter { rt, router }
     }

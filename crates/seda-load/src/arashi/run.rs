@@ -26,14 +26,31 @@ use crate::schedule::Schedule;
 /// Stack of a user thread (it holds little: a client and a page).
 const USER_STACK: usize = 256 * 1024;
 
-/// A group of users.
+/// A group of users. `#[non_exhaustive]`: built by [`UserGroup::new`] and
+/// [`with_class`](UserGroup::with_class).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct UserGroup {
     /// Users over time.
     pub schedule: Schedule,
     /// Their class, sent in the class header (`None`: no header, class 0).
     pub class: Option<u8>,
 }
+
+impl UserGroup {
+    /// Users over `schedule`, of no class.
+    pub fn new(schedule: Schedule) -> Self {
+        UserGroup {
+            schedule,
+            class: None,
+        }
+    }
+}
+
+crate::setters::setters!(UserGroup {
+    with_schedule: schedule: Schedule,
+    with_class: class: Option<u8>,
+});
 
 /// A load run. `#[non_exhaustive]`: start from [`ArashiLoadConfig::steady`] and set
 /// the public fields.

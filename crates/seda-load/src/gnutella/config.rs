@@ -99,8 +99,10 @@ impl Mix {
     }
 }
 
-/// Settings of a load run.
+/// Settings of a load run. `#[non_exhaustive]`: start from `Default` and set what
+/// differs with the `with_*` setters.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct LoadConfig {
     /// The router (loopback).
     pub router: SocketAddr,
@@ -168,6 +170,26 @@ impl Default for LoadConfig {
         }
     }
 }
+
+crate::setters::setters!(LoadConfig {
+    with_router: router: SocketAddr,
+    with_peers: peers: usize,
+    with_leaves: leaves: usize,
+    with_vocabulary: vocabulary: usize,
+    with_leaf_words: leaf_words: usize,
+    with_query_words: query_words: usize,
+    with_threads: threads: usize,
+    with_rate: rate: Option<f64>,
+    with_duration: duration: Duration,
+    with_warmup: warmup: Duration,
+    with_mix: mix: Mix,
+    with_ttl: ttl: u8,
+    with_query_bytes: query_bytes: usize,
+    with_hit_fraction: hit_fraction: f64,
+    with_seed: seed: u64,
+    with_max_pending_bytes: max_pending_bytes: usize,
+    with_ping_sample: ping_sample: u16,
+});
 
 impl LoadConfig {
     /// Whether peer `i` is a leaf.

@@ -1,0 +1,23 @@
+//! The `setters!` macro, a leaf: `with_FIELD(value) -> Self` setters for the
+//! `#[non_exhaustive]` configurations ([`LoadConfig`](crate::LoadConfig), the
+//! Gnutella peers' [`LoadConfig`](crate::gnutella::LoadConfig), the mail readers'
+//! [`UserGroup`](crate::arashi::UserGroup)), whose struct literals code outside the
+//! crate cannot write. (seda's and seda-arashi's are the same macro: this crate
+//! depends on no workspace crate.)
+
+/// `setters!(Config { with_x: x: T, ... })`.
+macro_rules! setters {
+    ($ty:ident { $($setter:ident: $field:ident: $t:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                #[doc = concat!("Sets [`", stringify!($field), "`](Self::", stringify!($field), ").")]
+                #[must_use]
+                pub fn $setter(mut self, $field: $t) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+pub(crate) use setters;
