@@ -52,8 +52,10 @@ const FILE_COLOR_BIT: u64 = 1 << 63;
 /// handing it back.
 const COMPLETION_PATIENCE: Duration = Duration::from_secs(1);
 
-/// Configuration of the file helper stage.
+/// Configuration of the file helper stage. `#[non_exhaustive]`: start from
+/// `Default` and use the `with_*` setters.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct FileConfig {
     /// Stage name. Default `file-helper`.
     pub stage_name: String,
@@ -64,6 +66,12 @@ pub struct FileConfig {
     /// 200 ms, idle threads retire after 1 s.
     pub pool: ThreadPoolConfig,
 }
+
+crate::setters::setters!(FileConfig {
+    with_stage_name: stage_name: String,
+    with_capacity: capacity: usize,
+    with_pool: pool: ThreadPoolConfig,
+});
 
 impl Default for FileConfig {
     fn default() -> Self {

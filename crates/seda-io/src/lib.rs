@@ -63,6 +63,7 @@
 mod fds;
 mod file;
 mod link;
+mod setters;
 mod socket;
 mod sys;
 mod tls;

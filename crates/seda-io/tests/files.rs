@@ -12,15 +12,14 @@ use seda::{Batch, Color, Context, EnqueueError, Meta, Runtime};
 use seda_io::{FileConfig, FileHelper, FileOp, FileReply, Refusal, read_resident};
 
 fn pool(min: usize, max: usize) -> FileConfig {
-    FileConfig {
-        pool: ThreadPoolConfig::default()
+    FileConfig::default().with_pool(
+        ThreadPoolConfig::default()
             .with_min_threads(min)
             .with_max_threads(max)
             .with_queue_threshold(1)
             .with_idle_timeout(Duration::from_secs(1))
             .with_interval(Duration::from_millis(50)),
-        ..FileConfig::default()
-    }
+    )
 }
 
 fn write_files(dir: &tempfile::TempDir, n: usize, len: usize) -> Vec<PathBuf> {
@@ -377,10 +376,7 @@ fn a_completion_the_sink_will_not_take_is_handed_back_not_dropped() {
 #[test]
 fn overload_hands_the_operation_back_and_drops_nothing() {
     let rt = Runtime::builder().build();
-    let cfg = FileConfig {
-        capacity: 4,
-        ..pool(1, 1)
-    };
+    let cfg = pool(1, 1).with_capacity(4);
     let helper = FileHelper::start(&rt, cfg).unwrap();
     rt.start().unwrap();
     let dir = tempfile::tempdir().unwrap();

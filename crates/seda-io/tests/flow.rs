@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use seda_io::{BacklogAction, CloseReason, ConnId, SocketConfig};
+use seda_io::{BacklogAction, CloseReason, ConnId};
 use support::*;
 
 fn only_conn(e: &Echo) -> ConnId {
@@ -32,14 +32,12 @@ fn loop_has_turned(e: &Echo) {
 
 #[test]
 fn a_backed_up_connection_is_not_read_until_it_drains_and_is_never_cut() {
-    let cfg = SocketConfig {
-        write_threshold: 256 * 1024,
-        on_backlog: BacklogAction::Pause,
-        send_buffer: Some(32 * 1024),
+    let cfg = test_config()
+        .with_write_threshold(256 * 1024)
+        .with_on_backlog(BacklogAction::Pause)
+        .with_send_buffer(Some(32 * 1024))
         // One loop, so that `loop_has_turned` sees the turn after "ping" arrived.
-        event_loops: 1,
-        ..test_config()
-    };
+        .with_event_loops(1);
     let e = echo(cfg, 4096, Duration::ZERO);
     let mut c = connect(e.sockets.local_addr());
     // 4 MiB of output for a client that reads nothing for now.
@@ -72,12 +70,10 @@ fn a_backed_up_connection_is_not_read_until_it_drains_and_is_never_cut() {
 
 #[test]
 fn the_send_timeout_cuts_a_peer_that_takes_nothing_but_not_a_slow_reader() {
-    let cfg = SocketConfig {
-        write_threshold: 64 << 20,
-        send_timeout: Some(Duration::from_millis(800)),
-        send_buffer: Some(32 * 1024),
-        ..test_config()
-    };
+    let cfg = test_config()
+        .with_write_threshold(64 << 20)
+        .with_send_timeout(Some(Duration::from_millis(800)))
+        .with_send_buffer(Some(32 * 1024));
     let e = echo(cfg, 4096, Duration::ZERO);
     let addr = e.sockets.local_addr();
     let mut stuck = connect(addr);
@@ -118,10 +114,7 @@ fn the_send_timeout_cuts_a_peer_that_takes_nothing_but_not_a_slow_reader() {
 
 #[test]
 fn the_application_pauses_and_resumes_reading() {
-    let cfg = SocketConfig {
-        event_loops: 1,
-        ..test_config()
-    };
+    let cfg = test_config().with_event_loops(1);
     let e = echo(cfg, 4096, Duration::ZERO);
     let mut c = connect(e.sockets.local_addr());
     assert_eq!(roundtrip(&mut c, b"one"), b"one");
@@ -148,11 +141,9 @@ fn the_application_pauses_and_resumes_reading() {
 
 #[test]
 fn a_connection_over_the_limit_gets_the_refusal_then_eof() {
-    let cfg = SocketConfig {
-        max_connections: 1,
-        refusal: Some(bytes::Bytes::from_static(b"busy\n")),
-        ..test_config()
-    };
+    let cfg = test_config()
+        .with_max_connections(1)
+        .with_refusal(Some(bytes::Bytes::from_static(b"busy\n")));
     let e = echo(cfg, 4096, Duration::ZERO);
     let addr = e.sockets.local_addr();
     let mut first = connect(addr);
@@ -193,10 +184,7 @@ fn loops_in_a_domain_hand_events_to_the_app_inline() {
         .domain(&domain)
         .build()
         .unwrap();
-    let cfg = SocketConfig {
-        domain: Some(domain),
-        ..test_config()
-    };
+    let cfg = test_config().with_domain(Some(domain));
     let sockets = Sockets::start(&rt, cfg, app).unwrap();
     let _ = writer.set(sockets.writer());
     rt.start().unwrap();

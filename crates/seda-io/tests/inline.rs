@@ -56,12 +56,10 @@ fn many_connections_echo_correctly_from_the_loop_thread() {
 
 #[test]
 fn output_queued_on_the_loop_thread_pauses_reading_until_it_drains() {
-    let cfg = SocketConfig {
-        write_threshold: 256 * 1024,
-        on_backlog: BacklogAction::Pause,
-        send_buffer: Some(32 * 1024),
-        ..test_config()
-    };
+    let cfg = test_config()
+        .with_write_threshold(256 * 1024)
+        .with_on_backlog(BacklogAction::Pause)
+        .with_send_buffer(Some(32 * 1024));
     let e = inline_echo(cfg);
     let mut c = connect(e.sockets.local_addr());
     c.write_all(b"FLOOD 64").unwrap();
@@ -90,12 +88,10 @@ fn output_queued_on_the_loop_thread_pauses_reading_until_it_drains() {
 
 #[test]
 fn output_queued_on_the_loop_thread_closes_at_the_threshold() {
-    let cfg = SocketConfig {
-        write_threshold: 256 * 1024,
-        on_backlog: BacklogAction::Close,
-        send_buffer: Some(32 * 1024),
-        ..test_config()
-    };
+    let cfg = test_config()
+        .with_write_threshold(256 * 1024)
+        .with_on_backlog(BacklogAction::Close)
+        .with_send_buffer(Some(32 * 1024));
     let e = inline_echo(cfg);
     let addr = e.sockets.local_addr();
     let mut hog = connect(addr);
@@ -119,12 +115,10 @@ fn output_queued_on_the_loop_thread_closes_at_the_threshold() {
 
 #[test]
 fn a_peer_that_takes_nothing_from_the_loop_thread_is_cut_at_the_send_timeout() {
-    let cfg = SocketConfig {
-        write_threshold: 64 << 20,
-        send_timeout: Some(Duration::from_millis(500)),
-        send_buffer: Some(32 * 1024),
-        ..test_config()
-    };
+    let cfg = test_config()
+        .with_write_threshold(64 << 20)
+        .with_send_timeout(Some(Duration::from_millis(500)))
+        .with_send_buffer(Some(32 * 1024));
     let e = inline_echo(cfg);
     let mut stuck = connect(e.sockets.local_addr());
     stuck.write_all(b"FLOOD 32").unwrap();
@@ -151,11 +145,9 @@ fn a_peer_that_takes_nothing_from_the_loop_thread_is_cut_at_the_send_timeout() {
 /// operations cancelled and reaped, not left pending).
 #[test]
 fn stop_with_sends_in_flight_closes_every_connection_once() {
-    let cfg = SocketConfig {
-        write_threshold: 64 << 20,
-        send_buffer: Some(32 * 1024),
-        ..test_config()
-    };
+    let cfg = test_config()
+        .with_write_threshold(64 << 20)
+        .with_send_buffer(Some(32 * 1024));
     let e = inline_echo(cfg);
     let addr = e.sockets.local_addr();
     let mut clients: Vec<TcpStream> = (0..20).map(|_| connect(addr)).collect();

@@ -121,10 +121,7 @@ fn large_transfers_are_echoed_byte_for_byte_in_order() {
 fn a_full_application_stalls_reading_but_loses_nothing() {
     // Capacity 2 and a slow handler: the loops must hold packets back and retry.
     let e = echo(
-        SocketConfig {
-            read_chunk: 1024,
-            ..test_config()
-        },
+        test_config().with_read_chunk(1024),
         2,
         Duration::from_micros(200),
     );
@@ -165,12 +162,10 @@ fn a_full_application_stalls_reading_but_loses_nothing() {
 
 #[test]
 fn a_connection_that_never_reads_is_closed_at_its_threshold_while_others_work() {
-    let cfg = SocketConfig {
-        write_threshold: 256 * 1024,
-        on_backlog: BacklogAction::Close,
-        send_buffer: Some(32 * 1024),
-        ..test_config()
-    };
+    let cfg = test_config()
+        .with_write_threshold(256 * 1024)
+        .with_on_backlog(BacklogAction::Close)
+        .with_send_buffer(Some(32 * 1024));
     let e = echo(cfg, 4096, Duration::ZERO);
     let addr = e.sockets.local_addr();
     let mut good = connect(addr);
@@ -206,11 +201,9 @@ fn a_connection_that_never_reads_is_closed_at_its_threshold_while_others_work() 
 
 #[test]
 fn notify_mode_reports_the_backlog_once_and_keeps_the_connection() {
-    let cfg = SocketConfig {
-        write_threshold: 256 * 1024,
-        on_backlog: BacklogAction::Notify,
-        ..test_config()
-    };
+    let cfg = test_config()
+        .with_write_threshold(256 * 1024)
+        .with_on_backlog(BacklogAction::Notify);
     let e = echo(cfg, 4096, Duration::ZERO);
     let addr = e.sockets.local_addr();
     let mut slow = connect(addr);
@@ -333,14 +326,7 @@ fn runtime_shutdown_alone_stops_the_loops_without_waiting_for_the_deadline() {
 
 #[test]
 fn connections_past_the_limit_are_refused() {
-    let e = echo(
-        SocketConfig {
-            max_connections: 3,
-            ..test_config()
-        },
-        4096,
-        Duration::ZERO,
-    );
+    let e = echo(test_config().with_max_connections(3), 4096, Duration::ZERO);
     let addr = e.sockets.local_addr();
     let mut ok: Vec<TcpStream> = (0..3).map(|_| connect(addr)).collect();
     for c in ok.iter_mut() {
@@ -361,10 +347,7 @@ fn connections_past_the_limit_are_refused() {
 fn the_read_rate_controller_throttles_a_connection() {
     // 200 KB/s with a 16 KiB bucket: 100 KB take at least ~0.4 s to come back.
     let e = echo(
-        SocketConfig {
-            read_rate: Some(200_000.0),
-            ..test_config()
-        },
+        test_config().with_read_rate(Some(200_000.0)),
         4096,
         Duration::ZERO,
     );
@@ -405,22 +388,10 @@ fn bad_configuration_is_a_typed_error() {
         .build()
         .unwrap();
     for cfg in [
-        SocketConfig {
-            event_loops: 0,
-            ..test_config()
-        },
-        SocketConfig {
-            read_chunk: 0,
-            ..test_config()
-        },
-        SocketConfig {
-            write_threshold: 0,
-            ..test_config()
-        },
-        SocketConfig {
-            read_rate: Some(-1.0),
-            ..test_config()
-        },
+        test_config().with_event_loops(0),
+        test_config().with_read_chunk(0),
+        test_config().with_write_threshold(0),
+        test_config().with_read_rate(Some(-1.0)),
     ] {
         let err = seda_io::Sockets::start(&rt, cfg, app.clone()).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
@@ -653,11 +624,9 @@ fn a_blocking_read_on_the_thread_that_started_an_io_uring_server_is_not_interrup
         .unwrap();
     let mut buf = [0u8; 4096];
     for round in 0..5 {
-        let cfg = SocketConfig {
-            event_loops: 1,
-            backend: IoBackend::Uring,
-            ..SocketConfig::default()
-        };
+        let cfg = SocketConfig::default()
+            .with_event_loops(1)
+            .with_backend(IoBackend::Uring);
         let e = echo(cfg, 1024, Duration::ZERO);
         // Right after the start, then while traffic flows: every read either times
         // out or reads.

@@ -19,8 +19,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use seda::{Batch, Context, Runtime};
 use seda_io::{
-    IoBackend, Outgoing, SocketConfig, SocketEvent, TlsConfig, TlsHandle, TlsKeys, TlsSockets,
-    TlsStats, TlsWriter,
+    IoBackend, Outgoing, SocketEvent, TlsConfig, TlsHandle, TlsKeys, TlsSockets, TlsStats,
+    TlsWriter,
 };
 
 /// A CA and a leaf for `localhost` signed by it (ECDSA P-256), in `dir`.
@@ -93,11 +93,9 @@ fn echo(dir: &Path) -> Echo {
         .unwrap();
     let backend = support::test_backend();
     let bound = TlsSockets::bind(
-        SocketConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            stage_name: "sock-io-tls".to_owned(),
-            ..support::test_config()
-        },
+        support::test_config()
+            .with_listen("127.0.0.1:0".parse().unwrap())
+            .with_stage_name("sock-io-tls".to_owned()),
         TlsConfig::default(),
         &keys,
     )

@@ -206,47 +206,43 @@ impl Server {
         // runs inline when the next queue is empty (or is queued, with Handoff::Queued).
         let domain = rt.domain("haboob");
         domain.set_inline(cfg.handoff == Handoff::Inline);
-        let bound = Sockets::bind(SocketConfig {
-            listen: cfg.listen,
-            event_loops: cfg.event_loops,
-            backend: cfg.io,
-            max_connections: cfg.max_connections,
-            write_threshold: cfg.write_threshold,
-            on_backlog: BacklogAction::Pause,
-            send_timeout: Some(cfg.send_timeout),
-            refusal: Some(refusal(cfg.retry_after_secs)),
-            domain: Some(domain.clone()),
-            // A client that half-closes is answered before the close (parse.rs).
-            half_close: true,
-            ..SocketConfig::default()
-        })
+        let bound = Sockets::bind(
+            SocketConfig::default()
+                .with_listen(cfg.listen)
+                .with_event_loops(cfg.event_loops)
+                .with_backend(cfg.io)
+                .with_max_connections(cfg.max_connections)
+                .with_write_threshold(cfg.write_threshold)
+                .with_on_backlog(BacklogAction::Pause)
+                .with_send_timeout(Some(cfg.send_timeout))
+                .with_refusal(Some(refusal(cfg.retry_after_secs)))
+                .with_domain(Some(domain.clone()))
+                // A client that half-closes is answered before the close (parse.rs).
+                .with_half_close(true),
+        )
         .map_err(ServerError::Io)?;
         let tls_bound = match &cfg.tls {
             Some(t) => Some(
                 TlsSockets::bind(
-                    SocketConfig {
-                        listen: t.listen,
-                        event_loops: cfg.event_loops,
-                        max_connections: cfg.max_connections,
-                        write_threshold: cfg.write_threshold,
-                        on_backlog: BacklogAction::Pause,
-                        send_timeout: Some(cfg.send_timeout),
+                    SocketConfig::default()
+                        .with_listen(t.listen)
+                        .with_event_loops(cfg.event_loops)
+                        .with_max_connections(cfg.max_connections)
+                        .with_write_threshold(cfg.write_threshold)
+                        .with_on_backlog(BacklogAction::Pause)
+                        .with_send_timeout(Some(cfg.send_timeout))
                         // The plain listener's backend: TLS runs above either.
-                        backend: cfg.io,
+                        .with_backend(cfg.io)
                         // Nothing can be said in plain text on a TLS port.
-                        refusal: None,
-                        domain: Some(domain.clone()),
-                        half_close: true,
-                        stage_name: stages::TLS_SOCKETS.to_owned(),
-                        ..SocketConfig::default()
-                    },
-                    TlsConfig {
-                        handshake_timeout: t.handshake_timeout,
-                        max_handshakes: t.max_handshakes,
-                        stage_name: stages::TLS.to_owned(),
-                        domain: t.inline.then(|| domain.clone()),
-                        ..TlsConfig::default()
-                    },
+                        .with_refusal(None)
+                        .with_domain(Some(domain.clone()))
+                        .with_half_close(true)
+                        .with_stage_name(stages::TLS_SOCKETS.to_owned()),
+                    TlsConfig::default()
+                        .with_handshake_timeout(t.handshake_timeout)
+                        .with_max_handshakes(t.max_handshakes)
+                        .with_stage_name(stages::TLS.to_owned())
+                        .with_domain(t.inline.then(|| domain.clone())),
                     &t.keys,
                 )
                 .map_err(ServerError::Io)?,

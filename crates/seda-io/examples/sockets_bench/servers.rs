@@ -88,13 +88,11 @@ pub(crate) fn seda_server(inline: bool, io: IoBackend) -> io::Result<Box<dyn Ser
         app = app.domain(d);
     }
     let app = app.build().map_err(io::Error::other)?;
-    let cfg = SocketConfig {
-        max_connections: 1 << 20,
-        listen_backlog: LISTEN_BACKLOG,
-        backend: io,
-        domain,
-        ..SocketConfig::default()
-    };
+    let cfg = SocketConfig::default()
+        .with_max_connections(1 << 20)
+        .with_listen_backlog(LISTEN_BACKLOG)
+        .with_backend(io)
+        .with_domain(domain);
     let sockets = Sockets::start(&rt, cfg, app)?;
     let _ = writer.set(sockets.writer());
     rt.start().map_err(io::Error::other)?;

@@ -25,8 +25,11 @@ pub enum BacklogAction {
     Notify,
 }
 
-/// Configuration of the socket stages.
+/// Configuration of the socket stages. `#[non_exhaustive]`: start from
+/// [`SocketConfig::new`] (or `Default`) and set what differs with the `with_*`
+/// setters (or assign the public fields).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct SocketConfig {
     /// Address to listen on (port 0: an ephemeral port, see
     /// [`SocketHandle::local_addr`](crate::SocketHandle::local_addr)).
@@ -78,6 +81,25 @@ pub struct SocketConfig {
 
 /// Default name of the event-loop stage.
 pub const DEFAULT_STAGE: &str = "sock-io";
+
+crate::setters::setters!(SocketConfig {
+    with_listen: listen: SocketAddr,
+    with_event_loops: event_loops: usize,
+    with_read_chunk: read_chunk: usize,
+    with_write_threshold: write_threshold: usize,
+    with_on_backlog: on_backlog: BacklogAction,
+    with_send_timeout: send_timeout: Option<Duration>,
+    with_max_connections: max_connections: usize,
+    with_refusal: refusal: Option<Bytes>,
+    with_read_rate: read_rate: Option<f64>,
+    with_listen_backlog: listen_backlog: i32,
+    with_send_buffer: send_buffer: Option<usize>,
+    with_nodelay: nodelay: bool,
+    with_half_close: half_close: bool,
+    with_stage_name: stage_name: String,
+    with_domain: domain: Option<seda::Domain>,
+    with_backend: backend: IoBackend,
+});
 
 impl Default for SocketConfig {
     fn default() -> Self {

@@ -2,8 +2,10 @@
 
 use std::time::Duration;
 
-/// Configuration of the TLS layer.
+/// Configuration of the TLS layer. `#[non_exhaustive]`: start from `Default` and
+/// use the `with_*` setters.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct TlsConfig {
     /// A handshake not finished in this time is aborted. Default 10 s. At least
     /// 10 ms.
@@ -20,6 +22,15 @@ pub struct TlsConfig {
     /// Most threads of the stage's own pool (without a domain). Default 2.
     pub threads: usize,
 }
+
+crate::setters::setters!(TlsConfig {
+    with_handshake_timeout: handshake_timeout: Duration,
+    with_max_handshakes: max_handshakes: usize,
+    with_sessions: sessions: usize,
+    with_stage_name: stage_name: String,
+    with_domain: domain: Option<seda::Domain>,
+    with_threads: threads: usize,
+});
 
 impl Default for TlsConfig {
     fn default() -> Self {

@@ -160,11 +160,9 @@ pub fn test_backend() -> IoBackend {
 }
 
 pub fn test_config() -> SocketConfig {
-    SocketConfig {
-        event_loops: 2,
-        backend: test_backend(),
-        ..SocketConfig::default()
-    }
+    SocketConfig::default()
+        .with_event_loops(2)
+        .with_backend(test_backend())
 }
 
 pub fn connect(addr: SocketAddr) -> TcpStream {
