@@ -18,12 +18,11 @@ fuzz_target!(|data: &[u8]| {
     check(data, &Limits::default());
     check(
         data,
-        &Limits {
-            max_request_line: 64,
-            max_head_bytes: 256,
-            max_headers: 8,
-            max_body: 1000,
-        },
+        &Limits::default()
+            .with_max_request_line(64)
+            .with_max_head_bytes(256)
+            .with_max_headers(8)
+            .with_max_body(1000),
     );
 });
 
@@ -44,16 +43,19 @@ fn check(data: &[u8], limits: &Limits) {
     let Ok(Some(head)) = &whole else { return };
     assert!(head.head_len <= buf.len() && head.head_len <= limits.max_head_bytes);
     for r in ranges(head) {
-        assert!(r.start <= r.end && r.end <= head.head_len, "{r:?} past {}", head.head_len);
+        assert!(
+            r.start <= r.end && r.end <= head.head_len,
+            "{r:?} past {}",
+            head.head_len
+        );
     }
     assert_eq!(&parse_head(&buf[..head.head_len], limits), &whole);
     // The rewrite may be a little longer (`name:v` becomes `name: v`): only the size
     // limits are relaxed for it.
-    let roomy = Limits {
-        max_request_line: usize::MAX / 4,
-        max_head_bytes: usize::MAX / 4,
-        ..limits.clone()
-    };
+    let roomy = limits
+        .clone()
+        .with_max_request_line(usize::MAX / 4)
+        .with_max_head_bytes(usize::MAX / 4);
     let again = rewrite(head, buf);
     let Ok(Some(second)) = parse_head(&again, &roomy) else {
         panic!(
@@ -89,10 +91,16 @@ fn split_points(buf: &[u8]) -> Vec<usize> {
 fn ranges(h: &RequestHead) -> Vec<std::ops::Range<usize>> {
     let mut v = vec![h.method_token.clone(), h.path.clone(), h.query.clone()];
     v.extend(
-        [&h.host, &h.if_none_match, &h.if_modified_since, &h.range, &h.if_range]
-            .into_iter()
-            .flatten()
-            .cloned(),
+        [
+            &h.host,
+            &h.if_none_match,
+            &h.if_modified_since,
+            &h.range,
+            &h.if_range,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned(),
     );
     v
 }
@@ -132,9 +140,18 @@ fn meaning(h: &RequestHead, buf: &[u8]) -> String {
     format!(
         "{:?}",
         (
-            (h.method, h.get(buf, &h.method_token), h.path(buf), h.get(buf, &h.query)),
+            (
+                h.method,
+                h.get(buf, &h.method_token),
+                h.path(buf),
+                h.get(buf, &h.query)
+            ),
             (h.version, h.keep_alive, h.body, h.expect_continue),
-            (opt(&h.host), opt(&h.if_none_match), opt(&h.if_modified_since)),
+            (
+                opt(&h.host),
+                opt(&h.if_none_match),
+                opt(&h.if_modified_since)
+            ),
             (opt(&h.range), opt(&h.if_range)),
             fields,
         )

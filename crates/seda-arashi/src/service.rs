@@ -167,10 +167,7 @@ fn registrations(cfg: &ArashiConfig, app: &App) -> Result<Vec<HandlerRegistratio
         ControlScope::PerStage => None,
         ControlScope::Single => cfg.overload.policy_for("arashi")?,
     };
-    let without_policy = OverloadControl {
-        admission: Some(Admission::None),
-        ..cfg.overload.clone()
-    };
+    let without_policy = cfg.overload.clone().with_admission(Some(Admission::None));
     RequestType::ALL
         .into_iter()
         .map(|t| {
@@ -215,14 +212,14 @@ impl Arashi {
             store: Arc::clone(&store) as Arc<dyn MailStore>,
         };
         let handlers = registrations(&cfg, &app)?;
-        let server = Server::start(ServerConfig {
-            listen: cfg.listen,
-            root: data.www(),
-            thread_model: cfg.thread_model,
-            handlers,
-            admin_listen: cfg.admin_listen,
-            ..ServerConfig::default()
-        })?;
+        let server = Server::start(
+            ServerConfig::default()
+                .with_listen(cfg.listen)
+                .with_root(data.www())
+                .with_thread_model(cfg.thread_model)
+                .with_handlers(handlers)
+                .with_admin_listen(cfg.admin_listen),
+        )?;
         Ok(Arashi {
             server,
             store,

@@ -136,12 +136,10 @@ pub fn run(args: ArashiArgs) -> CliResult {
 
 /// The overload control the flags describe.
 pub fn overload_of(a: &ServeArgs) -> Result<OverloadControl, String> {
-    let mut oc = OverloadControl {
-        admission: a.admission,
-        rt_target: a.rt_target_ms.map(Duration::from_millis),
-        response_time: seda_arashi::controller_config(Duration::from_secs(1)),
-        ..OverloadControl::default()
-    };
+    let mut oc = OverloadControl::default()
+        .with_admission(a.admission)
+        .with_rt_target(a.rt_target_ms.map(Duration::from_millis))
+        .with_response_time(seda_arashi::controller_config(Duration::from_secs(1)));
     for t in &a.targets {
         let (name, ms) = t
             .split_once('=')
@@ -159,11 +157,12 @@ pub fn overload_of(a: &ServeArgs) -> Result<OverloadControl, String> {
             .ok()
             .filter(|ms| *ms > 0)
             .ok_or_else(|| format!("--target {t:?}: MS must be a positive integer"))?;
-        oc.handlers.push(HandlerTargets {
-            name: ty.name().to_owned(),
-            rt_target: Some(Duration::from_millis(ms)),
-            class_targets: Vec::new(),
-        });
+        oc.handlers.push(
+            HandlerTargets::default()
+                .with_name(ty.name().to_owned())
+                .with_rt_target(Some(Duration::from_millis(ms)))
+                .with_class_targets(Vec::new()),
+        );
     }
     if let Some(h) = &a.class_header {
         oc.classes.header = Some(h.clone());

@@ -118,10 +118,8 @@ fn start(cfg: ServerConfig, max_connections_set: bool) -> Result<Server, String>
                 b.wanted,
                 b.limit_needed()
             );
-            let cfg = ServerConfig {
-                max_connections: usize::try_from(b.per_listener()).unwrap_or(usize::MAX),
-                ..cfg
-            };
+            let cfg =
+                cfg.with_max_connections(usize::try_from(b.per_listener()).unwrap_or(usize::MAX));
             Server::start(cfg).map_err(|e| e.to_string())
         }
         r => r.map_err(|e| e.to_string()),

@@ -78,8 +78,10 @@ impl FromStr for AccessLogFormat {
     }
 }
 
-/// Where and how the access log is written.
+/// Where and how the access log is written. `#[non_exhaustive]`: built by
+/// [`AccessLogConfig::new`] and the `with_*` setters.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AccessLogConfig {
     /// The file; created if missing, appended to.
     pub path: PathBuf,
@@ -89,6 +91,12 @@ pub struct AccessLogConfig {
     /// Default 16,384. At least 1.
     pub queue: usize,
 }
+
+crate::setters::setters!(AccessLogConfig {
+    with_path: path: PathBuf,
+    with_format: format: AccessLogFormat,
+    with_queue: queue: usize,
+});
 
 impl AccessLogConfig {
     /// The log at `path`, combined format, the default queue.

@@ -43,7 +43,9 @@
 //! ```no_run
 //! use seda_http::{DemoSite, Server, ServerConfig};
 //! let site = DemoSite::create().unwrap();
-//! let cfg = ServerConfig { root: site.path().to_owned(), handlers: vec![DemoSite::hello_handler()], ..ServerConfig::default() };
+//! let cfg = ServerConfig::default()
+//!     .with_root(site.path().to_owned())
+//!     .with_handlers(vec![DemoSite::hello_handler()]);
 //! let server = Server::start(cfg).unwrap();
 //! println!("listening on {}", server.local_addr());
 //! server.shutdown(std::time::Duration::from_secs(5));
@@ -62,6 +64,7 @@ mod policy_slot;
 pub mod proto;
 mod proxy;
 mod server;
+mod setters;
 
 pub use access_log::{
     ACCESS_LOG_STAGE, AccessLog, AccessLogConfig, AccessLogFormat, AccessLogStats,
@@ -76,7 +79,9 @@ pub use demo::DemoSite;
 pub use handler::{
     Classifier, Handler, HandlerContext, HandlerRegistration, OverloadAction, Request, Response,
 };
-pub use overload::{AddrPrefix, Admission, ClassRules, HandlerTargets, OverloadControl};
+pub use overload::{
+    AddrPrefix, Admission, ClassRules, HandlerTargets, OverloadControl, PrefixError,
+};
 pub use proxy::{
     DEFAULT_TIMEOUT as DEFAULT_PROXY_TIMEOUT, ProxyRoute, ProxyStats, RouteError, RouteStats,
     UPSTREAM_STAGE, UpstreamStats, UpstreamUrl,

@@ -166,22 +166,47 @@ fn masked(bits: u128, len: u8, width: u32) -> u128 {
     if len == 0 { 0 } else { bits >> (width - len) }
 }
 
+/// Why a string is not an [`AddrPrefix`]; the text names the string.
+/// `#[non_exhaustive]`: a match needs a `_` arm.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrefixError {
+    /// No `/LENGTH`.
+    #[error("bad address prefix `{0}`: expected ADDRESS/LENGTH, e.g. 10.0.0.0/8")]
+    NoLength(String),
+    /// What comes before the `/` is not an IPv4 or IPv6 address.
+    #[error("bad address prefix `{0}`: not an IP address")]
+    Address(String),
+    /// The length is not a number up to the address's width.
+    #[error("bad address prefix `{input}`: length must be 0..={max}")]
+    Length {
+        /// The string given.
+        input: String,
+        /// 32 for IPv4, 128 for IPv6.
+        max: u8,
+    },
+}
+
 impl FromStr for AddrPrefix {
-    type Err = String;
+    type Err = PrefixError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |why: &str| format!("bad address prefix `{s}`: {why}");
         let (addr, len) = s
             .trim()
             .split_once('/')
-            .ok_or_else(|| bad("expected ADDRESS/LENGTH, e.g. 10.0.0.0/8"))?;
-        let addr: IpAddr = addr.parse().map_err(|_| bad("not an IP address"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len: u8 = len
+            .ok_or_else(|| PrefixError::NoLength(s.to_owned()))?;
+        let addr: IpAddr = addr
             .parse()
-            .ok()
-            .filter(|l| *l <= max)
-            .ok_or_else(|| bad(&format!("length must be 0..={max}")))?;
+            .map_err(|_| PrefixError::Address(s.to_owned()))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len: u8 =
+            len.parse()
+                .ok()
+                .filter(|l| *l <= max)
+                .ok_or_else(|| PrefixError::Length {
+                    input: s.to_owned(),
+                    max,
+                })?;
         Ok(AddrPrefix { addr, len })
     }
 }
@@ -193,7 +218,10 @@ impl fmt::Display for AddrPrefix {
 }
 
 /// Where a request's class comes from. See the module docs for the order.
+///
+/// `#[non_exhaustive]`: start from `Default` and use the `with_*` setters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClassRules {
     /// Header whose integer value is the class, e.g. `X-Class`.
     pub header: Option<String>,
@@ -282,7 +310,9 @@ fn cookie_value(header: &[u8], name: &str) -> Option<Class> {
 }
 
 /// Response-time targets of one handler, overriding the global ones.
+/// `#[non_exhaustive]`: start from `Default` and use the `with_*` setters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HandlerTargets {
     /// Handler name (`bottleneck`, `hello`: its stage is `handler:<name>`).
     pub name: String,
@@ -293,7 +323,8 @@ pub struct HandlerTargets {
 }
 
 /// Overload control of the dynamic stages. `Default` is no control at all, 503 with
-/// `Retry-After: 1` when a queue is full.
+/// `Retry-After: 1` when a queue is full. `#[non_exhaustive]`: start from `Default`
+/// and set what differs with the `with_*` setters (or assign the public fields).
 ///
 /// # Examples
 ///
@@ -304,15 +335,14 @@ pub struct HandlerTargets {
 /// use seda_http::{Admission, OverloadControl};
 ///
 /// // USITS'03 3.2 on every dynamic stage: hold each one's p90 near 500 ms.
-/// let oc = OverloadControl {
-///     admission: Some(Admission::ResponseTime),
-///     rt_target: Some(Duration::from_millis(500)),
-///     ..OverloadControl::default()
-/// };
+/// let oc = OverloadControl::default()
+///     .with_admission(Some(Admission::ResponseTime))
+///     .with_rt_target(Some(Duration::from_millis(500)));
 /// let policy = oc.policy_for("/hello").unwrap().expect("a target: a policy");
 /// assert_eq!(policy.name(), "response-time");
 /// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct OverloadControl {
     /// Policy of every dynamic stage; `None`: `delay-budget` (or `multiclass` with
     /// per-class targets) on the stages that have a target, no admission control on
@@ -345,6 +375,34 @@ pub struct OverloadControl {
     /// Automatic service degradation of the handlers that support it (USITS'03 3.4).
     pub degrade: bool,
 }
+
+crate::setters::setters!(OverloadControl {
+    with_admission: admission: Option<Admission>,
+    with_rt_target: rt_target: Option<Duration>,
+    with_class_targets: class_targets: Vec<Duration>,
+    with_handlers: handlers: Vec<HandlerTargets>,
+    with_response_time: response_time: ResponseTimeConfig,
+    with_delay_budget: delay_budget: DelayBudgetConfig,
+    with_queue_threshold: queue_threshold: usize,
+    with_codel: codel: CoDelConfig,
+    with_gradient: gradient: GradientLimitConfig,
+    with_aimd: aimd: Option<AimdLimitConfig>,
+    with_classes: classes: ClassRules,
+    with_on_overload: on_overload: OverloadAction,
+    with_degrade: degrade: bool,
+});
+
+crate::setters::setters!(ClassRules {
+    with_header: header: Option<String>,
+    with_cookie: cookie: Option<String>,
+    with_prefixes: prefixes: Vec<(AddrPrefix, Class)>,
+});
+
+crate::setters::setters!(HandlerTargets {
+    with_name: name: String,
+    with_rt_target: rt_target: Option<Duration>,
+    with_class_targets: class_targets: Vec<Duration>,
+});
 
 impl Default for OverloadControl {
     fn default() -> Self {
@@ -647,9 +705,25 @@ mod tests {
             "10.0.0.0/x",
             "",
         ] {
-            let e = bad.parse::<AddrPrefix>().unwrap_err();
+            let e = bad.parse::<AddrPrefix>().unwrap_err().to_string();
             assert!(e.contains("bad address prefix") && !e.contains('\n'), "{e}");
         }
+        assert!(matches!(
+            "10.0.0.0".parse::<AddrPrefix>(),
+            Err(PrefixError::NoLength(s)) if s == "10.0.0.0"
+        ));
+        assert!(matches!(
+            "nope/8".parse::<AddrPrefix>(),
+            Err(PrefixError::Address(_))
+        ));
+        assert!(matches!(
+            "::/129".parse::<AddrPrefix>(),
+            Err(PrefixError::Length { max: 128, .. })
+        ));
+        assert!(matches!(
+            "10.0.0.0/33".parse::<AddrPrefix>(),
+            Err(PrefixError::Length { max: 32, .. })
+        ));
     }
 
     #[test]

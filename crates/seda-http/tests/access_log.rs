@@ -17,10 +17,7 @@ fn proxied_responses_are_logged_once_with_their_route() {
     let b = Backend::start(Script::Ok("from upstream\n"));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("access.json");
-    let log = AccessLogConfig {
-        format: AccessLogFormat::Json,
-        ..AccessLogConfig::new(&path)
-    };
+    let log = AccessLogConfig::new(&path).with_format(AccessLogFormat::Json);
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_url = format!("http://{}", dead.local_addr().unwrap());
     drop(dead);

@@ -8,12 +8,11 @@ use seda_http::proto::{
 
 /// The small limits of the `request_head` target (so that 414 and 431 are reached).
 fn small() -> Limits {
-    Limits {
-        max_request_line: 64,
-        max_head_bytes: 256,
-        max_headers: 8,
-        max_body: 1000,
-    }
+    Limits::default()
+        .with_max_request_line(64)
+        .with_max_head_bytes(256)
+        .with_max_headers(8)
+        .with_max_body(1000)
 }
 
 /// The `request_head` target's property: the answer does not depend on how the bytes

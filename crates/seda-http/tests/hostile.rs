@@ -486,11 +486,9 @@ fn item7_absurd_limits_and_a_busy_port_are_clear_errors() {
     // Two event loops: SO_REUSEPORT listeners, which a second server must not join.
     let s = start(|c| c.event_loops = 2);
     let cfg = |tweak: &dyn Fn(&mut ServerConfig)| {
-        let mut c = ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            root: s.root(),
-            ..ServerConfig::default()
-        };
+        let mut c = ServerConfig::default()
+            .with_listen("127.0.0.1:0".parse().unwrap())
+            .with_root(s.root());
         tweak(&mut c);
         c
     };

@@ -196,14 +196,14 @@ fn a_burst_gets_quick_503s_and_admitted_requests_keep_a_bounded_p90() {
     // 2 threads x 100 ms: capacity 20 requests/s. Without admission control 40
     // clients would queue ~2 s each; with a 300 ms target they must not.
     let target = Duration::from_millis(300);
-    let control = OverloadControl {
-        admission: Some(Admission::ResponseTime),
-        rt_target: Some(target),
-        response_time: ResponseTimeConfig::with_target(target)
-            .with_nreq(10)
-            .with_initial_rate(5.0),
-        ..OverloadControl::default()
-    };
+    let control = OverloadControl::default()
+        .with_admission(Some(Admission::ResponseTime))
+        .with_rt_target(Some(target))
+        .with_response_time(
+            ResponseTimeConfig::with_target(target)
+                .with_nreq(10)
+                .with_initial_rate(5.0),
+        );
     let reg = HandlerRegistration::new("/slow", slow(100)).thread_pool(fixed_threads(2));
     let reg = control.apply(reg).unwrap();
     let s = start(|c| c.handlers.push(reg));
@@ -266,20 +266,17 @@ fn a_burst_gets_quick_503s_and_admitted_requests_keep_a_bounded_p90() {
 #[test]
 fn the_low_class_is_rejected_before_the_high_class() {
     let target = Duration::from_millis(50);
-    let control = OverloadControl {
-        admission: Some(Admission::ResponseTime),
-        rt_target: Some(target),
+    let control = OverloadControl::default()
+        .with_admission(Some(Admission::ResponseTime))
+        .with_rt_target(Some(target))
         // A bucket of 4 tokens: two clients of a class arriving together are not a
         // burst to refuse.
-        response_time: ResponseTimeConfig::with_target(target)
-            .with_nreq(10)
-            .with_bucket_depth(4.0),
-        classes: ClassRules {
-            header: Some("X-Class".into()),
-            ..ClassRules::default()
-        },
-        ..OverloadControl::default()
-    };
+        .with_response_time(
+            ResponseTimeConfig::with_target(target)
+                .with_nreq(10)
+                .with_bucket_depth(4.0),
+        )
+        .with_classes(ClassRules::default().with_header(Some("X-Class".into())));
     assert_eq!(control.policy_kind("slow"), Admission::ResponseTime);
     // 4 threads x 20 ms: capacity 200 requests/s. Two high-class clients alone fit
     // (at most 100/s); ten low-class clients on top overload the stage.
@@ -340,13 +337,11 @@ fn degradation_lowers_quality_before_any_request_is_rejected() {
     // target from the start: quality must fall (x0.8 per 100 ms sample) before
     // admission control comes back at the lowest quality.
     let target = Duration::from_millis(3);
-    let control = OverloadControl {
-        admission: Some(Admission::ResponseTime),
-        rt_target: Some(target),
-        response_time: ResponseTimeConfig::with_target(target).with_nreq(10),
-        degrade: true,
-        ..OverloadControl::default()
-    };
+    let control = OverloadControl::default()
+        .with_admission(Some(Admission::ResponseTime))
+        .with_rt_target(Some(target))
+        .with_response_time(ResponseTimeConfig::with_target(target).with_nreq(10))
+        .with_degrade(true);
     let quality = control.quality_for("bottleneck").unwrap();
     assert_eq!(quality, QualityConfig::with_target(target));
     let b = Bottleneck::calibrate(Duration::from_millis(20))
@@ -427,12 +422,10 @@ fn a_rejected_request_never_leaves_its_connection_hanging() {
         // One thread, queue threshold 1: one request in service and one waiting fill
         // the stage; a third is refused. The stage's state is read from its stats,
         // not assumed after a sleep (a loaded machine may not have parsed `b` yet).
-        let control = OverloadControl {
-            admission: Some(Admission::QueueThreshold),
-            queue_threshold: 1,
-            on_overload: action.clone(),
-            ..OverloadControl::default()
-        };
+        let control = OverloadControl::default()
+            .with_admission(Some(Admission::QueueThreshold))
+            .with_queue_threshold(1)
+            .with_on_overload(action.clone());
         // The handler holds every request until the gate opens: "refused at once,
         // not after service" is then a matter of order (the refusal arrives while
         // `a` is still held), not of time.
@@ -489,10 +482,7 @@ fn a_rejected_request_never_leaves_its_connection_hanging() {
 
 #[test]
 fn every_dynamic_stage_gets_its_own_policy_and_stats_show_none_without_one() {
-    let control = OverloadControl {
-        admission: Some(Admission::CoDel),
-        ..OverloadControl::default()
-    };
+    let control = OverloadControl::default().with_admission(Some(Admission::CoDel));
     let regs: Vec<HandlerRegistration> = ["/one", "/two"]
         .iter()
         .map(|p| control.apply(HandlerRegistration::new(p, slow(0))).unwrap())
@@ -579,14 +569,12 @@ fn the_servers_p90_agrees_with_the_clients_within_ten_percent() {
 fn a_refused_request_never_reaches_the_handlers_stage_and_gets_the_configured_retry_after() {
     // One thread x 200 ms and a queue threshold of 1: of 8 simultaneous clients
     // most are refused, at HttpParse, from the pre-built 503.
-    let control = OverloadControl {
-        admission: Some(Admission::QueueThreshold),
-        queue_threshold: 1,
-        on_overload: OverloadAction::Reject503 {
+    let control = OverloadControl::default()
+        .with_admission(Some(Admission::QueueThreshold))
+        .with_queue_threshold(1)
+        .with_on_overload(OverloadAction::Reject503 {
             retry_after_secs: 7,
-        },
-        ..OverloadControl::default()
-    };
+        });
     let reg = HandlerRegistration::new("/slow", slow(200)).thread_pool(fixed_threads(1));
     let reg = control.apply(reg).unwrap();
     let s = start(|c| {
@@ -646,10 +634,7 @@ fn the_default_policy_refuses_part_of_a_burst_and_serves_the_rest() {
     // `--rt-target-ms` alone: delay-budget. 2 threads x 50 ms = 40 requests/s; 60
     // clients with no think time would wait 1.5 s each without control.
     let target = Duration::from_millis(300);
-    let control = OverloadControl {
-        rt_target: Some(target),
-        ..OverloadControl::default()
-    };
+    let control = OverloadControl::default().with_rt_target(Some(target));
     assert_eq!(control.policy_kind("slow"), Admission::DelayBudget);
     let reg = HandlerRegistration::new("/slow", slow(50)).thread_pool(fixed_threads(2));
     let reg = control.apply(reg).unwrap();
@@ -692,14 +677,9 @@ fn with_the_default_policy_a_high_class_that_fits_loses_almost_nothing() {
     // 4 threads x 20 ms: 200 requests/s. Two high-class clients fit (at most
     // 100/s); twelve low-class clients on top overload the stage.
     let target = Duration::from_millis(100);
-    let control = OverloadControl {
-        rt_target: Some(target),
-        classes: ClassRules {
-            header: Some("X-Class".into()),
-            ..ClassRules::default()
-        },
-        ..OverloadControl::default()
-    };
+    let control = OverloadControl::default()
+        .with_rt_target(Some(target))
+        .with_classes(ClassRules::default().with_header(Some("X-Class".into())));
     let reg = HandlerRegistration::new("/slow", slow(20)).thread_pool(fixed_threads(4));
     let reg = control.apply(reg).unwrap();
     let s = start(|c| c.handlers.push(reg));

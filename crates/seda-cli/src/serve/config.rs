@@ -734,10 +734,7 @@ impl ServeConfig {
             }
             _ => {}
         }
-        let agent_cfg = AgentConfig {
-            drain_refused: self.agent_drain_refused,
-            ..AgentConfig::default()
-        };
+        let agent_cfg = AgentConfig::default().with_drain_refused(self.agent_drain_refused);
         agent_cfg
             .validate()
             .map_err(|e| format!("agent-drain-refused: {e}"))?;
@@ -907,18 +904,21 @@ impl ServeConfig {
             if oc.handlers.iter().any(|o| o.name == h.name) {
                 return Err(format!("[[handler]] `{}` appears twice", h.name).into());
             }
-            oc.handlers.push(HandlerTargets {
-                name: h.name.clone(),
-                rt_target: h
-                    .rt_target_ms
-                    .map(|v| millis("[[handler]] rt-target-ms", v))
-                    .transpose()?,
-                class_targets: h
-                    .class_targets_ms
-                    .iter()
-                    .map(|&t| millis("[[handler]] class-targets-ms", t))
-                    .collect::<Result<_, _>>()?,
-            });
+            oc.handlers.push(
+                HandlerTargets::default()
+                    .with_name(h.name.clone())
+                    .with_rt_target(
+                        h.rt_target_ms
+                            .map(|v| millis("[[handler]] rt-target-ms", v))
+                            .transpose()?,
+                    )
+                    .with_class_targets(
+                        h.class_targets_ms
+                            .iter()
+                            .map(|&t| millis("[[handler]] class-targets-ms", t))
+                            .collect::<Result<_, _>>()?,
+                    ),
+            );
         }
         if let Some(r) = &self.response_time {
             let c = &mut oc.response_time;

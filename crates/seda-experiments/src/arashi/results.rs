@@ -38,13 +38,11 @@ impl Control {
     pub(super) fn overload(&self) -> (OverloadControl, ControlScope) {
         let (oc, scope) = self.overload_of_scope();
         let t = oc.rt_target.unwrap_or(Duration::from_secs(1));
+        // The paper's controller (USITS'03 3.2), not the server's default.
+        let admission = oc.rt_target.map(|_| seda_http::Admission::ResponseTime);
         (
-            OverloadControl {
-                // The paper's controller (USITS'03 3.2), not the server's default.
-                admission: oc.rt_target.map(|_| seda_http::Admission::ResponseTime),
-                response_time: seda_arashi::controller_config(t),
-                ..oc
-            },
+            oc.with_admission(admission)
+                .with_response_time(seda_arashi::controller_config(t)),
             scope,
         )
     }
@@ -54,25 +52,17 @@ impl Control {
         match self {
             Control::None => (OverloadControl::default(), ControlScope::PerStage),
             Control::PerStage(t) => (
-                OverloadControl {
-                    rt_target: target(*t),
-                    ..OverloadControl::default()
-                },
+                OverloadControl::default().with_rt_target(target(*t)),
                 ControlScope::PerStage,
             ),
             Control::Single(t) => (
-                OverloadControl {
-                    rt_target: target(*t),
-                    ..OverloadControl::default()
-                },
+                OverloadControl::default().with_rt_target(target(*t)),
                 ControlScope::Single,
             ),
             Control::Classes(t) => {
-                let mut oc = OverloadControl {
-                    rt_target: target(*t),
-                    class_targets: vec![Duration::from_secs_f64(t / 1000.0); 2],
-                    ..OverloadControl::default()
-                };
+                let mut oc = OverloadControl::default()
+                    .with_rt_target(target(*t))
+                    .with_class_targets(vec![Duration::from_secs_f64(t / 1000.0); 2]);
                 oc.classes.header = Some(CLASS_HEADER.into());
                 (oc, ControlScope::PerStage)
             }

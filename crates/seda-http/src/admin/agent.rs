@@ -56,8 +56,10 @@ use super::acceptor::Acceptor;
 use super::doc::{StageStats, StatsDoc};
 
 /// Settings of the agent's law (see the module doc). Units: seconds for the window,
-/// fractions in 0..=1, percent for the weight.
+/// fractions in 0..=1, percent for the weight. `#[non_exhaustive]`: start from
+/// `Default` and use the `with_*` setters.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct AgentConfig {
     /// Shortest window over which admitted and refused events are counted.
     /// Default 1 s; 100 ms ..= 60 s.
@@ -73,6 +75,14 @@ pub struct AgentConfig {
     /// Lowest weight while ready, percent, 1 ..= 100 (0 would mean drain). Default 1.
     pub min_weight: u8,
 }
+
+crate::setters::setters!(AgentConfig {
+    with_window: window: Duration,
+    with_alpha: alpha: f64,
+    with_drain_refused: drain_refused: Option<f64>,
+    with_min_events: min_events: u64,
+    with_min_weight: min_weight: u8,
+});
 
 impl Default for AgentConfig {
     fn default() -> Self {

@@ -47,7 +47,9 @@ use super::Status;
 use super::path::remove_dot_segments;
 
 /// Limits on one request head and body. Every size is in bytes.
+/// `#[non_exhaustive]`: start from `Default` and use the `with_*` setters.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Longest request line (method, target, version); longer is 414. Default 8 KiB.
     pub max_request_line: usize,
@@ -59,6 +61,13 @@ pub struct Limits {
     /// body); larger is 413. Default 1 MiB.
     pub max_body: u64,
 }
+
+crate::setters::setters!(Limits {
+    with_max_request_line: max_request_line: usize,
+    with_max_head_bytes: max_head_bytes: usize,
+    with_max_headers: max_headers: usize,
+    with_max_body: max_body: u64,
+});
 
 impl Default for Limits {
     fn default() -> Self {

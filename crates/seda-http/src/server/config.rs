@@ -53,7 +53,8 @@ impl std::str::FromStr for FileIo {
 }
 
 /// Configuration of a [`Server`](super::Server). `Default` gives the documented
-/// defaults.
+/// defaults. `#[non_exhaustive]`: start from `Default` and set what differs with the
+/// `with_*` setters (or assign the public fields).
 ///
 /// # Examples
 ///
@@ -65,13 +66,11 @@ impl std::str::FromStr for FileIo {
 /// use seda_http::{DemoSite, Server, ServerConfig};
 ///
 /// let site = DemoSite::create().unwrap();
-/// let cfg = ServerConfig {
-///     listen: "127.0.0.1:0".parse().unwrap(), // a free port
-///     root: site.path().to_owned(),
-///     cache_bytes: 8 << 20,
-///     admin_listen: None,
-///     ..ServerConfig::default()
-/// };
+/// let cfg = ServerConfig::default()
+///     .with_listen("127.0.0.1:0".parse().unwrap()) // a free port
+///     .with_root(site.path().to_owned())
+///     .with_cache_bytes(8 << 20)
+///     .with_admin_listen(None);
 /// let server = Server::start(cfg).unwrap();
 /// let mut c = TcpStream::connect(server.local_addr()).unwrap();
 /// c.write_all(b"GET /index.html HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -83,6 +82,7 @@ impl std::str::FromStr for FileIo {
 /// assert_eq!(report.connections_cut, 0);
 /// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ServerConfig {
     /// Address to listen on; port 0 picks a free port. Default `127.0.0.1:8080`.
     pub listen: SocketAddr,
@@ -168,7 +168,9 @@ pub struct ServerConfig {
 }
 
 /// A TLS listener of the server: HTTP/1.1 over TLS 1.2/1.3 (seda-io's TLS layer).
+/// `#[non_exhaustive]`: built by [`TlsListen::new`] and the `with_*` setters.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct TlsListen {
     /// Address to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
@@ -182,6 +184,46 @@ pub struct TlsListen {
     /// instead of on a pool of its own behind a queue. Default false (a pool).
     pub inline: bool,
 }
+
+crate::setters::setters!(ServerConfig {
+    with_listen: listen: SocketAddr,
+    with_root: root: PathBuf,
+    with_cache_bytes: cache_bytes: u64,
+    with_path_cache_bytes: path_cache_bytes: u64,
+    with_max_cached_file: max_cached_file: u64,
+    with_thread_model: thread_model: ThreadModel,
+    with_event_loops: event_loops: usize,
+    with_io: io: IoBackend,
+    with_handoff: handoff: Handoff,
+    with_parse_threads: parse_threads: usize,
+    with_header_timeout: header_timeout: Duration,
+    with_idle_timeout: idle_timeout: Duration,
+    with_send_timeout: send_timeout: Duration,
+    with_max_connections: max_connections: usize,
+    with_max_pipelined: max_pipelined: usize,
+    with_limits: limits: Limits,
+    with_revalidate: revalidate: Duration,
+    with_index: index: String,
+    with_dotfiles: dotfiles: Dotfiles,
+    with_residency_check: residency_check: bool,
+    with_file_io: file_io: FileIo,
+    with_header_cache: header_cache: bool,
+    with_write_threshold: write_threshold: usize,
+    with_retry_after_secs: retry_after_secs: u32,
+    with_admin_listen: admin_listen: Option<SocketAddr>,
+    with_handlers: handlers: Vec<HandlerRegistration>,
+    with_access_log: access_log: Option<crate::AccessLogConfig>,
+    with_proxies: proxies: Vec<crate::proxy::ProxyRoute>,
+    with_tls: tls: Option<TlsListen>,
+});
+
+crate::setters::setters!(TlsListen {
+    with_listen: listen: SocketAddr,
+    with_keys: keys: seda_io::TlsKeys,
+    with_handshake_timeout: handshake_timeout: Duration,
+    with_max_handshakes: max_handshakes: usize,
+    with_inline: inline: bool,
+});
 
 impl TlsListen {
     /// A listener at `listen` with `keys` and the defaults.

@@ -96,18 +96,16 @@ pub fn test_io() -> seda_http::IoBackend {
 pub fn start(tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
     let dir = tempfile::tempdir().unwrap();
     populate(dir.path());
-    let mut cfg = ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        root: dir.path().join("root"),
-        max_cached_file: 1 << 20,
-        event_loops: 1,
-        io: test_io(),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+    let mut cfg = ServerConfig::default()
+        .with_listen("127.0.0.1:0".parse().unwrap())
+        .with_root(dir.path().join("root"))
+        .with_max_cached_file(1 << 20)
+        .with_event_loops(1)
+        .with_io(test_io())
+        .with_admin_listen(Some("127.0.0.1:0".parse().unwrap()))
         // Enough for any test; the default 10,000 plus an upstream connection per
         // proxied request would not fit the open-files limit of every machine.
-        max_connections: 1024,
-        ..ServerConfig::default()
-    };
+        .with_max_connections(1024);
     tweak(&mut cfg);
     // The backend asked for (SEDA_TEST_IO's, or the test's own choice) is the one
     // that runs: a suite never passes on the other one by a silent fallback.
