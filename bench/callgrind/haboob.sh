@@ -290,3 +290,9 @@ echo "interval; callgrind runs the server ~50x slower, so this per-second work s
 echo "its weight at full speed); idle/req: the server's other instructions per idle second"
 echo "times the N2 phase's extra seconds, per request (timers); net = Ir/req - ctl/req -"
 echo "idle/req; N1 s, N2 s: the phases' seconds under callgrind."
+if [[ -n "${RAW[seda]:-}" && -f "$OUT/callgrind.out.seda.n2" ]]; then
+    echo
+    echo "Haboob per layer (bench/callgrind/layers.py; self instructions by function name,"
+    echo "shared helpers charged to their callers):"
+    python3 "$HERE/layers.py" "$OUT/callgrind.out.seda.n1" "$OUT/callgrind.out.seda.n2" "$((N2 - N1))"
+fi
