@@ -26,7 +26,7 @@ use seda::Sink;
 use super::conn::{Conn, WriteState};
 use super::event::{CloseReason, ConnId, ConnState, SocketEvent};
 use super::inbox::{Backlog, Bucket, IDLE_WAIT, Offer, RETRY, offer, send_check_period};
-use super::shared::{Cmd, ConnMap, Counters, Shared};
+use super::shared::{Attach, Cmd, ConnMap, Counters, Delivery, Shared};
 use super::slab::{Keyed, Slab};
 
 /// What a loop keeps of a connection on either backend.
@@ -111,6 +111,10 @@ pub(super) trait Local: Keyed {
 pub(super) struct Book<'a, L> {
     pub(super) shared: &'a Shared,
     pub(super) idx: usize,
+    /// The application's sink (given by `BoundSockets::start`).
+    pub(super) app: Sink<SocketEvent>,
+    /// What makes a new connection's state, if the application gave one.
+    pub(super) attach: Option<Arc<Attach>>,
     /// The loop's connections, by id: indexed by the slot the id names, not hashed.
     pub(super) conns: Slab<L>,
     /// The sinks of outbound connections (the others deliver to the application's
@@ -130,10 +134,12 @@ pub(super) struct Book<'a, L> {
 }
 
 impl<'a, L: Local> Book<'a, L> {
-    pub(super) fn new(shared: &'a Shared, idx: usize) -> Self {
+    pub(super) fn new(shared: &'a Shared, idx: usize, delivery: Delivery) -> Self {
         Book {
             shared,
             idx,
+            app: delivery.app,
+            attach: delivery.attach,
             conns: Slab::default(),
             sinks: ConnMap::default(),
             blocked: Vec::new(),
@@ -189,13 +195,14 @@ impl<'a, L: Local> Book<'a, L> {
         Some(entry)
     }
 
-    /// Offers an event of connection `id` to its sink (see [`offer`]).
+    /// Offers an event of connection `id` to its sink, an outbound connection's own
+    /// or else the application's (see [`offer`]).
     pub(super) fn offer(&self, id: u64, event: SocketEvent, born: Instant) -> Offer {
-        let own = match self.sinks.is_empty() {
-            true => None,
-            false => self.sinks.get(&id),
+        let sink = match self.sinks.is_empty() {
+            true => &self.app,
+            false => self.sinks.get(&id).unwrap_or(&self.app),
         };
-        offer(self.shared, self.idx, own, id, event, born)
+        offer(self.shared, self.idx, sink, id, event, born)
     }
 
     /// Resumes reading `other` after a drain watch fired (it may be on any loop).
@@ -465,7 +472,7 @@ pub(super) trait Bookkeeping<'a> {
     /// ([`super::BoundSockets::start_attached`]).
     fn announce(&mut self, id: ConnId, peer: SocketAddr, adopted: bool) {
         let b = self.book();
-        let state = b.shared.attach.get().and_then(|f| (f.0)(id, peer));
+        let state = b.attach.as_ref().and_then(|f| (f.0)(id, peer));
         if let Some(lc) = b.conns.get_mut(&id.0) {
             lc.base_mut().state.clone_from(&state);
         }

@@ -27,7 +27,7 @@ use super::book::{Base, Book, Bookkeeping, Local};
 use super::conn::{Conn, WriteState};
 use super::event::{CloseReason, ConnId, SocketEvent};
 use super::inbox::{ACCEPT_RETRY, STOP_DELIVERY, admit_socket};
-use super::shared::Shared;
+use super::shared::{Delivery, Shared};
 use super::slab::Keyed;
 
 const WAKER: Token = Token(usize::MAX);
@@ -108,9 +108,9 @@ struct EventLoop<'a> {
 }
 
 /// Runs loop `idx` until the sockets stop. Called from the event-loop stage's handler.
-pub(super) fn run(shared: &Shared, idx: usize, parts: Parts) {
+pub(super) fn run(shared: &Shared, idx: usize, parts: Parts, delivery: Delivery) {
     let mut l = EventLoop {
-        book: Book::new(shared, idx),
+        book: Book::new(shared, idx, delivery),
         poll: parts.poll,
         listener: parts.listener,
         again: Vec::new(),

@@ -127,23 +127,19 @@ pub(super) enum Offer {
     Gone,
 }
 
-/// Offers an event of connection `id` to its sink (`own`: an outbound connection's,
-/// else the application's), colored by the connection. Counts an event it cannot
-/// deliver because the stage stopped.
+/// Offers an event of connection `id` to `sink` (an outbound connection's, else the
+/// application's), colored by the connection. Counts an event it cannot deliver
+/// because the stage stopped.
 pub(super) fn offer(
     shared: &Shared,
     idx: usize,
-    own: Option<&Sink<SocketEvent>>,
+    sink: &Sink<SocketEvent>,
     id: u64,
     event: SocketEvent,
     born: Instant,
 ) -> Offer {
     let meta = Meta::born_at(born).with_color(Color::new(id));
-    let Some(app) = own.or_else(|| shared.app.get()) else {
-        shared.counters(idx).undelivered.fetch_add(1, Relaxed);
-        return Offer::Gone;
-    };
-    match app.try_enqueue_with(event, meta) {
+    match sink.try_enqueue_with(event, meta) {
         Ok(()) => Offer::Taken,
         Err(e) if e.is_closed() => {
             shared.counters(idx).undelivered.fetch_add(1, Relaxed);

@@ -127,8 +127,8 @@ mod writer;
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
-use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -138,7 +138,7 @@ use serde::{Deserialize, Serialize};
 
 pub use config::{BacklogAction, DEFAULT_STAGE, IoBackend, SocketConfig};
 pub use event::{CloseReason, ConnId, ConnState, Outgoing, SocketEvent, WriteError};
-use shared::{Attach, ConnTable, Counters, LoopRun, LoopSlot, Shared, Wake};
+use shared::{Attach, ConnTable, Counters, Delivery, LoopRun, LoopSlot, Shared, Wake};
 pub use writer::{ConnWriter, Writer};
 
 /// Counters of the socket stages since start.
@@ -245,12 +245,12 @@ impl Sockets {
             let (parts, waker): (LoopRun, Wake) = match backend {
                 IoBackend::Uring => {
                     let (parts, fd) = uring::Parts::new(l)?;
-                    let run = move |s: &Shared, i: usize| uring::run(s, i, parts);
+                    let run = move |s: &Shared, i: usize, d: Delivery| uring::run(s, i, parts, d);
                     (Box::new(run), Wake::Uring(fd))
                 }
                 _ => {
                     let (parts, waker) = epoll::Parts::new(l)?;
-                    let run = move |s: &Shared, i: usize| epoll::run(s, i, parts);
+                    let run = move |s: &Shared, i: usize, d: Delivery| epoll::run(s, i, parts, d);
                     (Box::new(run), Wake::Epoll(waker))
                 }
             };
@@ -264,8 +264,6 @@ impl Sockets {
         let shared = Arc::new(Shared {
             max_connections: AtomicUsize::new(cfg.max_connections),
             cfg,
-            app: OnceLock::new(),
-            attach: OnceLock::new(),
             conns: ConnTable::new(),
             loops,
             next_owner: AtomicUsize::new(0),
@@ -369,10 +367,10 @@ impl BoundSockets {
         attach: Option<Attach>,
     ) -> io::Result<SocketHandle> {
         let BoundSockets { shared, local_addr } = self;
-        let _ = shared.app.set(app);
-        if let Some(a) = attach {
-            let _ = shared.attach.set(a);
-        }
+        let delivery = Delivery {
+            app,
+            attach: attach.map(Arc::new),
+        };
         let n = shared.cfg.event_loops;
         let for_loops = Arc::clone(&shared);
         let stage = rt
@@ -380,7 +378,7 @@ impl BoundSockets {
                 &shared.cfg.stage_name,
                 move |batch: Batch<'_, RunLoop>, _cx: &Context<'_>| {
                     for RunLoop(i) in batch {
-                        run_loop(&for_loops, i);
+                        run_loop(&for_loops, i, delivery.clone());
                     }
                 },
             )
@@ -412,12 +410,12 @@ impl BoundSockets {
 
 /// Runs event loop `idx` on the calling thread (a handler of the event-loop stage)
 /// until the sockets stop, in the configured domain if any.
-fn run_loop(shared: &Shared, idx: usize) {
+fn run_loop(shared: &Shared, idx: usize, delivery: Delivery) {
     let Some(run) = shared.loops.get(idx).and_then(|s| s.parts.lock().take()) else {
         return;
     };
     *shared.active.lock() += 1;
-    let body = || run(shared, idx);
+    let body = || run(shared, idx, delivery);
     match shared.cfg.domain.clone() {
         Some(d) => d.enter(body),
         None => body(),

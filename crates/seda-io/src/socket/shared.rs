@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, OnceLock};
 
 use mio::Waker;
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -141,10 +141,20 @@ impl Wake {
     }
 }
 
+/// Where a loop delivers its connections' events: the application's sink and the
+/// function that makes a new connection's state, if it gave one. Typed wiring:
+/// [`BoundSockets::start`](super::BoundSockets::start) hands them to the loops it
+/// starts, as arguments; nothing is set later or looked up.
+#[derive(Clone, Debug)]
+pub(super) struct Delivery {
+    pub(super) app: Sink<SocketEvent>,
+    pub(super) attach: Option<Arc<Attach>>,
+}
+
 /// A loop's body with what it needs that is created before its thread runs (its
-/// poller or ring's eventfd, and its listener): called once, on the loop's thread.
-/// Dropping it unrun closes the listener.
-pub(super) type LoopRun = Box<dyn FnOnce(&Shared, usize) + Send>;
+/// poller or ring's eventfd, and its listener): called once, on the loop's thread,
+/// with where to deliver. Dropping it unrun closes the listener.
+pub(super) type LoopRun = Box<dyn FnOnce(&Shared, usize, Delivery) + Send>;
 
 /// One loop's mailbox: commands from writers, and what interrupts its wait; and
 /// the slots of its table (a writer takes one for an outbound connection).
@@ -173,12 +183,6 @@ pub(crate) struct Shared {
     /// `cfg.max_connections`, changeable while running
     /// ([`SocketHandle::set_max_connections`](super::SocketHandle::set_max_connections)).
     pub(super) max_connections: AtomicUsize,
-    /// The application's sink, set once by [`BoundSockets::start`](super::BoundSockets::start) before any loop
-    /// runs (loops deliver nothing before).
-    pub(super) app: OnceLock<Sink<SocketEvent>>,
-    /// What makes an accepted or adopted connection's state, if the application
-    /// gave one; set with `app`.
-    pub(super) attach: OnceLock<Attach>,
     pub(super) conns: ConnTable,
     pub(super) loops: Vec<LoopSlot>,
     /// Turns of [`Shared::next_owner`].

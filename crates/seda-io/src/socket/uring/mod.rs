@@ -60,7 +60,7 @@ use super::book::{Base, Book, Bookkeeping, Local};
 use super::conn::{Conn, WriteState};
 use super::event::{CloseReason, ConnId, SocketEvent};
 use super::inbox::{ACCEPT_RETRY, Backlog, STOP_DELIVERY, admit_socket};
-use super::shared::Shared;
+use super::shared::{Delivery, Shared};
 use super::slab::Keyed;
 use ring::{Completion, Kind, Ring};
 
@@ -223,7 +223,7 @@ struct Tally {
 }
 
 /// Runs loop `idx` until the sockets stop. Called from the event-loop stage's handler.
-pub(super) fn run(shared: &Shared, idx: usize, parts: Parts) {
+pub(super) fn run(shared: &Shared, idx: usize, parts: Parts, delivery: Delivery) {
     let cfg = &shared.cfg;
     let count = (BUFFER_BYTES / cfg.read_chunk).clamp(8, 4096);
     let count = 1u16 << (usize::BITS - 1 - count.leading_zeros());
@@ -238,7 +238,7 @@ pub(super) fn run(shared: &Shared, idx: usize, parts: Parts) {
         }
     };
     let mut l = EventLoop {
-        book: Book::new(shared, idx),
+        book: Book::new(shared, idx, delivery),
         ring,
         listener: Some(parts.listener),
         accept_armed: false,
