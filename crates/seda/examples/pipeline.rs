@@ -32,47 +32,49 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let counts: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
 
     let totals = Arc::clone(&counts);
-    rt.stage(
-        "count",
-        move |batch: Batch<'_, String>, _cx: &Context<'_>| {
-            let mut map = totals.lock().expect("count map");
-            for word in batch {
-                *map.entry(word).or_default() += 1;
-            }
-        },
-    )
-    .capacity(8192)
-    .build()?;
+    // Typed wiring: each stage's builder returns its sink, which the stage before
+    // it takes into its handler (built last to first).
+    let count: Sink<String> = rt
+        .stage(
+            "count",
+            move |batch: Batch<'_, String>, _cx: &Context<'_>| {
+                let mut map = totals.lock().expect("count map");
+                for word in batch {
+                    *map.entry(word).or_default() += 1;
+                }
+            },
+        )
+        .capacity(8192)
+        .build()?;
 
-    let count: Sink<String> = rt.sink("count")?;
     let refused = Arc::new(AtomicU64::new(0));
     let refused_words = Arc::clone(&refused);
-    rt.stage(
-        "normalize",
-        move |mut batch: Batch<'_, String>, _cx: &Context<'_>| {
-            while let Some((word, meta)) = batch.next_with_meta() {
-                let word: String = word
-                    .chars()
-                    .filter(|c| c.is_alphanumeric())
-                    .flat_map(char::to_lowercase)
-                    .collect();
-                if word.is_empty() {
-                    continue;
+    let normalize: Sink<String> = rt
+        .stage(
+            "normalize",
+            move |mut batch: Batch<'_, String>, _cx: &Context<'_>| {
+                while let Some((word, meta)) = batch.next_with_meta() {
+                    let word: String = word
+                        .chars()
+                        .filter(|c| c.is_alphanumeric())
+                        .flat_map(char::to_lowercase)
+                        .collect();
+                    if word.is_empty() {
+                        continue;
+                    }
+                    let mut h = DefaultHasher::new();
+                    word.hash(&mut h);
+                    // Color by word: the same word's events are serialised and ordered.
+                    let meta = meta.with_color(Color::new(h.finish() % 64));
+                    if count.try_enqueue_with(word, meta).is_err() {
+                        refused_words.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-                let mut h = DefaultHasher::new();
-                word.hash(&mut h);
-                // Color by word: the same word's events are serialised and ordered.
-                let meta = meta.with_color(Color::new(h.finish() % 64));
-                if count.try_enqueue_with(word, meta).is_err() {
-                    refused_words.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        },
-    )
-    .capacity(8192)
-    .build()?;
+            },
+        )
+        .capacity(8192)
+        .build()?;
 
-    let normalize: Sink<String> = rt.sink("normalize")?;
     let refused_lines = Arc::clone(&refused);
     let split = rt
         .stage(
