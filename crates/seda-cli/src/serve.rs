@@ -33,8 +33,11 @@ use std::path::PathBuf;
 use seda_http::{AgentServer, DemoSite, Server, ServerConfig, ServerError};
 
 mod config;
+mod file;
 mod mount;
+mod overload;
 mod reload;
+mod words;
 use crate::error::CliResult;
 use config::{ConfigError, ServeConfig, Settings};
 use mount::{mount_overload, warnings};

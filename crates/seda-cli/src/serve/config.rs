@@ -49,17 +49,18 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Format as _, Serialized, Toml};
 use seda::ThreadModel;
-use seda::admission::{AimdLimitConfig, GradientLimitConfig};
 use seda_http::proto::Dotfiles;
 use seda_http::{
-    AccessLogConfig, AccessLogFormat, AddrPrefix, Admission, AgentConfig, DEFAULT_PROXY_TIMEOUT,
-    FileIo, HandlerTargets, Handoff, OverloadAction, OverloadControl, ProxyRoute, ServerConfig,
-    TlsListen,
+    AccessLogConfig, AccessLogFormat, Admission, AgentConfig, DEFAULT_PROXY_TIMEOUT, FileIo,
+    Handoff, OverloadAction, OverloadControl, ProxyRoute, ServerConfig, TlsListen,
 };
 use seda_io::TlsKeys;
 
-use crate::error::CliError;
 use serde::{Deserialize, Serialize};
+
+use super::file::{FileAimd, FileClasses, FileGradient, FileHandler, FileResponseTime, FileRoute};
+use super::words::{AdminListen, DotfilesArg, HandoffArg, TlsStageArg, Word};
+use crate::error::CliError;
 
 /// Every setting of `seda serve`: the flags, and the keys of the TOML file. Every
 /// field is optional: a layer that does not set it leaves the layer below in force.
@@ -314,213 +315,6 @@ pub struct ServeConfig {
     #[arg(long, value_name = "FRACTION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_drain_refused: Option<f64>,
-}
-
-/// A setting spelled as a word (`shared`, `codel`, `none`), kept with its spelling:
-/// layers are merged as text, and an error quotes what was written.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Word<T> {
-    spelling: String,
-    value: T,
-}
-
-impl<T: Copy> Word<T> {
-    /// The parsed value.
-    pub fn get(&self) -> T {
-        self.value
-    }
-}
-
-impl<T: FromStr<Err: Into<CliError>>> FromStr for Word<T> {
-    type Err = CliError;
-
-    fn from_str(s: &str) -> Result<Self, CliError> {
-        Ok(Word {
-            spelling: s.to_owned(),
-            value: s.parse().map_err(Into::into)?,
-        })
-    }
-}
-
-impl<T> Serialize for Word<T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.spelling)
-    }
-}
-
-impl<'de, T: FromStr<Err: Into<CliError>>> Deserialize<'de> for Word<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-/// Where the admin listener goes: an address, or nowhere.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AdminListen {
-    /// Listen here.
-    At(SocketAddr),
-    /// No admin listener.
-    None,
-}
-
-impl FromStr for AdminListen {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "none" {
-            return Ok(AdminListen::None);
-        }
-        s.parse().map(AdminListen::At).map_err(|_| {
-            format!("admin-listen must be an address (e.g. 127.0.0.1:9090) or `none`, got `{s}`")
-        })
-    }
-}
-
-/// `handoff`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HandoffArg {
-    /// Inline when the next queue is empty.
-    Inline,
-    /// Always through the queue.
-    Queued,
-}
-
-impl FromStr for HandoffArg {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "inline" => Ok(HandoffArg::Inline),
-            "queued" => Ok(HandoffArg::Queued),
-            _ => Err(format!("handoff must be inline or queued, got `{s}`")),
-        }
-    }
-}
-
-/// `dotfiles`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DotfilesArg {
-    /// 404 for them.
-    Hide,
-    /// Serve them.
-    Serve,
-}
-
-impl FromStr for DotfilesArg {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "hide" => Ok(DotfilesArg::Hide),
-            "serve" => Ok(DotfilesArg::Serve),
-            _ => Err(format!("dotfiles must be hide or serve, got `{s}`")),
-        }
-    }
-}
-
-/// `tls-stage`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TlsStageArg {
-    /// A pool of its own.
-    Pool,
-    /// Inline on the socket loops.
-    Inline,
-}
-
-impl FromStr for TlsStageArg {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "pool" => Ok(TlsStageArg::Pool),
-            "inline" => Ok(TlsStageArg::Inline),
-            _ => Err(format!("tls-stage must be pool or inline, got `{s}`")),
-        }
-    }
-}
-
-/// `[response-time]` of the TOML file: the USITS'03 controller's parameters.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FileResponseTime {
-    nreq: Option<usize>,
-    timeout_ms: Option<f64>,
-    alpha: Option<f64>,
-    err_d: Option<f64>,
-    err_i: Option<f64>,
-    adj_i: Option<f64>,
-    adj_d: Option<f64>,
-    c_i: Option<f64>,
-    rate_min: Option<f64>,
-    rate_max: Option<f64>,
-    initial_rate: Option<f64>,
-    bucket_depth: Option<f64>,
-    burst_ms: Option<f64>,
-}
-
-/// `[classes]` of the TOML file.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FileClasses {
-    header: Option<String>,
-    cookie: Option<String>,
-    #[serde(default)]
-    prefixes: Vec<FilePrefix>,
-}
-
-/// One entry of `[classes] prefixes`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FilePrefix {
-    prefix: String,
-    class: u8,
-}
-
-/// One `[[handler]]` of the TOML file.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FileHandler {
-    name: String,
-    rt_target_ms: Option<f64>,
-    #[serde(default)]
-    class_targets_ms: Vec<f64>,
-}
-
-/// One `[[route]]` of the TOML file.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FileRoute {
-    prefix: String,
-    upstreams: Vec<String>,
-    rt_target_ms: Option<f64>,
-    class_header: Option<String>,
-    max_body_kb: Option<u64>,
-    timeout_ms: Option<f64>,
-}
-
-/// `[gradient]` of the TOML file.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FileGradient {
-    initial: Option<f64>,
-    min: Option<f64>,
-    max: Option<f64>,
-    tolerance: Option<f64>,
-    smoothing: Option<f64>,
-    long_window: Option<f64>,
-    window_ms: Option<f64>,
-}
-
-/// `[aimd]` of the TOML file.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FileAimd {
-    initial: Option<f64>,
-    min: Option<f64>,
-    max: Option<f64>,
-    backoff: Option<f64>,
-    timeout_ms: Option<f64>,
 }
 
 /// A configuration that cannot work: one line, naming the key (or the file).
@@ -853,145 +647,6 @@ impl ServeConfig {
         }
         Ok(Some(t))
     }
-
-    /// The overload settings and the bottleneck's cost.
-    fn overload(&self) -> Result<(OverloadControl, Option<Duration>), ConfigError> {
-        let mut oc = OverloadControl::default();
-        let bottleneck = self
-            .bottleneck_ms
-            .map(|v| millis("bottleneck-ms", v))
-            .transpose()?;
-        oc.rt_target = self
-            .rt_target_ms
-            .map(|v| millis("rt-target-ms", v))
-            .transpose()?;
-        if let Some(v) = &self.class_targets_ms {
-            oc.class_targets = v
-                .iter()
-                .map(|&t| millis("class-targets-ms", t))
-                .collect::<Result<_, _>>()?;
-        }
-        oc.admission = self.admission.as_ref().map(Word::get);
-        if let Some(n) = self.queue_threshold {
-            if n == 0 {
-                return Err("queue-threshold must be at least 1".into());
-            }
-            oc.queue_threshold = n;
-        }
-        if let Some(v) = self.codel_target_ms {
-            oc.codel.target = millis("codel-target-ms", v)?;
-        }
-        if let Some(v) = self.codel_interval_ms {
-            oc.codel.interval = millis("codel-interval-ms", v)?;
-        }
-        if let Some(c) = &self.classes {
-            oc.classes.header.clone_from(&c.header);
-            oc.classes.cookie.clone_from(&c.cookie);
-            for p in &c.prefixes {
-                let prefix: AddrPrefix = p
-                    .prefix
-                    .parse()
-                    .map_err(|e| format!("[classes] prefixes: {e}"))?;
-                oc.classes.prefixes.push((prefix, p.class));
-            }
-        }
-        if let Some(h) = &self.class_header {
-            oc.classes.header = Some(h.clone());
-        }
-        // A name no request can carry is a mistake, not a setting without effect.
-        oc.classes.validate().map_err(|e| e.to_string())?;
-        for h in &self.handler {
-            if oc.handlers.iter().any(|o| o.name == h.name) {
-                return Err(format!("[[handler]] `{}` appears twice", h.name).into());
-            }
-            oc.handlers.push(
-                HandlerTargets::default()
-                    .with_name(h.name.clone())
-                    .with_rt_target(
-                        h.rt_target_ms
-                            .map(|v| millis("[[handler]] rt-target-ms", v))
-                            .transpose()?,
-                    )
-                    .with_class_targets(
-                        h.class_targets_ms
-                            .iter()
-                            .map(|&t| millis("[[handler]] class-targets-ms", t))
-                            .collect::<Result<_, _>>()?,
-                    ),
-            );
-        }
-        if let Some(r) = &self.response_time {
-            let c = &mut oc.response_time;
-            c.nreq = r.nreq.unwrap_or(c.nreq);
-            if let Some(v) = r.timeout_ms {
-                c.timeout = millis("[response-time] timeout-ms", v)?;
-            }
-            if let Some(v) = r.burst_ms {
-                c.burst = if v == 0.0 {
-                    Duration::ZERO
-                } else {
-                    millis("[response-time] burst-ms", v)?
-                };
-            }
-            for (field, v) in [
-                (&mut c.alpha, r.alpha),
-                (&mut c.err_d, r.err_d),
-                (&mut c.err_i, r.err_i),
-                (&mut c.adj_i, r.adj_i),
-                (&mut c.adj_d, r.adj_d),
-                (&mut c.c_i, r.c_i),
-                (&mut c.rate_min, r.rate_min),
-                (&mut c.rate_max, r.rate_max),
-                (&mut c.initial_rate, r.initial_rate),
-                (&mut c.bucket_depth, r.bucket_depth),
-            ] {
-                if let Some(v) = v {
-                    *field = v;
-                }
-            }
-            c.validate().map_err(|e| format!("[response-time]: {e}"))?;
-        }
-        if let Some(g) = &self.gradient {
-            let d = GradientLimitConfig::default();
-            oc.gradient = GradientLimitConfig::default()
-                .with_initial(g.initial.unwrap_or(d.initial))
-                .with_min(g.min.unwrap_or(d.min))
-                .with_max(g.max.unwrap_or(d.max))
-                .with_tolerance(g.tolerance.unwrap_or(d.tolerance))
-                .with_smoothing(g.smoothing.unwrap_or(d.smoothing))
-                .with_long_window(g.long_window.unwrap_or(d.long_window))
-                .with_window(
-                    g.window_ms
-                        .map(|v| millis("[gradient] window-ms", v))
-                        .transpose()?
-                        .unwrap_or(d.window),
-                );
-        }
-        if let Some(a) = &self.aimd {
-            let timeout = match a.timeout_ms {
-                Some(v) => millis("[aimd] timeout-ms", v)?,
-                None => oc.rt_target.unwrap_or(Duration::from_secs(1)),
-            };
-            let d = AimdLimitConfig::with_timeout(timeout);
-            oc.aimd = Some(
-                d.clone()
-                    .with_initial(a.initial.unwrap_or(d.initial))
-                    .with_min(a.min.unwrap_or(d.min))
-                    .with_max(a.max.unwrap_or(d.max))
-                    .with_backoff(a.backoff.unwrap_or(d.backoff)),
-            );
-        }
-        let retry_after_secs = self.retry_after_secs.unwrap_or(1);
-        oc.on_overload = overload_action(
-            self.overload_action.as_deref().unwrap_or("reject"),
-            retry_after_secs,
-        )?;
-        oc.degrade = self.degrade.unwrap_or(false);
-        if oc.degrade && bottleneck.is_none() {
-            return Err("degrade needs bottleneck-ms (the handler it degrades)".into());
-        }
-        Ok((oc, bottleneck))
-    }
 }
 
 /// What `seda serve` runs with: the server's configuration, the root, the shutdown
@@ -1028,7 +683,7 @@ fn secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
 }
 
 /// `v` milliseconds, in `0.001..1e12`.
-fn millis(name: &str, v: f64) -> Result<Duration, ConfigError> {
+pub(super) fn millis(name: &str, v: f64) -> Result<Duration, ConfigError> {
     if (0.001..1e12).contains(&v) {
         Ok(Duration::from_secs_f64(v / 1000.0))
     } else {
@@ -1051,7 +706,10 @@ fn shown(v: f64) -> String {
     }
 }
 
-fn overload_action(s: &str, retry_after_secs: u32) -> Result<OverloadAction, ConfigError> {
+pub(super) fn overload_action(
+    s: &str,
+    retry_after_secs: u32,
+) -> Result<OverloadAction, ConfigError> {
     match s {
         "reject" => Ok(OverloadAction::Reject503 { retry_after_secs }),
         "degrade" => Ok(OverloadAction::Degrade),
