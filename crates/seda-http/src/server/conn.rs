@@ -28,10 +28,8 @@
 //!   answered `503`.
 
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::File;
-use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
@@ -39,6 +37,9 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use seda_io::{ConnId, ConnState, Link, Outgoing, WriteError};
 
+use super::peer::Peer;
+use super::send_half::SendState;
+pub(crate) use super::send_half::{Body, Reply};
 use crate::access_log::{AccessEntry, Answerer, RequestRecord, status_of};
 
 /// `Connection` lines and the blank line that ends a head.
@@ -61,30 +62,6 @@ fn with_out<R>(f: impl FnOnce(&mut Vec<Bytes>) -> R) -> R {
     out.clear();
     OUT.with(|c| c.set(out));
     r
-}
-
-/// One response, framed and ready to go out.
-#[derive(Debug)]
-pub(crate) struct Reply {
-    /// The head: either complete, or (for cached `200` heads) without its `Date`
-    /// and `Connection` lines, which `date` and the close flag supply.
-    pub(crate) head: Bytes,
-    /// The `Date` line when `head` is a cached prefix.
-    pub(crate) date: Option<Bytes>,
-    pub(crate) body: Body,
-    /// Close the connection after this response.
-    pub(crate) close: bool,
-}
-
-#[derive(Debug)]
-pub(crate) enum Body {
-    None,
-    Bytes(Bytes),
-    File {
-        file: Arc<File>,
-        offset: u64,
-        len: u64,
-    },
 }
 
 /// A request whose head is parsed and whose body is still arriving (or being
@@ -204,140 +181,6 @@ impl RecvState {
     }
 }
 
-/// The send half of a connection (HttpSend).
-#[derive(Debug, Default)]
-struct SendState {
-    /// Sequence number of the next response to send.
-    next: u64,
-    /// Responses finished before their turn and a `100 Continue` still due: boxed,
-    /// and only while either is there (see [`Parked`]).
-    parked: Option<Box<Parked>>,
-    /// Nothing more is written.
-    dead: bool,
-    /// Requests a handler has begun whose responses are not handed over yet (see
-    /// the invariants).
-    running: Running,
-}
-
-/// Requests a handler has begun whose responses are not handed over yet: nearly
-/// always none, so one word, which owns an allocation only while one is running
-/// (a `Vec` took three words, and kept its buffer for the connection's life once a
-/// dynamic handler had run on it).
-// A `Box<Vec>`, not a `Vec` (three words) nor a `Box<[u64]>` (two): one word in
-// every connection's record is the point.
-#[allow(clippy::box_collection)]
-#[derive(Debug, Default)]
-struct Running(Option<Box<Vec<u64>>>);
-
-impl Running {
-    fn push(&mut self, seq: u64) {
-        self.0.get_or_insert_with(Box::default).push(seq);
-    }
-
-    /// Request `seq`'s response is handed over (or it never ran); frees the list
-    /// once empty.
-    fn remove(&mut self, seq: u64) {
-        if let Some(v) = self.0.as_mut() {
-            v.retain(|&s| s != seq);
-            if v.is_empty() {
-                self.0 = None;
-            }
-        }
-    }
-
-    fn contains(&self, seq: u64) -> bool {
-        self.0.as_ref().is_some_and(|v| v.contains(&seq))
-    }
-}
-
-/// What the send half keeps for later, rarely: responses of pipelined requests
-/// finished before their turn, and the request waiting for an interim
-/// `100 Continue`. An idle connection keeps none of it: the box goes once both are
-/// empty (a `BTreeMap` keeps its root node, room for 11 replies, after its last
-/// entry goes; a connection's record is 40 bytes smaller without them inline).
-#[derive(Debug, Default)]
-struct Parked {
-    /// Responses finished before their turn, by sequence number.
-    replies: BTreeMap<u64, Reply>,
-    /// Request waiting for an interim `100 Continue` once its turn comes.
-    continue_at: Option<u64>,
-}
-
-impl SendState {
-    /// Keeps `reply` (request `seq`) until its turn.
-    fn park(&mut self, seq: u64, reply: Reply) {
-        self.parked
-            .get_or_insert_with(Box::default)
-            .replies
-            .insert(seq, reply);
-    }
-
-    /// Request `seq` waits for `100 Continue` until its turn.
-    fn defer_continue(&mut self, seq: u64) {
-        self.parked.get_or_insert_with(Box::default).continue_at = Some(seq);
-    }
-
-    /// The reply parked for request `seq`, if any.
-    fn take_parked(&mut self, seq: u64) -> Option<Reply> {
-        let p = self.parked.as_mut()?;
-        let r = p.replies.remove(&seq);
-        self.tidy();
-        r
-    }
-
-    /// Whether request `seq` (whose turn it is) waits for `100 Continue`; taken.
-    fn take_continue(&mut self, seq: u64) -> bool {
-        match self.parked.as_mut() {
-            Some(p) if p.continue_at == Some(seq) => {
-                p.continue_at = None;
-                self.tidy();
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Drops every parked reply and a due `100 Continue` (nothing more goes out).
-    fn drop_parked(&mut self) {
-        self.parked = None;
-    }
-
-    /// Frees the box once nothing is in it.
-    fn tidy(&mut self) {
-        if self
-            .parked
-            .as_ref()
-            .is_some_and(|p| p.replies.is_empty() && p.continue_at.is_none())
-        {
-            self.parked = None;
-        }
-    }
-}
-
-/// A client's address in 16 bytes (a `SocketAddr` takes 32): IPv4 inline, IPv6
-/// boxed.
-#[derive(Debug)]
-enum Peer {
-    V4(SocketAddrV4),
-    V6(Box<SocketAddrV6>),
-}
-
-impl Peer {
-    fn new(addr: SocketAddr) -> Self {
-        match addr {
-            SocketAddr::V4(a) => Peer::V4(a),
-            SocketAddr::V6(a) => Peer::V6(Box::new(a)),
-        }
-    }
-
-    fn get(&self) -> SocketAddr {
-        match self {
-            Peer::V4(a) => SocketAddr::V4(*a),
-            Peer::V6(a) => SocketAddr::V6(**a),
-        }
-    }
-}
-
 /// What [`Conn::cut`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Cut {
@@ -374,8 +217,9 @@ pub(crate) struct Conn {
     close_when_answered: AtomicBool,
     /// Milliseconds since the server's epoch of the last request byte or response.
     last_active_ms: AtomicU64,
-    /// Where the connection is in its shard's list ([`ConnList`]).
-    at: AtomicU32,
+    /// Where the connection is in its shard's list
+    /// ([`ConnList`](super::conn_list::ConnList)).
+    pub(super) at: AtomicU32,
     pub(crate) rx: Mutex<RecvState>,
     tx: Mutex<SendState>,
 }
@@ -958,178 +802,5 @@ impl Drop for ResponseStream {
     }
 }
 
-const SHARDS: usize = 32;
-
-/// One shard, on cache lines of its own (the lock words of two shards that two
-/// cores take must not share a line).
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Shard(Mutex<Vec<Arc<Conn>>>);
-
-/// The open connections, for the timeout sweep, the shutdown and the stats: lists,
-/// not a map. No event looks a connection up: the socket layer hands each event's
-/// connection over with it ([`seda_io::SocketEvent::state`], made by
-/// `Haboob::attach`), so a connection is touched here twice, when it is admitted
-/// and when it closes.
-///
-/// # Invariants
-/// A connection is in the list of its shard from its admission until its `Closed`
-/// is handled, at index `Conn::at`, which changes only under that shard's lock.
-#[derive(Debug)]
-pub(crate) struct ConnList {
-    shards: Vec<Shard>,
-}
-
-impl ConnList {
-    pub(crate) fn new() -> Self {
-        ConnList {
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-        }
-    }
-
-    fn shard(&self, id: ConnId) -> &Mutex<Vec<Arc<Conn>>> {
-        &self.shards[(id.0 % SHARDS as u64) as usize].0
-    }
-
-    pub(crate) fn insert(&self, conn: &Arc<Conn>) {
-        let mut list = self.shard(conn.id).lock();
-        conn.at
-            .store(u32::try_from(list.len()).unwrap_or(u32::MAX), Relaxed);
-        list.push(Arc::clone(conn));
-    }
-
-    /// Takes `conn` off its list (false if it was not on it).
-    pub(crate) fn remove(&self, conn: &Conn) -> bool {
-        let mut list = self.shard(conn.id).lock();
-        let at = conn.at.load(Relaxed) as usize;
-        if !list.get(at).is_some_and(|c| std::ptr::eq(&**c, conn)) {
-            return false;
-        }
-        list.swap_remove(at);
-        if let Some(moved) = list.get(at) {
-            moved.at.store(at as u32, Relaxed);
-        }
-        let len = list.len();
-        if len < list.capacity() / 4 {
-            list.shrink_to(len * 2);
-        }
-        true
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.lock().len()).sum()
-    }
-
-    /// A copy of every open connection (for the timeout sweep and shutdown).
-    pub(crate) fn all(&self) -> Vec<Arc<Conn>> {
-        self.shards
-            .iter()
-            .flat_map(|s| s.0.lock().clone())
-            .collect()
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reply(tag: &'static [u8]) -> Reply {
-        Reply {
-            head: Bytes::from_static(tag),
-            date: None,
-            body: Body::None,
-            close: false,
-        }
-    }
-
-    /// Responses finished out of order wait in a box that goes with the last of
-    /// them, as does a due `100 Continue`: an idle connection keeps none of it.
-    #[test]
-    fn parked_replies_leave_nothing_behind() {
-        let mut tx = SendState::default();
-        tx.park(2, reply(b"2"));
-        tx.park(1, reply(b"1"));
-        tx.defer_continue(3);
-        assert!(tx.take_parked(0).is_none());
-        assert_eq!(&tx.take_parked(1).unwrap().head[..], b"1");
-        assert!(!tx.take_continue(2));
-        assert_eq!(&tx.take_parked(2).unwrap().head[..], b"2");
-        assert!(tx.parked.is_some(), "the continue is still due");
-        assert!(tx.take_continue(3));
-        assert!(tx.parked.is_none());
-        tx.park(5, reply(b"5"));
-        tx.drop_parked();
-        assert!(tx.parked.is_none() && tx.take_parked(5).is_none());
-    }
-
-    /// The running list owns an allocation only while a request runs.
-    #[test]
-    fn running_requests_leave_nothing_behind() {
-        let mut r = Running::default();
-        assert!(!r.contains(0));
-        r.push(3);
-        r.push(4);
-        assert!(r.contains(3) && r.contains(4) && !r.contains(5));
-        r.remove(3);
-        assert!(!r.contains(3) && r.contains(4));
-        r.remove(4);
-        assert!(r.0.is_none(), "emptied: freed");
-        r.remove(9);
-        assert!(r.0.is_none());
-    }
-
-    /// The compact peer gives back the address it was given, both families.
-    #[test]
-    fn a_peer_comes_back_as_given() {
-        for a in [
-            "192.0.2.7:51000",
-            "[2001:db8::1]:443",
-            "[::ffff:192.0.2.1]:80",
-        ] {
-            let addr: SocketAddr = a.parse().unwrap();
-            assert_eq!(Peer::new(addr).get(), addr);
-        }
-        assert_eq!(std::mem::size_of::<Peer>(), 16);
-    }
-
-    /// An idle connection's record is most of what it costs (bench/idle-memory,
-    /// issue 29.5): a field added here is paid 2,000 times by 2,000 idle clients.
-    /// 224 bytes: with the `Arc`'s counts and malloc's header a 256-byte chunk
-    /// (248 took 272, before the receive times became 8-byte clock readings).
-    /// Its place in the list of open connections (`at`) fits in the record's
-    /// padding, and the list holds one pointer per connection (the hash map of
-    /// ids it replaced held ~35 bytes per connection).
-    #[test]
-    fn a_connection_record_stays_small() {
-        assert!(
-            std::mem::size_of::<Conn>() <= 224,
-            "{}",
-            std::mem::size_of::<Conn>()
-        );
-        assert_eq!(std::mem::size_of::<Arc<Conn>>(), 8);
-    }
-
-    /// The list finds each connection again after others left (their places move),
-    /// and a connection not on it is not taken off.
-    #[test]
-    fn the_list_takes_off_the_connection_it_is_given() {
-        let list = ConnList::new();
-        let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        // Ids of one shard, so that places move.
-        let conns: Vec<Arc<Conn>> = (0..4)
-            .map(|i| Arc::new(Conn::new(ConnId(1 + i * SHARDS as u64), peer, None, 0)))
-            .collect();
-        for c in &conns {
-            list.insert(c);
-        }
-        assert_eq!(list.len(), 4);
-        assert!(list.remove(&conns[1]));
-        assert!(!list.remove(&conns[1]), "taken off once");
-        let stranger = Conn::new(conns[0].id, peer, None, 0);
-        assert!(!list.remove(&stranger), "same id, another record");
-        assert!(list.remove(&conns[3]) && list.remove(&conns[0]));
-        let left = list.all();
-        assert!(left.len() == 1 && Arc::ptr_eq(&left[0], &conns[2]));
-        assert!(list.remove(&conns[2]) && list.len() == 0);
-    }
-}
+mod tests;

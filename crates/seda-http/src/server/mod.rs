@@ -46,6 +46,7 @@ mod budget;
 mod cache_miss;
 mod config;
 mod conn;
+mod conn_list;
 mod descriptors;
 mod dynamic;
 mod events;
@@ -53,11 +54,13 @@ mod lookup;
 mod miss;
 mod page_cache;
 mod parse;
+mod peer;
 mod recv;
 mod reload;
 mod request;
 mod routes;
 mod send;
+mod send_half;
 mod state;
 mod timeouts;
 
@@ -270,7 +273,7 @@ impl Server {
                 dotfiles: cfg.dotfiles,
             },
             live: arc_swap::ArcSwap::from_pointee(Live::of(&cfg)),
-            conns: conn::ConnList::new(),
+            conns: conn_list::ConnList::new(),
             paths: PathCache::new(cfg.path_cache_bytes, cfg.revalidate),
             pages: PageCache::new(cfg.cache_bytes),
             framer: Framer::new(cfg.retry_after_secs, cfg.header_cache),

@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use super::answer::{Answer, Framer};
 use super::config::FileIo;
-use super::conn::{Body, Conn, ConnList, Exchange, Ns, Reply};
+use super::conn::{Body, Conn, Exchange, Ns, Reply};
+use super::conn_list::ConnList;
 use super::events::SendEvent;
 use super::routes::Routes;
 use crate::access_log::{AccessEntry, AccessLog, Answerer, Origin, RequestRecord, status_of};
