@@ -127,7 +127,13 @@ impl<E: Send + 'static> StageCore<E> {
                 return;
             }
             let weak = self.self_weak.clone();
+            // Counted `outside` under the shard's lock, before the release that
+            // serves the ticket can see it and hand it on: counted after `park`
+            // returned, a claim of the ready list could take it out of `outside`
+            // before it was counted there (the count dipped below zero).
+            let queue = &self.queue;
             let acquired = self.colors.park(slot, ticket, env, move |env| -> Unpark {
+                queue.parked();
                 Box::new(move || {
                     if let Some(core) = weak.upgrade() {
                         core.queue.unpark(env);
@@ -135,12 +141,9 @@ impl<E: Send + 'static> StageCore<E> {
                     }
                 })
             });
-            match acquired {
-                Ok(env) => {
-                    s.held.push((slot, ticket));
-                    s.envs.push(env);
-                }
-                Err(()) => self.queue.parked(),
+            if let Ok(env) = acquired {
+                s.held.push((slot, ticket));
+                s.envs.push(env);
             }
         });
         if claimed > 0 {
