@@ -54,11 +54,18 @@
 //!   integral law in time units, since the p90 is the budget plus what the budget
 //!   does not see (time before admission, the spread of service times), which the
 //!   loop learns;
-//! - `B` grows only if the budget refused something in this window *and* the one
-//!   before (anti-windup: under light load the p90 is far below the target whatever
-//!   `B` is, and the window in which a spike starts holds the calm before it; a
-//!   budget grown then lets the spike's first seconds queue too much work, which the
-//!   first run of the experiment showed);
+//! - `B` grows only if the budget refused something in the window before this
+//!   sample's (anti-windup: under light load the p90 is far below the target
+//!   whatever `B` is, and the window in which a spike starts holds the calm before
+//!   it; a budget grown then lets the spike's first seconds queue too much work,
+//!   which the first run of the experiment showed). The completions of a window are
+//!   mostly what the window before admitted, so that window's refusals are what
+//!   says the budget held them. (Issue 26: growth once asked for refusals in this
+//!   window *and* the one before; closed-loop users who stay away 5 s after a
+//!   refusal come back all at once, refused in one window and absent in the next,
+//!   so the budget never grew from its start and the spike's crowd was held at
+//!   half the setpoint for the whole spike, a backlog too shallow to keep the
+//!   backend's workers busy through the jitter of their service times);
 //! - an idle window (no completions, nothing in flight) leaves `B` as it is.
 //!
 //! `B` starts at `initial_budget * target`, half the target: the first second of a
@@ -220,16 +227,13 @@ impl BudgetLoop {
 
     /// One p90 sample, `binding` if the budget refused an offer in its window: moves
     /// the budget towards the one that puts the p90 at the setpoint; it grows only
-    /// if it was binding in this window and the one before.
+    /// if it was binding in the window before (whose admissions this sample's
+    /// completions mostly are).
     pub fn step(&mut self, p90: Duration, binding: bool) -> f64 {
         let t = self.cfg.target.as_secs_f64();
         let error = self.cfg.setpoint * t - p90.as_secs_f64();
         let step = self.cfg.max_step * t;
-        let up = if binding && self.was_binding {
-            step
-        } else {
-            0.0
-        };
+        let up = if self.was_binding { step } else { 0.0 };
         let change = (self.cfg.gain * error).clamp(-step, up);
         self.budget =
             (self.budget + change).clamp(self.cfg.min_budget * t, self.cfg.max_budget * t);

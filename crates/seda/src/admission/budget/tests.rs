@@ -47,8 +47,13 @@ fn the_loop_moves_the_budget_to_put_the_p90_at_the_setpoint() {
     assert!((l.step(Duration::from_millis(600), true) - 0.44).abs() < 1e-9);
     // Binding twice in a row: up by 0.06 s.
     assert!((l.step(Duration::from_millis(600), true) - 0.5).abs() < 1e-9);
+    // Binding in the window before (whose admissions these completions are): up.
+    assert!((l.step(Duration::from_millis(600), false) - 0.56).abs() < 1e-9);
+    // Neither: no growth.
+    assert!((l.step(Duration::from_millis(600), false) - 0.56).abs() < 1e-9);
+    l.step(Duration::from_millis(600), true);
     // A p90 far under the setpoint: up by at most max_step x target.
-    assert!((l.step(Duration::from_millis(10), true) - 0.737).abs() < 1e-9);
+    assert!((l.step(Duration::from_millis(10), true) - 0.797).abs() < 1e-9);
     for _ in 0..100 {
         l.step(Duration::from_millis(1), true);
     }
@@ -244,6 +249,8 @@ struct Spike {
     /// load generator's fixed think time keeps them).
     think_spread_us: u64,
     retry_us: u64,
+    /// Service times exponential with mean `svc_us` instead of fixed.
+    svc_exp: bool,
     base: usize,
     crowd: usize,
     crowd_at_us: u64,
@@ -301,6 +308,17 @@ fn run_spike(p: &DelayBudget, m: Spike) -> SpikeResult {
     let mut in_flight = 0usize;
     let mut busy = 0usize;
     let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut svc_rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut svc = move || {
+        if !m.svc_exp {
+            return m.svc_us;
+        }
+        svc_rng = svc_rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let u = ((svc_rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        (-u.ln() * m.svc_us as f64) as u64
+    };
     let mut backlog: VecDeque<(usize, u64)> = VecDeque::new();
     let mut served = Vec::new();
     let mut per_second = Vec::new();
@@ -338,7 +356,7 @@ fn run_spike(p: &DelayBudget, m: Spike) -> SpikeResult {
                         busy += 1;
                         push(
                             &mut heap,
-                            t + m.svc_us,
+                            t + svc(),
                             Ev::Done {
                                 user,
                                 sent: t,
@@ -356,7 +374,7 @@ fn run_spike(p: &DelayBudget, m: Spike) -> SpikeResult {
                 match backlog.pop_front() {
                     Some((next, sent)) => push(
                         &mut heap,
-                        t + m.svc_us,
+                        t + svc(),
                         Ev::Done {
                             user: next,
                             sent,
@@ -410,6 +428,7 @@ const MEDIUM_SPIKE: Spike = Spike {
     think_us: 20_000,
     think_spread_us: 0,
     retry_us: 5_000_000,
+    svc_exp: false,
     base: 3,
     crowd: 997,
     crowd_at_us: 2_000_000,
@@ -493,4 +512,32 @@ fn under_sustained_load_the_rate_follows_the_stage_both_ways() {
     }
     let slow = p.departure_rate().unwrap();
     assert!((slow - 20.0).abs() < 2.0, "{fast}/s -> {slow}/s");
+}
+
+#[test]
+fn a_closed_loop_crowd_that_returns_in_bursts_moves_the_budget() {
+    // Regression (issue 26, docs/proxy/2026-11-27-medium-main): 1,000 users who
+    // stay away 5 s after a refusal come back together: the budget refuses in one
+    // window and has nothing to refuse in the next. Growth once asked for two
+    // refusing windows in a row, so the budget stayed at its start (half the
+    // target) for the whole spike: the p90 at half the setpoint, a backlog too
+    // shallow for the jitter of the backend's service times (exponential here),
+    // 0.89x the capacity served in the medium run. The window after a refusing one
+    // completes what the budget held, and now lets it grow.
+    let target = Duration::from_millis(100);
+    let p = DelayBudget::new(DelayBudgetConfig::with_target(target)).unwrap();
+    let m = Spike {
+        svc_exp: true,
+        ..MEDIUM_SPIKE
+    };
+    let r = run_spike(&p, m);
+    let start = r.per_second[0].2;
+    // After the crowd's second return (7 s).
+    let last = r.per_second.last().unwrap().2;
+    assert!(
+        start == 50 && last >= 60,
+        "budget (ms) from {start} to {last}: {:?}",
+        r.per_second
+    );
+    assert!(r.p90_ms <= 120.0, "p90 {} ms", r.p90_ms);
 }
