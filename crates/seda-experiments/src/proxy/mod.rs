@@ -57,12 +57,15 @@
 //! The load generator also records every run at 100 ms resolution (`ticks` in
 //! `runs.json`; the charts use it); recovery times are in whole seconds.
 
+mod backend;
 mod config;
+mod fronts;
 mod output;
 mod results;
 mod runner;
 
 pub use config::{CLASS_HEADER, Front, Group, HIGH_SHARE, ProxyConfig, Shape, default_groups};
+pub use fronts::{haproxy_config, nginx_limits};
 pub use output::write_outputs;
 pub use results::{HighClass, ProxyResults, ProxyRun, ShapeMetrics};
-pub use runner::{haproxy_config, high_class, nginx_limits, run, shape_metrics};
+pub use runner::{high_class, run, shape_metrics};

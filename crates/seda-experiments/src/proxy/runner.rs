@@ -1,23 +1,21 @@
-//! Runs the plan: the backend (a fresh gunicorn per run), the knee, then every
-//! (shape, front, repeat) with its load, and the outputs after every run.
+//! Runs the plan: the knee, then every (shape, front, repeat) with its load against
+//! a fresh backend ([`super::backend`]) and front ([`super::fronts`]), and the
+//! outputs after every run.
 
 use std::fs;
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustix::process::Signal;
 
+use super::backend::{Backend, calibrate, gunicorn_version};
 use super::config::{CLASS_HEADER, Front, HIGH_SHARE, ProxyConfig, Shape};
+use super::fronts::start_front;
 use super::output::write_outputs;
 use super::results::{HighClass, ProxyResults, ProxyRun, ShapeMetrics, Sustained};
 use crate::ExperimentError;
-use crate::harness::haproxy::process::signal_group;
-use crate::harness::haproxy::{HaproxyProcess, ensure_haproxy};
-use crate::harness::server::{ServerKind, ServerProcess, ServerSpec, free_port};
-use crate::harness::stats::http_get;
+use crate::harness::haproxy::ensure_haproxy;
 use crate::harness::{date_utc, load_average, machine_summary};
 use crate::overload::metrics::{phase_metrics, time_to_recover};
 use seda_load::client::{LoadConfig, Mode, RequestMix};
@@ -188,139 +186,6 @@ fn line(m: &ShapeMetrics, target_ms: f64) -> String {
     )
 }
 
-/// A gunicorn master with sync workers serving `app.py`, in its own process group.
-struct Backend {
-    child: Child,
-    addr: SocketAddr,
-    log: tempfile::NamedTempFile,
-}
-
-impl Backend {
-    fn start(cfg: &ProxyConfig) -> Result<Backend, ExperimentError> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        let log = tempfile::NamedTempFile::new().map_err(ExperimentError::other)?;
-        let out = log.reopen().map_err(ExperimentError::other)?;
-        let err = log.reopen().map_err(ExperimentError::other)?;
-        let mut cmd = Command::new(&cfg.gunicorn);
-        if let Some(v) = cfg.iter_per_ms {
-            cmd.env("PROXY_APP_ITER_PER_MS", v.to_string());
-        }
-        let child = cmd
-            .args(["-w", &cfg.workers.to_string(), "-k", "sync"])
-            .args(["-b", &addr.to_string(), "--backlog", "4096"])
-            .args(["--timeout", "120", "app:app"])
-            .current_dir(&cfg.app_dir)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| {
-                ExperimentError::step(format!("cannot start {}", cfg.gunicorn.display()), e)
-            })?;
-        let mut b = Backend { child, addr, log };
-        let t0 = Instant::now();
-        let path = format!("/work?ms={}&dist=fixed", cfg.work_ms);
-        loop {
-            if let Ok(Some(st)) = b.child.try_wait() {
-                return Err(ExperimentError::run(format!(
-                    "gunicorn exited at start ({st}): {}",
-                    b.tail()
-                )));
-            }
-            // Every worker must be up (each calibrates at import): one probe per
-            // worker, on new connections.
-            if (0..cfg.workers).all(|_| {
-                http_get(addr, &path, Duration::from_secs(5)).is_ok_and(|f| f.status == 200)
-            }) {
-                return Ok(b);
-            }
-            if t0.elapsed() > Duration::from_secs(30) {
-                return Err(ExperimentError::run(format!(
-                    "gunicorn did not answer within 30 s: {}",
-                    b.tail()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Sends `sig` to the master `n` times, 100 ms apart (gunicorn adds or removes
-    /// one worker per TTIN/TTOU; signals sent at once would merge).
-    fn signal(&self, sig: Signal, n: u32) {
-        for _ in 0..n {
-            if let Some(p) = rustix::process::Pid::from_raw(self.child.id() as i32) {
-                let _ = rustix::process::kill_process(p, sig);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn tail(&self) -> String {
-        let text = fs::read_to_string(self.log.path()).unwrap_or_default();
-        let start = text.len().saturating_sub(1500);
-        text.get(start..).unwrap_or("").trim().to_owned()
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        signal_group(self.child.id(), Signal::TERM);
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        signal_group(self.child.id(), Signal::KILL);
-        let _ = self.child.wait();
-    }
-}
-
-/// app.py's hashing speed, measured once here (best of five 0.1 s rounds, by the
-/// gunicorn environment's Python) and given to every worker: each worker would
-/// otherwise calibrate at import, while the others do, and a busy machine at that
-/// moment makes every request of the run cheaper than its nominal cost.
-fn calibrate(cfg: &ProxyConfig) -> Result<f64, ExperimentError> {
-    let python = cfg.gunicorn.with_file_name("python3");
-    let code = "import time, app\n\
-                best = 0.0\n\
-                for _ in range(5):\n\
-                \x20   n = 64\n\
-                \x20   while True:\n\
-                \x20       t0 = time.perf_counter(); app._spin(n); dt = time.perf_counter() - t0\n\
-                \x20       if dt > 0.1: break\n\
-                \x20       n *= 2\n\
-                \x20   best = max(best, n / (dt * 1000.0))\n\
-                print(best)\n";
-    let out = Command::new(&python)
-        .args(["-c", code])
-        .current_dir(&cfg.app_dir)
-        .env("PROXY_APP_ITER_PER_MS", "1")
-        .output()
-        .map_err(|e| ExperimentError::step(format!("cannot run {}", python.display()), e))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite() && *v > 0.0)
-        .ok_or_else(|| {
-            ExperimentError::run(format!(
-                "calibrating app.py failed: {text} {}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        })
-}
-
-fn gunicorn_version(bin: &Path) -> String {
-    Command::new(bin)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
-}
-
 fn load(
     cfg: &ProxyConfig,
     addr: SocketAddr,
@@ -423,141 +288,6 @@ fn sustained(
         users,
         seconds,
         rps,
-    }
-}
-
-/// A running front.
-enum Running {
-    Server(ServerProcess),
-    Haproxy(HaproxyProcess),
-}
-
-impl Running {
-    fn addr(&self) -> SocketAddr {
-        match self {
-            Running::Server(s) => s.addr(),
-            Running::Haproxy(h) => h.addr(),
-        }
-    }
-
-    fn stop(self) {
-        match self {
-            Running::Server(s) => {
-                if let Err(e) = s.stop() {
-                    eprintln!("   {e}");
-                }
-            }
-            Running::Haproxy(h) => h.stop(),
-        }
-    }
-}
-
-/// nginx's `limit_req` + `limit_conn` at `capacity`: the rate, a burst of one target's
-/// worth, and the requests in flight the target allows (at least the workers).
-pub fn nginx_limits(capacity: f64, target_ms: f64, workers: u32) -> (String, String) {
-    let rate = capacity.round().max(1.0);
-    let burst = (capacity * target_ms / 1e3).round().max(1.0);
-    let conns = burst.max(f64::from(workers));
-    (
-        format!(
-            "\x20 limit_req_zone $binary_remote_addr zone=work:1m rate={rate}r/s;\n\
-             \x20 limit_conn_zone $binary_remote_addr zone=inflight:1m;"
-        ),
-        format!(
-            "limit_req zone=work burst={burst}; limit_req_status 503; \
-             limit_conn inflight {conns}; limit_conn_status 503;"
-        ),
-    )
-}
-
-/// HAProxy in front of `upstream`: `maxconn` = the workers on the server, a request
-/// that waits longer than the target in HAProxy's queue gets 503. A request with
-/// `X-Class: 1` goes ahead of the others in that queue (`set-priority-class`), the
-/// nearest HAProxy has to the high class of [`Shape::Classes`].
-pub fn haproxy_config(
-    bind: SocketAddr,
-    upstream: SocketAddr,
-    workers: u32,
-    target_ms: f64,
-) -> String {
-    format!(
-        "global\n  maxconn 8000\n\
-         defaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n  \
-         timeout queue {}ms\n  option http-keep-alive\n\
-         frontend front\n  bind {bind}\n  default_backend gunicorn\n\
-         \x20 http-request set-priority-class int(-1) if {{ req.hdr({CLASS_HEADER}) -m str 1 }}\n\
-         backend gunicorn\n  server g1 {upstream} maxconn {workers}\n",
-        target_ms.round() as u64
-    )
-}
-
-fn start_front(
-    cfg: &ProxyConfig,
-    shape: Shape,
-    front: Front,
-    upstream: SocketAddr,
-    capacity: f64,
-    haproxy: Option<&Path>,
-    root: &Path,
-) -> Result<(Running, String), ExperimentError> {
-    let nginx = |http: String, location: String| -> Result<(Running, String), ExperimentError> {
-        let spec = ServerSpec {
-            name: front.name().into(),
-            kind: ServerKind::NginxProxy {
-                workers: 1,
-                upstream,
-                http,
-                location,
-            },
-        };
-        let d = spec.describe();
-        Ok((Running::Server(ServerProcess::start(&spec, root)?), d))
-    };
-    match front {
-        Front::NginxProxy => nginx(String::new(), String::new()),
-        Front::NginxLimit => {
-            let (http, location) = nginx_limits(capacity, cfg.target_ms, cfg.workers);
-            nginx(http, location)
-        }
-        Front::Haproxy => {
-            let bin = haproxy.ok_or_else(|| ExperimentError::run("no haproxy"))?;
-            let bind = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-            let text = haproxy_config(bind, upstream, cfg.workers, cfg.target_ms);
-            let d = format!(
-                "haproxy: server maxconn {}, timeout queue {} ms",
-                cfg.workers, cfg.target_ms
-            );
-            Ok((
-                Running::Haproxy(HaproxyProcess::start(bin, &text, bind)?),
-                d,
-            ))
-        }
-        _ => {
-            let mut extra: Vec<String> = vec![
-                "--proxy".into(),
-                format!("/work=http://{upstream}"),
-                "--rt-target-ms".into(),
-                cfg.target_ms.to_string(),
-                "--shutdown-grace".into(),
-                "1".into(),
-            ];
-            if let Some(a) = front.admission() {
-                extra.extend(["--admission".into(), a.into()]);
-            }
-            if matches!(shape, Shape::Classes(_)) {
-                extra.extend(["--class-header".into(), CLASS_HEADER.into()]);
-            }
-            let d = format!("seda serve {}", extra.join(" "));
-            let spec = ServerSpec {
-                name: front.name().into(),
-                kind: ServerKind::Haboob {
-                    seda: cfg.seda.clone(),
-                    cache_mb: 16,
-                    extra,
-                },
-            };
-            Ok((Running::Server(ServerProcess::start(&spec, root)?), d))
-        }
     }
 }
 
@@ -773,30 +503,5 @@ mod tests {
         assert_eq!(s.users, 4);
         let none = sustained([(0, 100)].into_iter(), 9, Duration::from_secs(8), 4);
         assert_eq!((none.seconds.len(), none.rps), (0, 0.0));
-    }
-
-    #[test]
-    fn the_limits_are_sized_from_the_capacity_and_the_target() {
-        let (http, location) = nginx_limits(187.4, 100.0, 2);
-        assert!(http.contains("rate=187r/s"), "{http}");
-        assert!(location.contains("burst=19;"), "{location}");
-        assert!(location.contains("limit_conn inflight 19;"), "{location}");
-        assert!(
-            nginx_limits(10.0, 100.0, 4)
-                .1
-                .contains("limit_conn inflight 4;")
-        );
-        let h = haproxy_config(
-            "127.0.0.1:1".parse().unwrap(),
-            "127.0.0.1:2".parse().unwrap(),
-            4,
-            200.0,
-        );
-        assert!(h.contains("server g1 127.0.0.1:2 maxconn 4"), "{h}");
-        assert!(h.contains("timeout queue 200ms"), "{h}");
-        assert!(
-            h.contains("set-priority-class int(-1) if { req.hdr(X-Class) -m str 1 }"),
-            "{h}"
-        );
     }
 }
