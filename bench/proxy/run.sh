@@ -4,8 +4,8 @@
 # proxy_pass, nginx limit_req + limit_conn and HAProxy maxconn + timeout queue, under a
 # closed-loop spike, open loops at 1.5x/3x/10x the capacity and half the workers lost
 # mid-run; the runtime's other admission policies at 3x; two classes at 3x. Writes
-# docs/proxy/full (about 100 minutes), with --medium docs/proxy/medium (one benchmark
-# window, about 23 minutes) or with --quick docs/proxy/quick (about eight minutes).
+# docs/proxy/full (about 100 minutes), with --medium docs/proxy/medium (about 26
+# minutes) or with --quick docs/proxy/quick (about nine minutes).
 # Extra arguments go to `seda experiment proxy` (e.g. --shapes drop --fronts
 # seda,haproxy, --repeats 1). OUT=DIR writes DIR instead (a new folder per run).
 #

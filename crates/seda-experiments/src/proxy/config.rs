@@ -418,16 +418,59 @@ impl ProxyConfig {
     /// How long the plan takes, roughly (runs plus a few seconds each to start).
     pub fn eta(&self) -> Duration {
         let run: Duration = self.phases.iter().sum::<Duration>() + self.drain;
-        let runs = (self.plan().len() * self.repeats) as u32;
+        let plan = self.plan();
+        let runs = (plan.len() * self.repeats) as u32;
+        // A capacity check (the sustained step on a fresh backend) before each
+        // shape of each repeat but the first, which is the knee's.
+        let shapes = (0..plan.len()).filter(|&k| starts_shape(&plan, k)).count();
+        let checks = (shapes * self.repeats).saturating_sub(1) as u32;
         self.knee_step * self.knee_users.len() as u32
             + self.sustain
+            + (self.sustain + Duration::from_secs(3)) * checks
             + (run + Duration::from_secs(3)) * runs
     }
+}
+
+/// Whether the `k`-th run of `plan` starts a shape (the runner measures the
+/// capacity again there).
+pub(super) fn starts_shape(plan: &[(Shape, Front)], k: usize) -> bool {
+    k == 0 || plan.get(k - 1).map(|p| p.0) != plan.get(k).map(|p| p.0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_capacity_is_checked_before_each_shape() {
+        let cfg = ProxyConfig::medium("o".into(), "s".into(), "g".into(), "a".into());
+        let plan = cfg.plan();
+        let starts: Vec<String> = (0..plan.len())
+            .filter(|&k| starts_shape(&plan, k))
+            .map(|k| plan[k].0.name())
+            .collect();
+        // open-3x twice: the four main fronts, then the other policies after drop.
+        assert_eq!(
+            starts,
+            [
+                "spike",
+                "open-1.5x",
+                "open-3x",
+                "open-10x",
+                "drop",
+                "open-3x",
+                "classes-3x"
+            ]
+        );
+        // 7 checks a repeat, 3 repeats, the first the knee's: 20 x (8 s + 3 s).
+        let without = ProxyConfig {
+            repeats: 3,
+            ..cfg.clone()
+        };
+        let eta = without.eta().as_secs();
+        let runs = (plan.len() * 3) as u64 * (13 + 1 + 3);
+        assert_eq!(eta, 3 * 3 + 8 + 20 * 11 + runs, "{eta}");
+    }
 
     #[test]
     fn shapes_and_fronts_parse_back_from_their_names() {
@@ -454,9 +497,9 @@ mod tests {
     #[test]
     fn the_quick_run_fits_in_a_few_minutes_and_odd_workers_are_refused() {
         let q = ProxyConfig::quick("o".into(), "s".into(), "g".into(), "a".into());
-        assert!(q.eta() < Duration::from_secs(9 * 60), "{:?}", q.eta());
+        assert!(q.eta() < Duration::from_secs(10 * 60), "{:?}", q.eta());
         let m = ProxyConfig::medium("o".into(), "s".into(), "g".into(), "a".into());
-        assert!(m.eta() < Duration::from_secs(26 * 60), "{:?}", m.eta());
+        assert!(m.eta() < Duration::from_secs(30 * 60), "{:?}", m.eta());
         // Every front and shape of the issue is in the plan.
         let plan = m.plan();
         for f in Front::ALL {

@@ -12,10 +12,16 @@
 //!    worker busy, one request waiting for each); the capacity is that step's median
 //!    second (its first and last left out). The best staircase step's mean, the
 //!    capacity of runs before 2026-11-27 07:00 UTC, is kept beside it
-//!    (`knee_peak_rps`): a 3 s step overstated what the backend sustains. Every
-//!    limit below that needs a number (nginx's rate, HAProxy's connections) and
-//!    every load level is sized from the capacity; `seda serve` is told only its
-//!    p90 target.
+//!    (`knee_peak_rps`): a 3 s step overstated what the backend sustains. The
+//!    same sustained step runs again on a fresh backend right before each shape of
+//!    each repeat (`capacity_checks`): what the backend serves moves with the
+//!    machine by more than the 10 % the target allows (177.5 and 194.0 req/s in
+//!    two runs of 2026-11-27 half an hour apart; nginx `proxy_pass`, which keeps
+//!    the backend busy, served 0.82-0.96x of a start-of-run capacity within one
+//!    run), so a run is judged against the capacity measured minutes before it,
+//!    not 20 minutes before. Every limit below that needs a number (nginx's rate,
+//!    HAProxy's connections) and every load level is sized from the shape's
+//!    capacity; `seda serve` is told only its p90 target.
 //! 2. **Load shapes** ([`Shape`]), each in three phases (before, overload, after):
 //!    - `spike`: closed-loop users (20 ms think, a refused or failed user waits
 //!      `retry_wait`), base -> spike -> base, as `seda experiment overload`;

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::results::{HighClass, ProxyResults, ProxyRun, ShapeMetrics};
+use super::results::{HighClass, ProxyResults, ProxyRun, ShapeMetrics, Sustained};
 use crate::ExperimentError;
 use crate::harness::plot::{Chart, Series, line_chart, tick};
 use crate::harness::write_runs_and_table;
@@ -82,7 +82,8 @@ pub fn write_outputs(out: &Path, r: &ProxyResults) -> Result<(), ExperimentError
                     })
                 })
                 .collect();
-            let offered = r.capacity_rps * r.setup["high_class_share"].as_f64().unwrap_or(0.0);
+            let offered = shape_capacity(r, &runs[0].shape)
+                * r.setup["high_class_share"].as_f64().unwrap_or(0.0);
             high.push(Series {
                 name: "high class offered".into(),
                 points: vec![(0.0, offered), (end, offered)],
@@ -150,9 +151,11 @@ fn target_ms(r: &ProxyResults) -> f64 {
     r.setup["target_ms"].as_f64().unwrap_or(0.0)
 }
 
-/// The backend's capacity over time (halved in `drop`'s middle phase).
+/// The backend's capacity over time (halved in `drop`'s middle phase): the median
+/// of the capacity checks before this shape (the run's start capacity in runs
+/// without them).
 fn capacity_line(r: &ProxyResults, shape: &str, end: f64) -> Vec<(f64, f64)> {
-    let c = r.capacity_rps;
+    let c = shape_capacity(r, shape);
     if shape != "drop" {
         return vec![(0.0, c), (end, c)];
     }
@@ -166,6 +169,21 @@ fn capacity_line(r: &ProxyResults, shape: &str, end: f64) -> Vec<(f64, f64)> {
         (b, c),
         (end, c),
     ]
+}
+
+/// The median capacity check before `shape`, or the start capacity.
+fn shape_capacity(r: &ProxyResults, shape: &str) -> f64 {
+    let mut xs: Vec<f64> = checks(r, shape).iter().map(|s| s.rps).collect();
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(r.capacity_rps)
+}
+
+fn checks<'a>(r: &'a ProxyResults, shape: &str) -> Vec<&'a Sustained> {
+    r.capacity_checks
+        .iter()
+        .filter(|c| c.shape == shape)
+        .map(|c| &c.sustained)
+        .collect()
 }
 
 /// Shapes in the order first run.
@@ -237,9 +255,28 @@ fn table(r: &ProxyResults) -> String {
             );
         }
     }
+    if !r.capacity_checks.is_empty() {
+        let _ = writeln!(
+            t,
+            "The capacity at the time: the same sustained step on a fresh backend right \
+             before each shape of each repeat (the first is the one above); each run's \
+             served/s is against its shape's check (half of it in `drop`).\n"
+        );
+    }
     let target = target_ms(r);
     for shape in shapes(r) {
         let _ = writeln!(t, "## {shape}\n");
+        let c = checks(r, &shape);
+        if !c.is_empty() {
+            let _ = writeln!(
+                t,
+                "Capacity before this shape, by repeat: {} req/s.\n",
+                c.iter()
+                    .map(|s| format!("{:.1}", s.rps))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         let classes = r.runs.iter().any(|x| x.shape == shape && x.high.is_some());
         if classes {
             let _ = writeln!(
@@ -247,7 +284,9 @@ fn table(r: &ProxyResults) -> String {
                 "Two classes: `{}: 1` at {} req/s throughout, class 0 as in open-Fx. \
                  served/s and errors count both; p90, p99 and recovery are class 0's.\n",
                 r.setup["class_header"].as_str().unwrap_or("?"),
-                tick(r.capacity_rps * r.setup["high_class_share"].as_f64().unwrap_or(0.0)),
+                tick(
+                    shape_capacity(r, &shape) * r.setup["high_class_share"].as_f64().unwrap_or(0.0)
+                ),
             );
         }
         let _ = write!(

@@ -89,6 +89,16 @@ pub struct Sustained {
     pub rps: f64,
 }
 
+/// The backend's capacity measured right before a shape's runs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CapacityCheck {
+    /// The repeat (0-based) and the shape whose runs follow.
+    pub repeat: usize,
+    pub shape: String,
+    /// The sustained step.
+    pub sustained: Sustained,
+}
+
 /// Everything one invocation measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProxyResults {
@@ -110,6 +120,12 @@ pub struct ProxyResults {
     /// The sustained step after the knee's.
     #[serde(default)]
     pub sustained: Option<Sustained>,
+    /// The capacity at the time: the sustained step again right before each shape
+    /// of each repeat (the first is `sustained`); each run's `capacity_rps` is its
+    /// shape's. Empty in runs before 2026-11-27 10:00 UTC, which used `capacity_rps`
+    /// for every run.
+    #[serde(default)]
+    pub capacity_checks: Vec<CapacityCheck>,
     /// The runs so far.
     pub runs: Vec<ProxyRun>,
     /// Runs that failed: (shape/front/repeat, why).

@@ -10,10 +10,10 @@ use std::time::Duration;
 use rustix::process::Signal;
 
 use super::backend::{Backend, calibrate, gunicorn_version};
-use super::config::{CLASS_HEADER, Front, HIGH_SHARE, ProxyConfig, Shape};
+use super::config::{CLASS_HEADER, Front, HIGH_SHARE, ProxyConfig, Shape, starts_shape};
 use super::fronts::start_front;
 use super::output::write_outputs;
-use super::results::{HighClass, ProxyResults, ProxyRun, ShapeMetrics, Sustained};
+use super::results::{CapacityCheck, HighClass, ProxyResults, ProxyRun, ShapeMetrics, Sustained};
 use crate::ExperimentError;
 use crate::harness::haproxy::ensure_haproxy;
 use crate::harness::{date_utc, load_average, machine_summary};
@@ -72,7 +72,7 @@ pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults,
         iter_per_ms: Some(iter_per_ms),
         ..cfg.clone()
     };
-    let (knee, sustained) = knee(cfg, log)?;
+    let (knee, sustained) = knee(cfg, &cfg.knee_users, log)?;
     let knee_peak = knee.iter().map(|k| k.1).fold(0.0, f64::max);
     let capacity = sustained.rps;
     if capacity < 1.0 {
@@ -116,14 +116,54 @@ pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults,
         knee,
         knee_peak_rps: knee_peak,
         sustained: Some(sustained),
+        capacity_checks: Vec::new(),
         runs: Vec::new(),
         failed: Vec::new(),
     };
     let total = plan.len() * cfg.repeats;
     let mut i = 0;
     for repeat in 0..cfg.repeats {
-        for &(shape, front) in &plan {
+        let mut capacity = capacity;
+        for (k, &(shape, front)) in plan.iter().enumerate() {
             i += 1;
+            // The capacity at the time: the sustained step again, on a fresh
+            // backend, right before each shape (the knee's own for the first).
+            if starts_shape(&plan, k) {
+                let check = if repeat == 0 && k == 0 {
+                    sustained_at_start(&results)
+                } else {
+                    match self::knee(cfg, &[], log) {
+                        Ok((_, s)) if s.rps >= 1.0 => s,
+                        Ok((_, s)) => {
+                            log(&format!(
+                                "   capacity check served nothing ({s:?}): keeping {capacity:.1} req/s"
+                            ));
+                            Sustained { rps: capacity, ..s }
+                        }
+                        Err(e) => {
+                            log(&format!(
+                                "   capacity check failed ({e}): keeping {capacity:.1} req/s"
+                            ));
+                            Sustained {
+                                users: 2 * u64::from(cfg.workers),
+                                seconds: Vec::new(),
+                                rps: capacity,
+                            }
+                        }
+                    }
+                };
+                capacity = check.rps;
+                log(&format!(
+                    "capacity before {} (repeat {}): {capacity:.1} req/s",
+                    shape.name(),
+                    repeat + 1
+                ));
+                results.capacity_checks.push(CapacityCheck {
+                    repeat,
+                    shape: shape.name(),
+                    sustained: check,
+                });
+            }
             let id = format!("{}/{}/{}", shape.name(), front.name(), repeat + 1);
             log(&format!("== [{i}/{total}] {id}"));
             let index = (i - 1) as u64;
@@ -170,6 +210,15 @@ pub fn run(cfg: &ProxyConfig, log: &mut dyn FnMut(&str)) -> Result<ProxyResults,
     Ok(results)
 }
 
+/// The start's sustained step, as the first shape's capacity check.
+fn sustained_at_start(r: &ProxyResults) -> Sustained {
+    r.sustained.clone().unwrap_or(Sustained {
+        users: 0,
+        seconds: Vec::new(),
+        rps: r.capacity_rps,
+    })
+}
+
 fn line(m: &ShapeMetrics, target_ms: f64) -> String {
     let rec = |r: Option<u64>| r.map_or_else(|| "never".into(), |s| format!("{s} s"));
     format!(
@@ -213,14 +262,17 @@ fn load(
 /// medium run of 2026-11-27 took 180/s from its 4-user step, while its 8-user step
 /// served 140/s and nginx `proxy_pass`, which refuses nothing, served 0.85-0.92x of
 /// it in the open loops).
+///
+/// With no staircase (`knee_users` empty) it is the sustained step alone: the
+/// capacity check before each shape.
 fn knee(
     cfg: &ProxyConfig,
+    knee_users: &[u64],
     log: &mut dyn FnMut(&str),
 ) -> Result<(Vec<(u64, f64)>, Sustained), ExperimentError> {
     let backend = Backend::start(cfg)?;
     let users = 2 * u64::from(cfg.workers);
-    let mut phases: Vec<Phase> = cfg
-        .knee_users
+    let mut phases: Vec<Phase> = knee_users
         .iter()
         .map(|&u| Phase {
             duration: cfg.knee_step,
@@ -241,7 +293,7 @@ fn knee(
     let steps: Vec<(u64, f64)> = report
         .phases
         .iter()
-        .zip(&cfg.knee_users)
+        .zip(knee_users)
         .map(|(p, &u)| {
             let secs = p.end_s.saturating_sub(p.start_s).max(1) as f64;
             (u, p.completed as f64 / secs)
@@ -252,7 +304,7 @@ fn knee(
     }
     let start = report
         .phases
-        .get(cfg.knee_users.len())
+        .get(knee_users.len())
         .map(|p| p.start_s)
         .ok_or_else(|| ExperimentError::run("the sustained step did not run"))?;
     let per_second = report.timeseries.iter().map(|p| (p.t, p.completed));
