@@ -54,18 +54,20 @@
 //!   integral law in time units, since the p90 is the budget plus what the budget
 //!   does not see (time before admission, the spread of service times), which the
 //!   loop learns;
-//! - `B` grows only if the budget refused something in the window before this
-//!   sample's (anti-windup: under light load the p90 is far below the target
-//!   whatever `B` is, and the window in which a spike starts holds the calm before
-//!   it; a budget grown then lets the spike's first seconds queue too much work,
-//!   which the first run of the experiment showed). The completions of a window are
-//!   mostly what the window before admitted, so that window's refusals are what
-//!   says the budget held them. (Issue 26: growth once asked for refusals in this
-//!   window *and* the one before; closed-loop users who stay away 5 s after a
-//!   refusal come back all at once, refused in one window and absent in the next,
-//!   so the budget never grew from its start and the spike's crowd was held at
-//!   half the setpoint for the whole spike, a backlog too shallow to keep the
-//!   backend's workers busy through the jitter of their service times);
+//! - `B` grows only if the budget refused something in this window *and* the one
+//!   before (anti-windup: under light load the p90 is far below the target whatever
+//!   `B` is, and the window in which a spike starts holds the calm before it; a
+//!   budget grown then lets the spike's first seconds queue too much work, which the
+//!   first run of the experiment showed), or if the window before refused at least
+//!   half of what it was offered: a crowd was sent away, and what this window
+//!   completes is what the budget let in of it. (Issue 26: closed-loop users who
+//!   stay away 5 s after a refusal come back all at once, refused in one window and
+//!   absent in the next, so the budget never grew from its start; the spike's
+//!   crowd was held at half the setpoint for the whole spike, a backlog too
+//!   shallow to keep the backend's workers busy through the jitter of their service
+//!   times. Growth after *any* refusing window instead also grew it from the few
+//!   refusals of Poisson bursts at 0.8x the capacity, and the p90 after the
+//!   capacity drop rose by 10-20 ms in the model of `budget/tests.rs`);
 //! - an idle window (no completions, nothing in flight) leaves `B` as it is.
 //!
 //! `B` starts at `initial_budget * target`, half the target: the first second of a
@@ -204,11 +206,15 @@ impl DelayBudgetConfig {
 pub struct BudgetLoop {
     cfg: DelayBudgetConfig,
     budget: f64,
-    /// The budget refused something in the previous window.
-    was_binding: bool,
+    /// The share of offers the budget refused in the previous window.
+    was_refused: f64,
 }
 
 impl BudgetLoop {
+    /// A share of refused offers at or over which a window counts as a crowd sent
+    /// away (see the module docs).
+    pub const CROWD: f64 = 0.5;
+
     /// A loop at its initial budget.
     pub fn new(cfg: DelayBudgetConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
@@ -216,7 +222,7 @@ impl BudgetLoop {
         Ok(Self {
             cfg,
             budget,
-            was_binding: false,
+            was_refused: 0.0,
         })
     }
 
@@ -225,19 +231,21 @@ impl BudgetLoop {
         self.budget
     }
 
-    /// One p90 sample, `binding` if the budget refused an offer in its window: moves
-    /// the budget towards the one that puts the p90 at the setpoint; it grows only
-    /// if it was binding in the window before (whose admissions this sample's
-    /// completions mostly are).
-    pub fn step(&mut self, p90: Duration, binding: bool) -> f64 {
+    /// One p90 sample, `refused` the share of the window's offers the budget
+    /// refused: moves the budget towards the one that puts the p90 at the setpoint;
+    /// it grows only if it refused something in this window and the one before, or
+    /// if the window before refused at least [`Self::CROWD`] of its offers.
+    pub fn step(&mut self, p90: Duration, refused: f64) -> f64 {
         let t = self.cfg.target.as_secs_f64();
         let error = self.cfg.setpoint * t - p90.as_secs_f64();
         let step = self.cfg.max_step * t;
-        let up = if self.was_binding { step } else { 0.0 };
+        let binding = refused > 0.0;
+        let grows = (binding && self.was_refused > 0.0) || self.was_refused >= Self::CROWD;
+        let up = if grows { step } else { 0.0 };
         let change = (self.cfg.gain * error).clamp(-step, up);
         self.budget =
             (self.budget + change).clamp(self.cfg.min_budget * t, self.cfg.max_budget * t);
-        self.was_binding = binding;
+        self.was_refused = refused;
         self.budget
     }
 }
@@ -327,15 +335,17 @@ struct State {
     service_ewma: Option<f64>,
     /// When each class (the last slot: that class and above) was last offered.
     seen: [Option<Instant>; CLASS_SLOTS],
-    /// The budget refused an offer since the last p90 sample.
-    binding: bool,
+    /// Offers since the last p90 sample, and how many of them the budget refused.
+    offered: u32,
+    refused: u32,
 }
 
 impl State {
     fn sample(&mut self, p90: Duration) {
         self.last_p90 = Some(p90);
-        self.budget.step(p90, self.binding);
-        self.binding = false;
+        let share = f64::from(self.refused) / f64::from(self.offered.max(1));
+        self.budget.step(p90, share);
+        (self.offered, self.refused) = (0, 0);
     }
 }
 
@@ -388,7 +398,8 @@ impl DelayBudget {
             departures: Departures::default(),
             service_ewma: None,
             seen: [None; CLASS_SLOTS],
-            binding: false,
+            offered: 0,
+            refused: 0,
         };
         Ok(Self {
             cfg,
@@ -450,7 +461,8 @@ impl AdmissionPolicy for DelayBudget {
                 predicted <= svc || predicted <= self.budget_of(&s, offer.class, offer.now)
             }
         };
-        s.binding |= !ok;
+        s.offered = s.offered.saturating_add(1);
+        s.refused = s.refused.saturating_add(u32::from(!ok));
         ok
     }
 
