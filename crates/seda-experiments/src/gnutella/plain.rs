@@ -97,11 +97,11 @@ fn run_plain(mut poll: Poll, listener: TcpListener, stop: &AtomicBool, routed: &
     let mut buf = vec![0u8; 16 * 1024];
     let mut ready: Vec<usize> = Vec::new();
     while !stop.load(Relaxed) {
-        if poll
-            .poll(&mut events, Some(Duration::from_millis(20)))
-            .is_err()
-        {
-            return;
+        match poll.poll(&mut events, Some(Duration::from_millis(20))) {
+            Ok(()) => {}
+            // A signal (a debugger's or a profiler's attach) ends the wait, not the loop.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
         }
         for ev in events.iter() {
             if ev.token() == LISTENER {

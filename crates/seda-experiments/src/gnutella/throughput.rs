@@ -258,6 +258,23 @@ pub fn throughput(
     })
 }
 
+/// The staged router's settings in a round without leaves (pong cache off: every
+/// ping broadcast, as the plain loop and SEDA's router do); `inline`: the
+/// "staged-inline" variant. `examples/gnutella_replay.rs` (instruction counts) runs
+/// the router with these settings too.
+pub fn staged_config(cfg: &ThroughputConfig, inline: bool) -> RouterConfig {
+    RouterConfig::default()
+        .with_max_peers(cfg.peers + 4)
+        .with_min_outgoing(0)
+        .with_advertise(Some(SocketAddr::from(BENCH_ADVERTISE)))
+        .with_pong_cache(None)
+        .with_inline(inline)
+        .with_router_threads((cfg.router_threads, cfg.router_threads))
+        .with_max_queue_delay(cfg.max_queue_delay)
+        .with_pause_reads_at(cfg.pause_reads_at)
+        .with_event_loops(cfg.event_loops)
+}
+
 /// One round of the staged router (pong cache off: every ping broadcast, as the
 /// plain loop and SEDA's router do), a queue between every two stages; `inline`:
 /// a read framed and routed on the loop thread that read it while the next queue
@@ -270,20 +287,7 @@ fn staged_round(
 ) -> Result<Round, ExperimentError> {
     let secs = cfg.duration.as_secs_f64();
     let rt = seda::Runtime::builder().name("gnutella-bench").build();
-    let g = Gnutella::start(
-        &rt,
-        RouterConfig::default()
-            .with_max_peers(cfg.peers + 4)
-            .with_min_outgoing(0)
-            .with_advertise(Some(SocketAddr::from(BENCH_ADVERTISE)))
-            .with_pong_cache(None)
-            .with_inline(inline)
-            .with_router_threads((cfg.router_threads, cfg.router_threads))
-            .with_max_queue_delay(cfg.max_queue_delay)
-            .with_pause_reads_at(cfg.pause_reads_at)
-            .with_event_loops(cfg.event_loops),
-    )
-    .map_err(ExperimentError::other)?;
+    let g = Gnutella::start(&rt, staged_config(cfg, inline)).map_err(ExperimentError::other)?;
     rt.start().map_err(ExperimentError::other)?;
     let b = g.stats();
     let (r, cpu) = measured(cfg, g.local_addr())?;
