@@ -210,12 +210,28 @@ impl<K: Hash + Eq + Copy, V: Copy> GuidTable<K, V> {
     /// Starts a new generation when the current one is full or `ttl / 2` old; an
     /// idle shard whose current generation is itself past `ttl / 2` forgets both.
     fn rotate(&self, g: &mut Generations<K, V>, now: Instant) {
+        self.rotate_by_age(g, now);
+        self.rotate_if_full(g, now);
+    }
+
+    /// The age half of [`GuidTable::rotate`]. Afterwards the current generation is
+    /// under `ttl / 2` old, so both generations are valid for lookups.
+    fn rotate_by_age(&self, g: &mut Generations<K, V>, now: Instant) {
         let age = now.saturating_duration_since(g.since);
         if age >= self.half_ttl * 2 {
             g.cur.clear();
             g.old.clear();
             g.since = now;
-        } else if g.cur.len() >= self.per_generation || age >= self.half_ttl {
+        } else if age >= self.half_ttl {
+            std::mem::swap(&mut g.cur, &mut g.old);
+            g.cur.clear();
+            g.since = now;
+        }
+    }
+
+    /// The capacity half of [`GuidTable::rotate`].
+    fn rotate_if_full(&self, g: &mut Generations<K, V>, now: Instant) {
+        if g.cur.len() >= self.per_generation {
             std::mem::swap(&mut g.cur, &mut g.old);
             g.cur.clear();
             g.since = now;
@@ -295,25 +311,54 @@ impl<K: Hash + Eq + Copy, V: Copy> GuidTable<K, V> {
             };
             return;
         }
-        let mut order: Vec<(u16, u32, Hashed<K>)> = ops
+        // The operations grouped by shard, in their order within a shard: a
+        // counting sort (16 buckets), linear in the batch (a comparison sort of
+        // the batch cost ~15 % of a routed message's instructions).
+        let first = start % SHARDS;
+        let keys: Vec<(u8, Hashed<K>)> = ops
             .iter()
-            .enumerate()
-            .map(|(i, op)| {
+            .map(|op| {
                 let k = match op {
                     TableOp::InsertNew(k, _) | TableOp::Get(k) => self.hashed(*k),
                 };
-                let s = (shard_of(k.hash) + SHARDS - start % SHARDS) % SHARDS;
-                (s as u16, i as u32, k)
+                ((shard_of(k.hash) + SHARDS - first) as u8 % SHARDS as u8, k)
             })
             .collect();
-        order.sort_unstable_by_key(|e| (e.0, e.1));
-        for run in order.chunk_by(|a, b| a.0 == b.0) {
-            let mut g = self.shard(&run[0].2).lock();
-            for &(_, i, k) in run {
-                let i = i as usize;
+        let mut bounds = [0u32; SHARDS + 1];
+        for &(s, _) in &keys {
+            bounds[usize::from(s) + 1] += 1;
+        }
+        for s in 0..SHARDS {
+            bounds[s + 1] += bounds[s];
+        }
+        let mut next = bounds;
+        let mut order = vec![0u32; keys.len()];
+        for (i, &(s, _)) in keys.iter().enumerate() {
+            let at = &mut next[usize::from(s)];
+            order[*at as usize] = i as u32;
+            *at += 1;
+        }
+        for s in 0..SHARDS {
+            let run = &order[bounds[s] as usize..bounds[s + 1] as usize];
+            let Some(&i0) = run.first() else { continue };
+            let mut g = self.shard(&keys[i0 as usize].1).lock();
+            // Age once per shard and batch (`now` is the batch's): afterwards both
+            // generations are valid for lookups, as `get_in` would find.
+            self.rotate_by_age(&mut g, now);
+            for &i in run {
+                let (i, k) = (i as usize, keys[i as usize].1);
                 out[i] = match ops[i] {
-                    TableOp::InsertNew(_, v) => self.insert_new_in(&mut g, k, v, now).err(),
-                    TableOp::Get(_) => self.get_in(&g, &k, now),
+                    TableOp::InsertNew(_, v) => {
+                        self.rotate_if_full(&mut g, now);
+                        match g.cur.get(&k).or_else(|| g.old.get(&k)) {
+                            Some(e) => Some(*e),
+                            None => {
+                                g.cur.insert(k, v);
+                                None
+                            }
+                        }
+                    }
+                    TableOp::Get(_) => g.cur.get(&k).or_else(|| g.old.get(&k)).copied(),
                 };
             }
         }
@@ -725,6 +770,43 @@ mod tests {
             many.route_many(from, &buf, &mut items, now);
             let got: Vec<Action> = items.iter().map(|it| it.action).collect();
             assert_eq!(got, want, "batch {batch}");
+        }
+    }
+
+    #[test]
+    fn apply_answers_as_the_operations_one_by_one_through_rotations() {
+        // Small generations and a clock crossing ttl / 2 and ttl: both rotations
+        // happen inside batches. Same hasher, so the same shards fill.
+        let ttl = Duration::from_secs(10);
+        let batched: GuidTable<u64, u32> = GuidTable::new(4 * SHARDS, ttl);
+        let single: GuidTable<u64, u32> = GuidTable {
+            hasher: batched.hasher.clone(),
+            ..GuidTable::new(4 * SHARDS, ttl)
+        };
+        let t0 = Instant::now();
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut out = Vec::new();
+        for batch in 0..2_000u32 {
+            let now = t0 + Duration::from_millis(u64::from(batch) * 37);
+            let ops: Vec<TableOp<u64, u32>> = (0..rng.usize(1..80))
+                .map(|j| {
+                    let k = rng.u64(..300);
+                    if rng.bool() {
+                        TableOp::InsertNew(k, batch * 100 + j as u32)
+                    } else {
+                        TableOp::Get(k)
+                    }
+                })
+                .collect();
+            let want: Vec<Option<u32>> = ops
+                .iter()
+                .map(|op| match *op {
+                    TableOp::InsertNew(k, v) => single.insert_new(k, v, now).err(),
+                    TableOp::Get(k) => single.get(&k, now),
+                })
+                .collect();
+            batched.apply(&ops, &mut out, batch as usize, now);
+            assert_eq!(out, want, "batch {batch}");
         }
     }
 

@@ -20,8 +20,17 @@ pub const DEFAULT_MAX_PAYLOAD: u32 = 64 * 1024;
 pub const QUERY_FLAGS_MARK: u16 = 0x8000;
 
 /// A message or servent identifier.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Guid(pub [u8; 16]);
+
+/// One 16-byte word, not a slice (whose hash adds its length first): the routing
+/// tables hash a GUID per message with SipHash, where the 8 bytes of a length
+/// prefix were a third of the input.
+impl std::hash::Hash for Guid {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u128(u128::from_le_bytes(self.0));
+    }
+}
 
 impl Guid {
     /// A random GUID marked as a modern servent's (byte 8 = 0xff, byte 15 = 0x00).
