@@ -224,12 +224,11 @@ fn feed(args: &[String]) -> Result<(), Error> {
                 let mut copies = 0u64;
                 while sent < *n {
                     let mut expected = 0u64;
-                    for i in 0..peers.len() {
+                    for (i, p) in peers.iter_mut().enumerate() {
                         wbuf.clear();
                         let k = (batch as u64).min(*n - sent);
                         for _ in 0..k {
                             counter += 1;
-                            let p = &mut peers[i];
                             p.seq += 1;
                             let mut g = [0u8; 16];
                             g[..8].copy_from_slice(&counter.to_le_bytes());
@@ -246,7 +245,7 @@ fn feed(args: &[String]) -> Result<(), Error> {
                             expected += (n_peers - 1) as u64;
                         }
                         sent += k;
-                        write_fully(&mut peers[i].stream, &wbuf)?;
+                        write_fully(&mut p.stream, &wbuf)?;
                         if sent >= *n {
                             break;
                         }
