@@ -255,11 +255,11 @@ mod tests {
     /// counts add up.
     #[test]
     fn load_http_writes_a_consistent_json_report() {
-        let server = TestServer::start(TestServerConfig {
-            delay: std::time::Duration::from_millis(2),
-            reject_every: Some(5),
-            ..Default::default()
-        })
+        let server = TestServer::start(
+            TestServerConfig::default()
+                .with_delay(std::time::Duration::from_millis(2))
+                .with_reject_every(Some(5)),
+        )
         .unwrap();
         let dir = tempfile_dir();
         let fs_dir = dir.join("fs");

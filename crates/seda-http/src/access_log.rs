@@ -254,6 +254,7 @@ enum LogEvent {
 /// Counters of the access log since start.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct AccessLogStats {
     /// Lines written.
     pub lines: u64,

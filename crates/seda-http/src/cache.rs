@@ -328,6 +328,7 @@ impl PathCache {
 /// Counters of the page cache.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct PageCacheStats {
     /// Capacity in bytes.
     pub capacity_bytes: u64,

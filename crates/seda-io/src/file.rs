@@ -224,6 +224,7 @@ pub enum Refusal {
 
 /// A refused submission: the operation comes back to the caller.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct SubmitError {
     /// The operation, untouched.
     pub op: FileOp,
@@ -246,6 +247,7 @@ impl std::error::Error for SubmitError {}
 
 /// Counters of the file helper.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FileStats {
     /// Operations accepted.
     pub submitted: u64,

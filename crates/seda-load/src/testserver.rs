@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// How the test server answers.
+/// How the test server answers. `#[non_exhaustive]`: start from `Default` and use
+/// the `with_*` setters.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TestServerConfig {
     /// Delay before each response.
     pub delay: Duration,
@@ -29,6 +31,15 @@ pub struct TestServerConfig {
     /// How long a closing connection lingers (see `close_after`).
     pub linger: Duration,
 }
+
+crate::setters::setters!(TestServerConfig {
+    with_delay: delay: Duration,
+    with_body_len: body_len: usize,
+    with_chunked: chunked: bool,
+    with_reject_every: reject_every: Option<u64>,
+    with_close_after: close_after: Option<u64>,
+    with_linger: linger: Duration,
+});
 
 impl Default for TestServerConfig {
     fn default() -> Self {

@@ -74,11 +74,9 @@ fn check_accounting(r: &LoadReport) {
 /// benchmarks'.
 #[test]
 fn closed_loop_latency_matches_a_20ms_server() {
-    let server = TestServer::start(TestServerConfig {
-        delay: Duration::from_millis(20),
-        ..Default::default()
-    })
-    .unwrap();
+    let server =
+        TestServer::start(TestServerConfig::default().with_delay(Duration::from_millis(20)))
+            .unwrap();
     let cfg = config(
         &server,
         Mode::Closed {
@@ -127,11 +125,9 @@ fn closed_loop_latency_matches_a_20ms_server() {
 /// `open_loop_counts_client_side_queueing` shows the queueing it must include).
 #[test]
 fn open_loop_rate_and_latency_match() {
-    let server = TestServer::start(TestServerConfig {
-        delay: Duration::from_millis(20),
-        ..Default::default()
-    })
-    .unwrap();
+    let server =
+        TestServer::start(TestServerConfig::default().with_delay(Duration::from_millis(20)))
+            .unwrap();
     let cfg = config(
         &server,
         Mode::Open {
@@ -154,11 +150,9 @@ fn open_loop_rate_and_latency_match() {
 /// and their latency, measured from the intended time, grows far beyond 50 ms.
 #[test]
 fn open_loop_counts_client_side_queueing() {
-    let server = TestServer::start(TestServerConfig {
-        delay: Duration::from_millis(50),
-        ..Default::default()
-    })
-    .unwrap();
+    let server =
+        TestServer::start(TestServerConfig::default().with_delay(Duration::from_millis(50)))
+            .unwrap();
     let mut cfg = config(
         &server,
         Mode::Open {
@@ -193,13 +187,13 @@ fn open_loop_counts_client_side_queueing() {
 /// levels show in the time series, and the JSON has every field the spec names.
 #[test]
 fn rejected_chunked_schedule_and_json_fields() {
-    let server = TestServer::start(TestServerConfig {
-        delay: Duration::from_millis(5),
-        body_len: 5000,
-        chunked: true,
-        reject_every: Some(4),
-        ..Default::default()
-    })
+    let server = TestServer::start(
+        TestServerConfig::default()
+            .with_delay(Duration::from_millis(5))
+            .with_body_len(5000)
+            .with_chunked(true)
+            .with_reject_every(Some(4)),
+    )
     .unwrap();
     let cfg = config(
         &server,
@@ -344,12 +338,12 @@ fn urls_give_the_address_and_the_host_header() {
 /// two requests.
 #[test]
 fn fin_with_response_is_noticed_before_the_next_request() {
-    let server = TestServer::start(TestServerConfig {
-        delay: Duration::from_millis(1),
-        close_after: Some(2),
-        linger: Duration::from_secs(2),
-        ..Default::default()
-    })
+    let server = TestServer::start(
+        TestServerConfig::default()
+            .with_delay(Duration::from_millis(1))
+            .with_close_after(Some(2))
+            .with_linger(Duration::from_secs(2)),
+    )
     .unwrap();
     let mut cfg = config(
         &server,
@@ -378,11 +372,11 @@ fn fin_with_response_is_noticed_before_the_next_request() {
 /// `rt_target` are counted per second and per phase, and the phases add up.
 #[test]
 fn retry_wait_goodput_and_phases() {
-    let server = TestServer::start(TestServerConfig {
-        delay: Duration::from_millis(5),
-        reject_every: Some(2),
-        ..Default::default()
-    })
+    let server = TestServer::start(
+        TestServerConfig::default()
+            .with_delay(Duration::from_millis(5))
+            .with_reject_every(Some(2)),
+    )
     .unwrap();
     let mut cfg = config(
         &server,

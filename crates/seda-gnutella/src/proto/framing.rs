@@ -196,6 +196,7 @@ impl Framer {
 
 /// Corrupt compressed input.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InflateError(pub String);
 
 /// The receiving side of a `Content-Encoding: deflate` stream (zlib format, as

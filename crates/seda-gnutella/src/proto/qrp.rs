@@ -230,6 +230,7 @@ impl RouteTable {
 /// A QRP message that breaks the protocol. The peer that sent it is dropped
 /// (gtk-gnutella answers such a peer with Bye 413).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QrpError(pub String);
 
 impl fmt::Display for QrpError {

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 /// application part (`haboob`, `sockets`, ...).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct StatsDoc {
     /// Milliseconds since the runtime was built.
     pub uptime_ms: u64,
@@ -68,6 +69,7 @@ impl StatsDoc {
 /// admission view always present and the handler's service quality.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct StageStats {
     /// Stage name.
     pub name: String,

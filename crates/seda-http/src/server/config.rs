@@ -373,10 +373,40 @@ pub(crate) fn validate(cfg: &ServerConfig) -> Result<PathBuf, ServerError> {
     Ok(root)
 }
 
-/// Physical memory of the machine, from `/proc/meminfo`.
+/// Physical memory of the machine (`sysinfo(2)`, what `/proc/meminfo` calls
+/// `MemTotal`).
 fn memory_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    let info = rustix::system::sysinfo();
+    info.totalram.checked_mul(u64::from(info.mem_unit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `sysinfo(2)` gives what `/proc/meminfo` calls `MemTotal` (in KiB there).
+    #[test]
+    fn the_machines_memory_is_memtotal() {
+        let info = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let line = info.lines().find(|l| l.starts_with("MemTotal:")).unwrap();
+        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert_eq!(memory_bytes(), Some(kib * 1024));
+    }
+
+    #[test]
+    fn a_cache_larger_than_the_machine_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = ServerConfig::default()
+            .with_root(dir.path().to_owned())
+            .with_cache_bytes(memory_bytes().unwrap() + (1 << 20));
+        let e = cfg.check().unwrap_err();
+        assert!(
+            matches!(&e, ServerError::Config(m) if m.contains("cache_bytes") && m.contains("exceeds this machine's memory")),
+            "{e}"
+        );
+        let fits = ServerConfig::default()
+            .with_root(dir.path().to_owned())
+            .with_cache_bytes(1 << 20);
+        fits.check().unwrap();
+    }
 }

@@ -69,6 +69,7 @@ pub(crate) struct Counters {
 /// Haboob's own counters, the `haboob` section of the admin stats document.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct HaboobStats {
     /// Connections accepted.
     pub connections_accepted: u64,
@@ -118,6 +119,7 @@ pub struct HaboobStats {
 /// Size of the pathname-translation cache.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct PathCacheStats {
     /// Capacity in bytes.
     pub capacity_bytes: u64,

@@ -144,6 +144,7 @@ pub use writer::{ConnWriter, Writer};
 /// Counters of the socket stages since start.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct SocketStats {
     /// The backend the loops run.
     pub backend: IoBackend,

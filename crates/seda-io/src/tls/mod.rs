@@ -78,6 +78,7 @@ use crate::socket::{
 /// Counters of the TLS layer since start.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct TlsStats {
     /// Handshakes completed.
     pub handshakes: u64,

@@ -14,6 +14,7 @@ use super::gate::Gate;
 
 /// What a layer has done so far, and its policy's state.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct AdmissionStats {
     /// Admitted requests whose response future has not finished or been dropped.
     pub in_flight: usize,
