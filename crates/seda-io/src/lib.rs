@@ -36,23 +36,23 @@
 //! ```no_run
 //! use seda::{Batch, Context, Runtime};
 //! use seda_io::{Outgoing, SocketConfig, SocketEvent, Sockets};
-//! use std::sync::{Arc, OnceLock};
 //!
 //! let rt = Runtime::builder().build();
-//! let writer: Arc<OnceLock<seda_io::Writer>> = Arc::default();
-//! let w = writer.clone();
+//! // Bound first, the sockets' writer exists before the stage that answers with
+//! // it: the stage takes it in its constructor (typed wiring, nothing set later).
+//! let bound = Sockets::bind(SocketConfig::default()).unwrap();
+//! let writer = bound.writer();
 //! let echo = rt
 //!     .stage("echo", move |batch: Batch<'_, SocketEvent>, _cx: &Context<'_>| {
 //!         for ev in batch {
-//!             if let (SocketEvent::Data { conn, bytes, .. }, Some(w)) = (ev, w.get()) {
-//!                 let _ = w.send(conn, Outgoing::from(bytes));
+//!             if let SocketEvent::Data { conn, bytes, .. } = ev {
+//!                 let _ = writer.send(conn, Outgoing::from(bytes));
 //!             }
 //!         }
 //!     })
 //!     .build()
 //!     .unwrap();
-//! let sockets = Sockets::start(&rt, SocketConfig::default(), echo).unwrap();
-//! let _ = writer.set(sockets.writer());
+//! let sockets = bound.start(&rt, echo).unwrap();
 //! rt.start().unwrap();
 //! println!("echo on {}", sockets.local_addr());
 //! ```
