@@ -5,7 +5,7 @@
 # a 1 KiB file; a Python client sends N1, then N2 requests over CONNS keep-alive
 # connections (counters zeroed before each phase); the figure is
 # (Ir(N2) - Ir(N1)) / (N2 - N1). Instruction counts do not depend on the load (run it
-# through /work/coord/heavy, not in a benchmark window). Leaves the callgrind.out
+# at any load, not in a benchmark window). Leaves the callgrind.out
 # files in the printed directory for callgrind_annotate.
 # seda runs on the epoll backend unless IO=uring (valgrind's support of io_uring is
 # partial, and the figures before 2026-11-27 were taken on epoll).

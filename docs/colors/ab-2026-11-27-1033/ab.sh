@@ -4,7 +4,7 @@
 # the same of branch reliab-runhere-wip (a handed-over colored event runs on the
 # releasing shared worker). Run 2026-11-27 10:33-10:38 UTC in one bench window.
 set -euo pipefail
-cd /work/wt/reliab
+cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 echo "start $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
 for b in main new; do
     echo "== $b $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
