@@ -126,11 +126,22 @@ def load(path):
 
 
 def main():
+    usage = __doc__.strip().splitlines()[2]
     if len(sys.argv) != 4:
-        sys.exit(__doc__.strip().splitlines()[2])
-    (s1, _), (s2, callers) = load(sys.argv[1]), load(sys.argv[2])
-    n = float(sys.argv[3])
-    # Strip callgrind's recursion suffix (`'2`) so that recursive levels share a name.
+        print(usage, file=sys.stderr)
+        sys.exit(2)
+    try:
+        n = float(sys.argv[3])
+    except ValueError:
+        n = 0.0
+    if not n > 0:
+        print(f"layers.py: REQUESTS must be a positive number, not {sys.argv[3]!r}\n{usage}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        (s1, _), (s2, callers) = load(sys.argv[1]), load(sys.argv[2])
+    except OSError as e:
+        print(f"layers.py: cannot read a callgrind dump: {e}", file=sys.stderr)
+        sys.exit(2)
     per_layer = collections.Counter()
     memo = {}
     for name in set(s1) | set(s2):
