@@ -213,6 +213,20 @@ bench_spawn() {
     ) &
 }
 
+# bench_stop PID: stops a process this shell started (bench_spawn): TERM, then KILL
+# if it is still running (not a zombie) after 20 s; waits for it. No PID: nothing.
+bench_stop() {
+    local pid=${1:-}
+    [[ -n "$pid" ]] || return 0
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 200); do
+        [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" == [^Z]* ]] || break # gone or a zombie
+        sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
 # bench_need COMMAND PACKAGE: install Debian's PACKAGE (apt-get update first) if
 # COMMAND is neither on PATH nor in /usr/sbin. Prints the command's path.
 bench_need() {

@@ -73,15 +73,8 @@ WORK=$(mktemp -d -t seda-cg-gnutella.XXXXXX)
 OUT=${KEEP:-$WORK}
 mkdir -p "$OUT"
 SERVER_PID=
-stop_server() { # TERM, then KILL after 20 s
-    [[ -n "$SERVER_PID" ]] || return 0
-    kill "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 200); do
-        [[ "$(ps -o stat= -p "$SERVER_PID" 2>/dev/null)" == [^Z]* ]] || break
-        sleep 0.1
-    done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
+stop_server() {
+    bench_stop "$SERVER_PID"
     SERVER_PID=
 }
 cleanup() {

@@ -67,15 +67,8 @@ control() { # callgrind_control ARGS for the server (bounded: a stuck vgdb must 
         exit 1
     }
 }
-stop_server() { # TERM, then KILL after 20 s
-    [[ -n "$SERVER_PID" ]] || return 0
-    kill "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 200); do
-        [[ "$(ps -o stat= -p "$SERVER_PID" 2>/dev/null)" == [^Z]* ]] || break # gone or a zombie
-        sleep 0.1
-    done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
+stop_server() {
+    bench_stop "$SERVER_PID"
     SERVER_PID=
 }
 cleanup() {
