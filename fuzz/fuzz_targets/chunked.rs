@@ -16,11 +16,7 @@ use seda_chunked::{ChunkLimits, ChunkedDecoder, ChunkedError};
 fuzz_target!(|data: &[u8]| {
     for limits in [
         ChunkLimits::new(1 << 20),
-        ChunkLimits {
-            max_body: 100,
-            max_line: 16,
-            max_trailer: 64,
-        },
+        ChunkLimits::new(100).with_max_line(16).with_max_trailer(64),
     ] {
         same_in_any_split(data, limits);
     }

@@ -54,8 +54,17 @@
 
 use std::fmt;
 
-/// Bounds of one chunked body, in bytes.
+/// Bounds of one chunked body, in bytes. `#[non_exhaustive]`: start from
+/// [`ChunkLimits::new`] and set what differs with the `with_*` setters.
+///
+/// ```
+/// use seda_chunked::ChunkLimits;
+///
+/// let limits = ChunkLimits::new(1 << 20).with_max_line(64).with_max_trailer(0);
+/// assert_eq!((limits.max_body, limits.max_line, limits.max_trailer), (1 << 20, 64, 0));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ChunkLimits {
     /// Most decoded body bytes.
     pub max_body: u64,
@@ -73,6 +82,27 @@ impl ChunkLimits {
             max_line: 4096,
             max_trailer: 16 * 1024,
         }
+    }
+
+    /// Sets [`max_body`](Self::max_body).
+    #[must_use]
+    pub fn with_max_body(mut self, max_body: u64) -> Self {
+        self.max_body = max_body;
+        self
+    }
+
+    /// Sets [`max_line`](Self::max_line).
+    #[must_use]
+    pub fn with_max_line(mut self, max_line: usize) -> Self {
+        self.max_line = max_line;
+        self
+    }
+
+    /// Sets [`max_trailer`](Self::max_trailer).
+    #[must_use]
+    pub fn with_max_trailer(mut self, max_trailer: usize) -> Self {
+        self.max_trailer = max_trailer;
+        self
     }
 }
 
@@ -443,7 +473,7 @@ mod tests {
             bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512),
             step in 1usize..64,
         ) {
-            let mut d = ChunkedDecoder::new(ChunkLimits { max_body: 64, max_line: 32, max_trailer: 64 });
+            let mut d = ChunkedDecoder::new(ChunkLimits::new(64).with_max_line(32).with_max_trailer(64));
             let mut total = 0u64;
             for piece in bytes.chunks(step) {
                 match d.feed(piece, |b| total += b.len() as u64) {

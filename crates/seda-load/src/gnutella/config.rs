@@ -34,8 +34,19 @@ impl Kind {
     }
 }
 
-/// Shares of the generated messages.
+/// Shares of the generated messages, adding up to 1. `#[non_exhaustive]`: start from
+/// `Default`, [`Mix::from_weights`] or [`Mix::parse`].
+///
+/// ```
+/// use seda_load::gnutella::Mix;
+///
+/// let mix = Mix::from_weights(3.0, 1.0).unwrap();
+/// assert_eq!((mix.ping, mix.query), (0.75, 0.25));
+/// assert_eq!(Mix::parse("ping=3,query=1").unwrap(), mix);
+/// assert!(Mix::from_weights(-1.0, 1.0).is_err() && Mix::from_weights(0.0, 0.0).is_err());
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Mix {
     /// Share of pings.
     pub ping: f64,
@@ -81,13 +92,25 @@ impl Mix {
                 }
             }
         }
-        let sum = m.ping + m.query;
+        Mix::from_weights(m.ping, m.query)
+    }
+
+    /// The mix of `ping` and `query` weights, normalised to shares; an error if a
+    /// weight is negative or not finite, or both are zero.
+    pub fn from_weights(ping: f64, query: f64) -> Result<Mix, LoadError> {
+        for w in [ping, query] {
+            if !(w.is_finite() && w >= 0.0) {
+                return Err(LoadError::parse(format!("mix: bad weight {w}")));
+            }
+        }
+        let sum = ping + query;
         if sum <= 0.0 {
             return Err(LoadError::parse("mix: all weights are zero"));
         }
-        m.ping /= sum;
-        m.query /= sum;
-        Ok(m)
+        Ok(Mix {
+            ping: ping / sum,
+            query: query / sum,
+        })
     }
 
     pub(crate) fn pick(&self, u: f64) -> Kind {
