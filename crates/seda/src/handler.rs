@@ -50,7 +50,8 @@ impl From<&str> for InitError {
 
 /// The code of a stage. See the module docs for the call order.
 pub trait EventHandler<E>: Send + Sync + 'static {
-    /// Called once before the first batch; look up downstream sinks here.
+    /// Called once before the first batch, when the runtime starts (or the stage is
+    /// added to a running one); an error stops the start.
     fn init(&self, _cx: &Context<'_>) -> Result<(), InitError> {
         Ok(())
     }

@@ -8,8 +8,7 @@
 //! or at the deadline, stages stop; the [`ShutdownReport`] counts, per stage, every
 //! admitted event that was not processed. No event vanishes uncounted.
 
-use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -35,15 +34,6 @@ static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
 pub enum RuntimeError {
     /// A stage with this name is already registered.
     DuplicateStage(String),
-    /// No stage has this name.
-    NoSuchStage(String),
-    /// The stage exists but takes another event type.
-    WrongEventType {
-        /// The stage.
-        stage: String,
-        /// The type asked for.
-        requested: &'static str,
-    },
     /// A stage's `init` hook failed.
     Init {
         /// The stage.
@@ -61,13 +51,6 @@ impl fmt::Display for RuntimeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RuntimeError::DuplicateStage(s) => write!(f, "a stage named '{s}' already exists"),
-            RuntimeError::NoSuchStage(s) => write!(f, "no stage named '{s}'"),
-            RuntimeError::WrongEventType { stage, requested } => {
-                write!(
-                    f,
-                    "stage '{stage}' does not take events of type {requested}"
-                )
-            }
             RuntimeError::Init { stage, error } => {
                 write!(f, "stage '{stage}' failed to initialise: {error}")
             }
@@ -155,7 +138,7 @@ impl RuntimeBuilder {
             colors: Arc::new(ColorTable::new()),
             shared: Arc::new(SharedPool::new(self.shared_workers)),
             stages: RwLock::new(Vec::new()),
-            sinks: RwLock::new(HashMap::new()),
+            names: RwLock::new(HashSet::new()),
             declared: Mutex::new(Vec::new()),
             domains: Mutex::new(HashMap::new()),
             next_stage: AtomicUsize::new(0),
@@ -176,7 +159,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) colors: Arc<ColorTable>,
     pub(crate) shared: Arc<SharedPool>,
     stages: RwLock<Vec<Arc<dyn StageObj>>>,
-    pub(crate) sinks: RwLock<HashMap<String, Box<dyn Any + Send + Sync>>>,
+    /// Names of the stages built or declared: a name is taken once.
+    names: RwLock<HashSet<String>>,
     /// Stages declared ([`Runtime::declare`]) and not built yet.
     declared: Mutex<Vec<String>>,
     domains: Mutex<HashMap<String, Domain>>,
@@ -320,38 +304,33 @@ impl Runtime {
             .clone()
     }
 
-    /// Reserves `name` for a declared stage and records its sink (type-erased).
-    pub(crate) fn reserve(
-        &self,
-        name: &str,
-        sink: Box<dyn Any + Send + Sync>,
-    ) -> Result<(), RuntimeError> {
+    /// Reserves `name` for a declared stage.
+    pub(crate) fn reserve(&self, name: &str) -> Result<(), RuntimeError> {
         if *self.inner.state.lock() >= Lifecycle::Draining {
             return Err(RuntimeError::Stopped);
         }
-        let mut sinks = self.inner.sinks.write();
-        if sinks.contains_key(name) {
+        let mut names = self.inner.names.write();
+        if names.contains(name) {
             return Err(RuntimeError::DuplicateStage(name.to_owned()));
         }
-        sinks.insert(name.to_owned(), sink);
+        names.insert(name.to_owned());
         self.inner.declared.lock().push(name.to_owned());
         Ok(())
     }
 
-    /// Registers a built stage and its sink (type-erased; `None` for a declared
-    /// stage, whose sink [`Runtime::reserve`] recorded); starts it if the runtime
-    /// runs.
+    /// Registers a built stage (`declared`: its name was taken by
+    /// [`Runtime::reserve`]); starts it if the runtime runs.
     pub(crate) fn register(
         &self,
         name: &str,
         core: Arc<dyn StageObj>,
-        sink: Option<Box<dyn Any + Send + Sync>>,
+        declared: bool,
     ) -> Result<(), RuntimeError> {
         let state = *self.inner.state.lock();
         if state >= Lifecycle::Draining {
             return Err(RuntimeError::Stopped);
         }
-        if sink.is_some() && self.inner.sinks.read().contains_key(name) {
+        if !declared && self.inner.names.read().contains(name) {
             return Err(RuntimeError::DuplicateStage(name.to_owned()));
         }
         if state == Lifecycle::Running {
@@ -363,15 +342,14 @@ impl Runtime {
                 error,
             })?;
         }
-        match sink {
-            Some(sink) => {
-                let mut sinks = self.inner.sinks.write();
-                if sinks.contains_key(name) {
-                    return Err(RuntimeError::DuplicateStage(name.to_owned()));
-                }
-                sinks.insert(name.to_owned(), sink);
+        if declared {
+            self.inner.declared.lock().retain(|d| d != name);
+        } else {
+            let mut names = self.inner.names.write();
+            if names.contains(name) {
+                return Err(RuntimeError::DuplicateStage(name.to_owned()));
             }
-            None => self.inner.declared.lock().retain(|d| d != name),
+            names.insert(name.to_owned());
         }
         self.inner.stages.write().push(core);
         Ok(())

@@ -20,7 +20,7 @@ use crate::envelope::Meta;
 pub use crate::error::EnqueueError;
 use crate::handler::Context;
 use crate::lifecycle::{Frame, Origin};
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::Runtime;
 use crate::timer::TimerId;
 
 /// The handle to a stage's input queue. Cheap to clone; `Send + Sync`.
@@ -278,20 +278,6 @@ impl<E: Send + 'static> Sink<E> {
 }
 
 impl Runtime {
-    /// The sink of the stage named `name`, which must take events of type `E`.
-    pub fn sink<E: Send + 'static>(&self, name: &str) -> Result<Sink<E>, RuntimeError> {
-        let sinks = self.inner.sinks.read();
-        let any = sinks
-            .get(name)
-            .ok_or_else(|| RuntimeError::NoSuchStage(name.to_owned()))?;
-        any.downcast_ref::<Sink<E>>()
-            .cloned()
-            .ok_or_else(|| RuntimeError::WrongEventType {
-                stage: name.to_owned(),
-                requested: std::any::type_name::<E>(),
-            })
-    }
-
     /// Enqueues `event` to `sink` after `delay`. Scheduled from a handler, the event
     /// inherits the current event's metadata. If the enqueue fails when the timer
     /// fires, the refusal is counted in the target stage's statistics.

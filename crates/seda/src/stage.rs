@@ -66,7 +66,7 @@ impl Runtime {
         name: &str,
     ) -> Result<(Sink<E>, Declared<'_, E>), RuntimeError> {
         let sink = Sink::declared(name);
-        self.reserve(name, Box::new(sink.clone()))?;
+        self.reserve(name)?;
         let declared = Declared {
             runtime: self,
             sink: sink.clone(),
@@ -247,13 +247,12 @@ impl<'r, E: Send + 'static> StageBuilder<'r, E> {
             None => {
                 let sink = Sink::declared(&name);
                 let _ = sink.slot.core.set(Arc::clone(&core));
-                self.runtime
-                    .register(&name, core, Some(Box::new(sink.clone())))?;
+                self.runtime.register(&name, core, false)?;
                 Ok(sink)
             }
             Some(sink) => {
                 let _ = sink.slot.core.set(Arc::clone(&core));
-                self.runtime.register(&name, core, None)?;
+                self.runtime.register(&name, core, true)?;
                 Ok(sink)
             }
         }

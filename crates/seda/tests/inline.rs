@@ -341,10 +341,10 @@ fn inline_nesting_stops_at_the_depth_bound() {
         let deepest = Arc::new(AtomicUsize::new(0));
         let total = Arc::new(AtomicUsize::new(0));
         let (dm, t) = (deepest.clone(), total.clone());
-        let rt2 = rt.clone();
-        let s = rt
-            .stage("loop", move |batch: Batch<'_, u32>, _cx: &Context<'_>| {
-                let me = rt2.sink::<u32>("loop").unwrap();
+        let (s, declared) = rt.declare::<u32>("loop").unwrap();
+        let me = s.clone();
+        declared
+            .handler(move |batch: Batch<'_, u32>, _cx: &Context<'_>| {
                 for v in batch {
                     let now = DEPTH.with(|d| {
                         d.set(d.get() + 1);

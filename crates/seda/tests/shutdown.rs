@@ -33,20 +33,20 @@ fn run_case(
         .build();
     let ledger = Arc::new(Ledger::default());
     let l = ledger.clone();
-    rt.stage("last", move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
-        for id in batch {
-            if id % 97 == 0 {
-                std::thread::sleep(Duration::from_micros(300));
+    let last: Sink<u64> = rt
+        .stage("last", move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
+            for id in batch {
+                if id % 97 == 0 {
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+                if !l.handled.lock().unwrap().insert(id) {
+                    l.duplicates.fetch_add(1, Ordering::SeqCst);
+                }
             }
-            if !l.handled.lock().unwrap().insert(id) {
-                l.duplicates.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    })
-    .capacity(capacity)
-    .build()
-    .unwrap();
-    let last: Sink<u64> = rt.sink("last").unwrap();
+        })
+        .capacity(capacity)
+        .build()
+        .unwrap();
     let l = ledger.clone();
     let first = rt
         .stage("first", move |batch: Batch<'_, u64>, _cx: &Context<'_>| {
