@@ -40,7 +40,7 @@ use seda_io::{ConnId, ConnState, Link, Outgoing, WriteError};
 use super::peer::Peer;
 use super::send_half::SendState;
 pub(crate) use super::send_half::{Body, Reply};
-use crate::access_log::{AccessEntry, Answerer, RequestRecord, status_of};
+use crate::access_log::events::{AccessEntry, Answerer, RequestRecord, status_of};
 
 /// `Connection` lines and the blank line that ends a head.
 pub(crate) static KEEP_ALIVE: Bytes = Bytes::from_static(b"Connection: keep-alive\r\n\r\n");

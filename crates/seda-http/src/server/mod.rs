@@ -94,7 +94,7 @@ use self::answer::Framer;
 use self::events::{PageEvent, Route};
 use self::routes::Routes;
 use self::state::{Haboob, Live, Settings};
-use crate::access_log::AccessLog;
+use crate::access_log::events::AccessLog;
 use crate::admin::{AdminBuilder, AdminServer, StatsDoc};
 use crate::cache::{PageCache, PathCache};
 use crate::handler::HandlerRegistration;

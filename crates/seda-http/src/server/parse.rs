@@ -50,7 +50,7 @@ use super::answer::Answer;
 use super::conn::{Conn, Exchange, Ns, PendingBody, RecvState, ns};
 use super::events::{HttpRequest, Job, Route};
 use super::state::{Haboob, Responder};
-use crate::access_log::{Origin, RequestRecord};
+use crate::access_log::events::{Origin, RequestRecord};
 use crate::proto::{
     self, BodyFraming, ChunkLimits, ChunkedDecoder, ChunkedError, Method, RequestHead, Status,
 };

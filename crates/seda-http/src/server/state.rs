@@ -19,7 +19,9 @@ use super::conn::{Body, Conn, Exchange, Ns, Reply};
 use super::conn_list::ConnList;
 use super::events::SendEvent;
 use super::routes::Routes;
-use crate::access_log::{AccessEntry, AccessLog, Answerer, Origin, RequestRecord, status_of};
+use crate::access_log::events::{
+    AccessEntry, AccessLog, Answerer, Origin, RequestRecord, status_of,
+};
 use crate::cache::{PageCache, PageCacheStats, PathCache};
 use crate::proto::{Dotfiles, Limits, Status};
 

@@ -11,7 +11,7 @@ use seda::Meta;
 use super::answer::Answer;
 use super::conn::Exchange;
 use super::state::Responder;
-use crate::access_log::{Origin, RequestRecord};
+use crate::access_log::events::{Origin, RequestRecord};
 use crate::proto::Status;
 
 /// One sweep over every connection.
