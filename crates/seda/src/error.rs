@@ -1,7 +1,40 @@
 //! The error of every enqueue: it hands the event back (as crossbeam's
-//! `TrySendError` does), so the caller decides what overload means for it.
+//! `TrySendError` does), so the caller decides what overload means for it; and the
+//! error a handler's `init` hook stops the start with.
 
 use std::fmt;
+
+/// Error an `init` hook returns to stop the runtime from starting: the handler's own
+/// error (`?` converts any `std::error::Error + Send + Sync`), or a message
+/// (`"...".into()`, `format!(..).into()`). The runtime's
+/// [`RuntimeError::Init`](crate::RuntimeError::Init) names the stage and keeps this
+/// error as its [`source`](std::error::Error::source).
+///
+/// # Examples
+///
+/// ```
+/// use std::error::Error as _;
+///
+/// use seda::{Batch, Context, EventHandler, InitError, Runtime};
+///
+/// struct Store;
+///
+/// impl EventHandler<u32> for Store {
+///     fn init(&self, _cx: &Context<'_>) -> Result<(), InitError> {
+///         std::fs::File::open("/nonexistent/mail.db")?; // an io::Error, kept as it is
+///         Ok(())
+///     }
+///     fn handle_events(&self, _batch: Batch<'_, u32>, _cx: &Context<'_>) {}
+/// }
+///
+/// let rt = Runtime::builder().build();
+/// rt.stage("store", Store).build().unwrap();
+/// let err = rt.start().unwrap_err();
+/// assert!(err.to_string().starts_with("stage 'store' failed to initialise: "));
+/// let io = err.source().unwrap().downcast_ref::<std::io::Error>().unwrap();
+/// assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+/// ```
+pub type InitError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why an enqueue failed. Each variant hands the event back. `#[non_exhaustive]`: a
 /// match needs a `_` arm (or use [`is_overload`](Self::is_overload) and friends).

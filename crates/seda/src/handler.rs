@@ -20,38 +20,17 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::envelope::{Envelope, Meta};
+use crate::error::InitError;
 use crate::lifecycle::Frame;
 use crate::runtime::Runtime;
 use crate::timer::TimerId;
 
-/// Error an `init` hook returns to stop the runtime from starting.
-#[derive(Debug)]
-pub struct InitError(pub(crate) String);
-
-impl fmt::Display for InitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for InitError {}
-
-impl From<String> for InitError {
-    fn from(s: String) -> Self {
-        InitError(s)
-    }
-}
-
-impl From<&str> for InitError {
-    fn from(s: &str) -> Self {
-        InitError(s.to_owned())
-    }
-}
-
 /// The code of a stage. See the module docs for the call order.
 pub trait EventHandler<E>: Send + Sync + 'static {
     /// Called once before the first batch, when the runtime starts (or the stage is
-    /// added to a running one); an error stops the start.
+    /// added to a running one); an error stops the start with
+    /// [`RuntimeError::Init`](crate::RuntimeError::Init), which names the stage and
+    /// keeps the error as its source.
     fn init(&self, _cx: &Context<'_>) -> Result<(), InitError> {
         Ok(())
     }

@@ -69,9 +69,9 @@ pub(crate) use crate::setters::setters;
 
 pub use crate::domain::{Domain, MAX_INLINE_DEPTH};
 pub use crate::envelope::{Class, Color, Meta};
-pub use crate::error::EnqueueError;
+pub use crate::error::{EnqueueError, InitError};
 pub use crate::exec::ThreadModel;
-pub use crate::handler::{Batch, Context, EventHandler, InitError};
+pub use crate::handler::{Batch, Context, EventHandler};
 pub use crate::lifecycle::Lifecycle;
 pub use crate::runtime::{Runtime, RuntimeBuilder, RuntimeError, ShutdownReport, StageShutdown};
 pub use crate::sink::Sink;

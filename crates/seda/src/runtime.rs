@@ -29,17 +29,18 @@ use crate::timer::{TimerId, Timers};
 static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
 
 /// Errors of the runtime API. `#[non_exhaustive]`: a match needs a `_` arm.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum RuntimeError {
     /// A stage with this name is already registered.
     DuplicateStage(String),
-    /// A stage's `init` hook failed.
+    /// A stage's `init` hook failed (or its first worker thread could not be
+    /// spawned). [`source`](std::error::Error::source) is the hook's own error.
     Init {
         /// The stage.
         stage: String,
-        /// What the hook said.
-        error: String,
+        /// The hook's error.
+        source: Arc<dyn std::error::Error + Send + Sync>,
     },
     /// A configuration value is out of range.
     InvalidConfig(String),
@@ -51,8 +52,8 @@ impl fmt::Display for RuntimeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RuntimeError::DuplicateStage(s) => write!(f, "a stage named '{s}' already exists"),
-            RuntimeError::Init { stage, error } => {
-                write!(f, "stage '{stage}' failed to initialise: {error}")
+            RuntimeError::Init { stage, source } => {
+                write!(f, "stage '{stage}' failed to initialise: {source}")
             }
             RuntimeError::InvalidConfig(s) => write!(f, "invalid configuration: {s}"),
             RuntimeError::Stopped => f.write_str("the runtime is shutting down"),
@@ -60,7 +61,14 @@ impl fmt::Display for RuntimeError {
     }
 }
 
-impl std::error::Error for RuntimeError {}
+impl std::error::Error for RuntimeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RuntimeError::Init { source, .. } => Some(&**source),
+            _ => None,
+        }
+    }
+}
 
 /// Builder of a [`Runtime`].
 ///
@@ -337,9 +345,9 @@ impl Runtime {
             if core.model() == ThreadModel::Shared {
                 self.start_shared()?;
             }
-            core.start().map_err(|error| RuntimeError::Init {
+            core.start().map_err(|e| RuntimeError::Init {
                 stage: name.to_owned(),
-                error,
+                source: e.into(),
             })?;
         }
         if declared {
@@ -398,9 +406,9 @@ impl Runtime {
             self.start_shared()?;
         }
         for s in &stages {
-            s.start().map_err(|error| RuntimeError::Init {
+            s.start().map_err(|e| RuntimeError::Init {
                 stage: s.name().to_owned(),
-                error,
+                source: e.into(),
             })?;
         }
         *state = Lifecycle::Running;

@@ -259,7 +259,7 @@ fn registration_errors() {
     let dup = rt
         .stage("x", |_b: Batch<'_, u32>, _cx: &Context<'_>| {})
         .build();
-    assert_eq!(dup.unwrap_err(), RuntimeError::DuplicateStage("x".into()));
+    assert!(matches!(dup, Err(RuntimeError::DuplicateStage(s)) if s == "x"));
     let zero = rt
         .stage("z", |_b: Batch<'_, u32>, _cx: &Context<'_>| {})
         .capacity(0)
@@ -329,13 +329,62 @@ fn init_and_destroy_hooks_run_once_and_init_errors_stop_start() {
     .build()
     .unwrap();
     let err = rt.start().unwrap_err();
+    assert!(matches!(&err, RuntimeError::Init { stage, .. } if stage == "bad"));
     assert_eq!(
-        err,
-        RuntimeError::Init {
-            stage: "bad".into(),
-            error: "bad cannot start".into()
-        }
+        err.to_string(),
+        "stage 'bad' failed to initialise: bad cannot start"
     );
+}
+
+/// The handler's own error type, for the test below.
+#[derive(Debug, PartialEq)]
+struct NoDatabase {
+    path: &'static str,
+}
+
+impl std::fmt::Display for NoDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no database at {}", self.path)
+    }
+}
+
+impl std::error::Error for NoDatabase {}
+
+struct NeedsDatabase;
+
+impl seda::EventHandler<u32> for NeedsDatabase {
+    fn init(&self, _cx: &Context<'_>) -> Result<(), InitError> {
+        Err(NoDatabase { path: "/srv/db" })?
+    }
+    fn handle_events(&self, _batch: Batch<'_, u32>, _cx: &Context<'_>) {}
+}
+
+/// An `init` error keeps its type: `source()` of the runtime's error is the
+/// handler's own error, whether the stage starts with the runtime or is added to a
+/// running one, and the message still names the stage.
+#[test]
+fn a_handlers_init_error_is_the_source_of_the_runtime_error() {
+    use std::error::Error as _;
+    let check = |err: RuntimeError, stage: &str| {
+        assert_eq!(
+            err.to_string(),
+            format!("stage '{stage}' failed to initialise: no database at /srv/db")
+        );
+        let source = err.source().expect("Init has a source");
+        assert_eq!(
+            source.downcast_ref::<NoDatabase>(),
+            Some(&NoDatabase { path: "/srv/db" })
+        );
+    };
+
+    let rt = Runtime::builder().build();
+    rt.stage("store", NeedsDatabase).build().unwrap();
+    check(rt.start().unwrap_err(), "store");
+
+    let rt = Runtime::builder().build();
+    rt.start().unwrap();
+    check(rt.stage("late", NeedsDatabase).build().unwrap_err(), "late");
+    assert!(rt.shutdown(Duration::from_secs(5)).drained);
 }
 
 #[test]
@@ -543,17 +592,14 @@ fn a_declared_stage_gives_its_sink_before_its_handler() {
         let (sink, declared) = rt.declare::<u32>("later").unwrap();
         assert_eq!(sink.stage_name(), "later");
         assert!(sink.try_enqueue(1).unwrap_err().is_closed(), "{model}");
-        assert_eq!(
-            rt.declare::<u32>("later").unwrap_err(),
-            RuntimeError::DuplicateStage("later".into())
-        );
+        assert!(matches!(
+            rt.declare::<u32>("later"),
+            Err(RuntimeError::DuplicateStage(s)) if s == "later"
+        ));
         let dup = rt
             .stage("later", |_b: Batch<'_, u32>, _cx: &Context<'_>| {})
             .build();
-        assert_eq!(
-            dup.unwrap_err(),
-            RuntimeError::DuplicateStage("later".into())
-        );
+        assert!(matches!(dup, Err(RuntimeError::DuplicateStage(s)) if s == "later"));
         let seen = Arc::new(AtomicUsize::new(0));
         let s = seen.clone();
         let built = declared

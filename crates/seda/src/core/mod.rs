@@ -40,6 +40,7 @@ use crate::control::{
     ThreadPoolController,
 };
 use crate::domain::DomainInner;
+use crate::error::InitError;
 use crate::exec::per_stage::{self, Pool};
 use crate::exec::shared::SharedPool;
 use crate::exec::{StageObj, ThreadModel};
@@ -424,12 +425,12 @@ impl<E: Send + 'static> StageObj for StageCore<E> {
         self.run_shared();
     }
 
-    fn start(&self) -> Result<(), String> {
+    fn start(&self) -> Result<(), InitError> {
         let cx = Context {
             stage: self,
             in_batch: false,
         };
-        self.handler.init(&cx).map_err(|e| e.0)?;
+        self.handler.init(&cx)?;
         self.queue.set_lifecycle(Lifecycle::Running);
         if let Some(pool) = self.own_pool() {
             let min = self.pool_config.min_threads.max(1);

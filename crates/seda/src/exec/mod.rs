@@ -22,6 +22,7 @@ pub(crate) mod shared;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use crate::error::InitError;
 use crate::lifecycle::Lifecycle;
 use crate::stats::StageSnapshot;
 
@@ -77,7 +78,7 @@ pub(crate) trait StageObj: Send + Sync + 'static {
     /// Shared pool: takes one batch, hands the schedule token on, runs the batch.
     fn run_once(&self);
     /// Runs the stage's `init` hook, then its threads (or schedules it).
-    fn start(&self) -> Result<(), String>;
+    fn start(&self) -> Result<(), InitError>;
     fn set_lifecycle(&self, state: Lifecycle);
     fn lifecycle(&self) -> Lifecycle;
     fn in_flight(&self) -> usize;
