@@ -84,7 +84,8 @@ pub use config::{FileIo, Handoff, IoBackend, ServerConfig, ServerError, TlsListe
 // The seam the front door's stages (`crate::proxy`) use: a request, its response
 // slot, the way to answer, a streamed response.
 pub(crate) use answer::Answer;
-pub(crate) use conn::{Exchange, ResponseStream};
+pub(crate) use conn::Exchange;
+pub(crate) use conn::stream::ResponseStream;
 pub(crate) use events::Job;
 pub use reload::Reloaded;
 pub(crate) use state::Responder;
