@@ -89,6 +89,7 @@ pub enum CorpusError {
 /// An unknown `--control` scope.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown control scope `{0}` (expected per-stage or single)")]
+#[non_exhaustive]
 pub struct UnknownScope(pub String);
 
 #[cfg(test)]

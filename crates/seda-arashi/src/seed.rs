@@ -90,6 +90,7 @@ pub fn inbox_sizes(plan: &SeedPlan) -> Vec<u32> {
 
 /// What seeding did.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SeedSummary {
     /// Users created.
     pub users: u32,

@@ -51,6 +51,7 @@ pub fn controller_config(target: Duration) -> seda::admission::ResponseTimeConfi
 
 /// Where admission control sits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ControlScope {
     /// One controller per request stage (USITS'03 4.1).
     #[default]

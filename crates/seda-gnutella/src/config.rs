@@ -11,6 +11,7 @@ use crate::routing::RoutingConfig;
 /// exceeded", or drop "probabilistically based on the length of the input queue"
 /// as RED does). A refused read is dropped and counted as `router_overload`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub enum RouterAdmission {
     /// Only the queue's capacity.
     #[default]

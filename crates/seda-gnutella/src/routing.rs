@@ -90,6 +90,7 @@ impl RoutingConfig {
 
 /// Why the router dropped a message. Counted in stats under [`Dropped::name`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Dropped {
     /// The (GUID, type) was routed before.
     Duplicate,

@@ -244,6 +244,7 @@ where
 
 /// What the client gets when a handler's stage refuses a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OverloadAction {
     /// `503 Service Unavailable` with `Retry-After: secs` and a short body.
     Reject503 {

@@ -53,6 +53,7 @@ use crate::server::ServerError;
 
 /// The admission policy of each dynamic stage. See the module docs for the laws.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Admission {
     /// No admission control (the queue's capacity still applies).
     None,

@@ -156,5 +156,6 @@ fn every_response_counted(handoff: Handoff) {
                 .collect::<Vec<_>>()
         ),
         Handoff::Queued => assert_eq!(inlined("HttpSend") + inlined("PageCache"), 0),
+        other => panic!("no check for the handoff {other:?}"),
     }
 }

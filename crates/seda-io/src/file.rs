@@ -213,6 +213,7 @@ pub enum FileReply {
 
 /// Why the helper refused an operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Refusal {
     /// The helper's queue is full.
     Full,

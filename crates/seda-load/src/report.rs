@@ -10,7 +10,8 @@ use crate::error::LoadError;
 use crate::metrics::CdfPoint;
 
 /// One second of a run (by completion time).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[non_exhaustive]
 pub struct TimePoint {
     /// Seconds since the start; this point covers [t, t + 1).
     pub t: u64,
@@ -52,7 +53,8 @@ pub struct Tick {
 }
 
 /// Totals of one phase of the schedule (by completion time, whole seconds).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[non_exhaustive]
 pub struct PhaseSummary {
     /// First second of the phase.
     pub start_s: u64,
@@ -76,6 +78,7 @@ pub struct PhaseSummary {
 
 /// Completions per SPECweb99 class (file-set loads only).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[non_exhaustive]
 pub struct ClassCount {
     /// Class 0..4.
     pub class: usize,

@@ -161,17 +161,10 @@ mod tests {
     use super::*;
 
     fn point(t: u64, completed: u64, within: u64, rejected: u64, p90: f64) -> TimePoint {
-        TimePoint {
-            t,
-            level: 0.0,
-            completed,
-            within_target: within,
-            rejected,
-            errors: 0,
-            rt_p90_ms: p90,
-            rt_mean_ms: p90 / 2.0,
-            mbps: 0.0,
-        }
+        let mut p = TimePoint::default();
+        (p.t, p.completed, p.within_target, p.rejected) = (t, completed, within, rejected);
+        (p.rt_p90_ms, p.rt_mean_ms) = (p90, p90 / 2.0);
+        p
     }
 
     /// p90 per second from a list; 0 means "nothing completed that second".
@@ -218,17 +211,10 @@ mod tests {
             point(12, 50, 50, 50, 700.0),
             point(13, 45, 45, 55, 600.0),
         ];
-        let phase = PhaseSummary {
-            start_s: 10,
-            end_s: 14,
-            level: 1000.0,
-            completed: 185,
-            within_target: 175,
-            rejected: 215,
-            errors: 0,
-            rt_p90_ms: 900.0,
-            rt_max_ms: 2500.0,
-        };
+        let mut phase = PhaseSummary::default();
+        (phase.start_s, phase.end_s, phase.level) = (10, 14, 1000.0);
+        (phase.completed, phase.within_target, phase.rejected) = (185, 175, 215);
+        (phase.rt_p90_ms, phase.rt_max_ms) = (900.0, 2500.0);
         let m = window_metrics(&[phase], &s, 1000.0).unwrap();
         assert_eq!((m.start_s, m.end_s), (10, 14));
         assert!((m.goodput_rps - 175.0 / 4.0).abs() < 1e-9);
@@ -242,16 +228,13 @@ mod tests {
 
     #[test]
     fn multi_phase_windows_sum_counts_and_bound_the_p90() {
-        let ph = |start_s, end_s, completed, rejected, errors, p90| PhaseSummary {
-            start_s,
-            end_s,
-            level: 3.0,
-            completed,
-            within_target: completed,
-            rejected,
-            errors,
-            rt_p90_ms: p90,
-            rt_max_ms: p90 * 2.0,
+        let ph = |start_s, end_s, completed, rejected, errors, p90: f64| {
+            let mut p = PhaseSummary::default();
+            (p.start_s, p.end_s, p.level) = (start_s, end_s, 3.0);
+            (p.completed, p.within_target) = (completed, completed);
+            (p.rejected, p.errors) = (rejected, errors);
+            (p.rt_p90_ms, p.rt_max_ms) = (p90, p90 * 2.0);
+            p
         };
         let phases = [ph(0, 2, 10, 0, 0, 50.0), ph(2, 4, 10, 10, 20, 70.0)];
         let s = series(&[50.0, 50.0, 70.0, 0.0]);

@@ -77,6 +77,7 @@ pub fn messages(buf: &[u8]) -> impl Iterator<Item = (usize, Header)> + '_ {
 
 /// A header announced a payload longer than the limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TooLarge {
     /// The announced payload length.
     pub len: u32,

@@ -220,6 +220,7 @@ pub fn write_message(
 
 /// Why a message is refused. Every variant is counted in the stats under its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Malformed {
     /// Payload shorter than its type's fixed part.
     TooShort,

@@ -20,6 +20,7 @@ use crate::proto::RequestHead;
 
 /// Line format of the access log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AccessLogFormat {
     /// nginx's `combined`, plus the request time and the answering stage.
     #[default]

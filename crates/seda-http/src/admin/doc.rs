@@ -201,6 +201,7 @@ impl From<&StageSnapshot> for StageStats {
 /// The admission view of a stage (the contract of `seda experiment overload`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct AdmissionView {
     /// Policy name (`"none"` without a policy).
     pub policy: String,
@@ -242,6 +243,7 @@ impl Default for AdmissionView {
 /// Per-class state of a multiclass admission policy.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct ClassTarget {
     /// The class (0 lowest).
     pub class: u8,
@@ -256,6 +258,7 @@ pub struct ClassTarget {
 /// Admitted and rejected events of one class at one stage.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct ClassCount {
     /// The class (0 lowest; the last tracked class also counts higher ones).
     pub class: u8,
@@ -268,6 +271,7 @@ pub struct ClassCount {
 /// Summary of a latency histogram, milliseconds.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct Latency {
     /// Samples.
     pub count: u64,

@@ -165,6 +165,7 @@ impl PathError {
 
 /// Whether files and directories whose name starts with `.` are served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Dotfiles {
     /// Answer 404 for them (`.git/`, `.env`, ...), except `.well-known` (the default).
     #[default]

@@ -15,6 +15,7 @@ use crate::proto::{Dotfiles, Limits};
 /// (`haboob`); the blocking stages and the dynamic handlers are outside it, behind
 /// real queues.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Handoff {
     /// The runtime runs the next stage's handler on the calling thread when its
     /// queue is empty and its admission admits, counting the event as a queued one
@@ -29,6 +30,7 @@ pub enum Handoff {
 /// Flash (USENIX'99 section 3) compares the two: an event loop that blocks on the
 /// disk (SPED) against one that hands the disk to helpers (AMPED).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FileIo {
     /// Misses go to CacheMiss's pool and the reads to the file helper stage; the
     /// event loops never wait for the disk (AMPED, the default).

@@ -129,6 +129,7 @@ pub mod stages {
 
 /// What a shutdown finished.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct ServerShutdown {
     /// Whether every request in flight was answered before the grace period ended.
     pub requests_drained: bool,

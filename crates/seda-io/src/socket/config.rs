@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// What to do when a connection's outgoing queue passes its threshold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BacklogAction {
     /// Stop reading the connection until its queue drains below half the threshold:
     /// the peer cannot send more work until it reads what it asked for, so its
@@ -184,6 +185,7 @@ impl SocketConfig {
 /// how many system calls a turn of a loop costs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum IoBackend {
     /// The faster backend on this machine ([`IoBackend::PREFERRED`], chosen by
     /// measurement, see `docs/results.md`) if the kernel offers it, else `Epoll`.

@@ -33,6 +33,7 @@ pub type ConnState = Arc<dyn Any + Send + Sync>;
 
 /// Why a connection closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CloseReason {
     /// The peer closed its side (read returned end of file).
     PeerClosed,

@@ -96,6 +96,7 @@ pub struct Second {
 /// One phase of the schedules (between two consecutive phase boundaries of any
 /// group), measured over its whole length.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Phase {
     /// Start, s.
     pub start_s: f64,

@@ -130,6 +130,7 @@ impl ArashiLoadConfig {
 
 /// Live counters for a progress line.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct LoadProgress {
     /// Served requests.
     pub completed: AtomicU64,

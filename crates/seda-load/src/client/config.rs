@@ -10,6 +10,7 @@ use crate::schedule::Schedule;
 
 /// Closed or open loop.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Mode {
     /// Users that request, read, think, repeat. Schedule levels are user counts.
     Closed {
@@ -29,6 +30,7 @@ pub enum Mode {
 
 /// What to request.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum RequestMix {
     /// Always this path.
     Path(String),

@@ -15,6 +15,7 @@ use crate::schedule::Schedule;
 
 /// Live counters, updated by the event loops as they go.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Progress {
     /// Completed requests so far.
     pub completed: AtomicU64,

@@ -110,6 +110,7 @@ impl QualityConfig {
 
 /// What the stage should do after a sample.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct QualityDecision {
     /// Quality to run at, in `[q_min, q_max]`.
     pub quality: f64,
