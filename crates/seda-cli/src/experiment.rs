@@ -192,6 +192,10 @@ pub struct ColorsArgs {
     /// Load-generator threads.
     #[arg(long, default_value_t = 1)]
     pub client_threads: usize,
+    /// Microseconds the generator sleeps when a poll finds nothing, batching its
+    /// wake-ups (0: woken by every response). 0..=1,000,000.
+    #[arg(long, default_value_t = 100)]
+    pub client_dwell_us: u64,
     /// Events per handler batch in the server.
     #[arg(long, default_value_t = 4)]
     pub batch: usize,
@@ -499,6 +503,14 @@ fn colors_cmd(a: ColorsArgs) -> CliResult {
     cfg.block = a.block_kib * 1024;
     cfg.file_len = a.file_mib << 20;
     cfg.client_threads = a.client_threads;
+    if a.client_dwell_us > 1_000_000 {
+        return Err(format!(
+            "--client-dwell-us must be in 0..=1000000, got {}",
+            a.client_dwell_us
+        )
+        .into());
+    }
+    cfg.client_dwell = Duration::from_micros(a.client_dwell_us);
     cfg.batch = a.batch;
     cfg.per_stage = a.per_stage;
     cfg.io = a.io;

@@ -179,3 +179,29 @@ fn the_scale_out_runner_measures_replicas_behind_haproxy() {
         .collect();
     assert!(!cfgs.is_empty());
 }
+
+/// The colors experiment's generator dwell is checked before anything runs: a value
+/// past one second is refused by name, with a failing exit code.
+#[test]
+fn colors_refuses_a_dwell_past_one_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let (code, _, stderr) = seda(
+        &[
+            "experiment",
+            "colors",
+            "--quick",
+            "--client-dwell-us",
+            "1000001",
+            "--out",
+            out,
+        ],
+        Duration::from_secs(60),
+    );
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("--client-dwell-us"), "{stderr}");
+    assert!(
+        !dir.path().join("runs.json").exists(),
+        "nothing may run with a refused setting"
+    );
+}

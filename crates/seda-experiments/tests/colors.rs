@@ -38,6 +38,18 @@ fn verified_load(
     depth: usize,
     responses: u64,
 ) -> ClientReport {
+    verified_load_dwelling(server, connections, depth, responses, Duration::ZERO)
+}
+
+/// As [`verified_load`], the generator sleeping `dwell` whenever a poll finds
+/// nothing.
+fn verified_load_dwelling(
+    server: &ColorsServer,
+    connections: usize,
+    depth: usize,
+    responses: u64,
+    dwell: Duration,
+) -> ClientReport {
     let client = LoadClient::start(&ClientConfig {
         addr: server.local_addr(),
         connections,
@@ -48,6 +60,7 @@ fn verified_load(
         responses_per_connection: Some(responses),
         verify: Some(Arc::new(proto::file_content(FILE_LEN, 1))),
         seed: 7,
+        dwell,
     })
     .expect("client connects");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -90,6 +103,26 @@ fn per_connection_state_is_never_entered_by_two_handlers_at_once() {
         assert_eq!(stats.connections, 8);
         assert_eq!(stats.bytes_sealed, 8 * 200 * u64::from(BLOCK));
     }
+}
+
+/// The experiment's generator batches its wake-ups: a poll that finds nothing is
+/// followed by a dwell, not by blocking until the next arrival. It must still see
+/// every response, complete and in nonce order, including a connection's last ones
+/// (no response may wait for a wake-up that never comes); without a dwell it never
+/// sleeps one.
+#[test]
+fn a_dwelling_generator_still_sees_every_response_in_order() {
+    let s = server(Coloring::PerConnection, ThreadModel::Shared, 2);
+    let report = verified_load_dwelling(&s, 8, 4, 300, Duration::from_micros(200));
+    let stats = s.stop();
+    assert_clean("dwell 200 us", &report, &stats, 8 * 300);
+    assert!(report.dwells > 0, "the generator never dwelt: {report:?}");
+    assert!(report.polls > 0, "{report:?}");
+    let s = server(Coloring::PerConnection, ThreadModel::Shared, 2);
+    let report = verified_load(&s, 8, 4, 300);
+    let stats = s.stop();
+    assert_clean("no dwell", &report, &stats, 8 * 300);
+    assert_eq!(report.dwells, 0, "{report:?}");
 }
 
 #[test]

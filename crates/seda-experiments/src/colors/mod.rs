@@ -38,7 +38,7 @@ use seda::ThreadModel;
 use seda_io::IoBackend;
 use serde::{Deserialize, Serialize};
 
-use self::client::{CLIENT_THREAD, ClientConfig, ClientReport, LoadClient};
+use self::client::{CLIENT_THREAD, ClientConfig, ClientReport, DEFAULT_DWELL, LoadClient};
 use self::cost::{CostConfig, CostRow, median};
 use self::cpu::{CpuCores, CpuSample};
 use self::server::{Coloring, ColorsServer, ServerConfig, ServerStats};
@@ -130,6 +130,8 @@ pub struct ColorsConfig {
     pub file_len: usize,
     /// Generator threads.
     pub client_threads: usize,
+    /// The generator's dwell ([`ClientConfig::dwell`]).
+    pub client_dwell: Duration,
     /// Events per handler batch in the server.
     pub batch: usize,
     /// Also measure the per-stage thread model (`seal` with 1 and 2 threads).
@@ -153,6 +155,7 @@ impl ColorsConfig {
             block: 16 * 1024,
             file_len: 64 << 20,
             client_threads: 1,
+            client_dwell: DEFAULT_DWELL,
             batch: 4,
             per_stage: false,
             io: IoBackend::Auto,
@@ -273,6 +276,10 @@ pub struct ColorsResult {
     pub depth: usize,
     /// Bytes per read.
     pub block: u32,
+    /// The generator's dwell in microseconds (0: woken by every arrival; runs
+    /// before 2026-11-27 13:00 UTC had none).
+    #[serde(default)]
+    pub client_dwell_us: f64,
     /// The server's socket backend (as run: `epoll` or `uring`).
     #[serde(default)]
     pub io: String,
@@ -399,6 +406,7 @@ fn run_one(cfg: &ColorsConfig, setup: Setup, round: usize) -> Result<Run, Experi
         responses_per_connection: None,
         verify: None,
         seed: round as u64 + 1,
+        dwell: cfg.client_dwell,
     })?;
     std::thread::sleep(cfg.warmup);
     let (c0, cpu0, t0) = (
@@ -529,6 +537,7 @@ fn summarise(
         connections: cfg.connections,
         depth: cfg.depth,
         block: cfg.block,
+        client_dwell_us: cfg.client_dwell.as_secs_f64() * 1e6,
         io: runs.first().map_or_else(String::new, |r| r.io.clone()),
         duration_s: cfg.duration.as_secs_f64(),
         rounds: cfg.rounds,
@@ -556,6 +565,7 @@ fn table(r: &ColorsResult) -> String {
         "# Colors (libasync-mp thesis 5.2): an SFS-like sealing server on seda\n\n\
          {date}, {machine}; load average {l0:.1} at start, {l1:.1} at end. \
          {c} connections x {d} outstanding reads of {b} KiB; socket backend {io}; \
+         generator dwell {dwell:.0} us; \
          {rounds} round(s) of {dur:.0} s per setup, setups in rotated order; medians \
          over rounds.\n\n\
          | setup | responses/s | MiB/s (min-max) | vs baseline | server CPU | client CPU | others CPU | server us/response | busiest thread us/response |\n\
@@ -568,6 +578,7 @@ fn table(r: &ColorsResult) -> String {
         d = r.depth,
         b = r.block / 1024,
         io = r.io,
+        dwell = r.client_dwell_us,
         rounds = r.rounds,
         dur = r.duration_s,
     );
