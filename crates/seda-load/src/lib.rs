@@ -35,4 +35,4 @@ pub mod testserver;
 pub use client::{LoadConfig, Mode, Progress, RequestMix, parse_url};
 pub use error::LoadError;
 pub use report::{LoadReport, PhaseSummary, TimePoint};
-pub use schedule::Schedule;
+pub use schedule::{Phase, Schedule};

@@ -8,8 +8,9 @@ use serde::Serialize;
 
 use crate::error::LoadError;
 
-/// One phase.
+/// One phase. `#[non_exhaustive]`: make one with [`Phase::new`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Phase {
     /// How long the phase lasts.
     #[serde(serialize_with = "ser_secs")]
@@ -18,23 +19,81 @@ pub struct Phase {
     pub level: f64,
 }
 
+impl Phase {
+    /// A phase of `duration` at `level` (users in a closed loop, requests per second
+    /// in an open loop).
+    pub fn new(duration: Duration, level: f64) -> Self {
+        Phase { duration, level }
+    }
+}
+
 fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
 
 /// A load schedule: phases run back to back.
+///
+/// A schedule with no phases, a level that is negative or not finite, or no duration
+/// at all is refused with a [`LoadError`] when a load starts with it (and by
+/// [`Schedule::parse`] at once).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use seda_load::{Phase, Schedule};
+///
+/// let spike = Schedule::new(vec![
+///     Phase::new(Duration::from_secs(60), 3.0),
+///     Phase::new(Duration::from_secs(60), 1000.0),
+///     Phase::new(Duration::from_secs(60), 3.0),
+/// ]);
+/// assert_eq!(spike, Schedule::parse("60s@3,60s@1000,60s@3").unwrap());
+/// assert_eq!(spike.total(), Duration::from_secs(180));
+/// assert_eq!(spike.phases()[1].level, 1000.0);
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Schedule {
-    /// The phases, in order; never empty.
-    pub phases: Vec<Phase>,
+    /// The phases, in order.
+    phases: Vec<Phase>,
 }
 
 impl Schedule {
+    /// The phases `phases`, run back to back in order.
+    pub fn new(phases: Vec<Phase>) -> Self {
+        Schedule { phases }
+    }
+
     /// One phase.
     pub fn steady(duration: Duration, level: f64) -> Self {
-        Schedule {
-            phases: vec![Phase { duration, level }],
+        Schedule::new(vec![Phase::new(duration, level)])
+    }
+
+    /// The phases, in order.
+    pub fn phases(&self) -> &[Phase] {
+        &self.phases
+    }
+
+    /// Why a load cannot run this schedule: no phases, a level that is negative or
+    /// not finite, or no duration at all.
+    pub fn check(&self) -> Result<(), LoadError> {
+        if self.phases.is_empty() {
+            return Err(LoadError::config("the schedule has no phases"));
         }
+        if let Some(p) = self
+            .phases
+            .iter()
+            .find(|p| !p.level.is_finite() || p.level < 0.0)
+        {
+            return Err(LoadError::config(format!(
+                "schedule level {} must be a number >= 0",
+                p.level
+            )));
+        }
+        if self.total().is_zero() {
+            return Err(LoadError::config("the schedule has no duration"));
+        }
+        Ok(())
     }
 
     /// Parse `DUR@LEVEL[,DUR@LEVEL...]`.
@@ -57,12 +116,12 @@ impl Schedule {
                     "schedule level {l:?} must be >= 0"
                 )));
             }
-            phases.push(Phase { duration, level });
+            phases.push(Phase::new(duration, level));
         }
         if phases.iter().all(|p| p.duration.is_zero()) {
             return Err(LoadError::parse("schedule has no duration"));
         }
-        Ok(Schedule { phases })
+        Ok(Schedule::new(phases))
     }
 
     /// Total duration.
@@ -142,6 +201,35 @@ mod tests {
         ] {
             assert!(Schedule::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A schedule built from phases is refused before a load runs it when it has no
+    /// phases, a bad level or no duration; the parser's schedules pass.
+    #[test]
+    fn check_refuses_what_cannot_run() {
+        let s = |phases: &[(u64, f64)]| {
+            Schedule::new(
+                phases
+                    .iter()
+                    .map(|&(ms, l)| Phase::new(Duration::from_millis(ms), l))
+                    .collect(),
+            )
+        };
+        for (bad, why) in [
+            (s(&[]), "no phases"),
+            (s(&[(1000, -1.0)]), ">= 0"),
+            (s(&[(1000, f64::NAN)]), ">= 0"),
+            (s(&[(1000, f64::INFINITY)]), ">= 0"),
+            (s(&[(0, 3.0), (0, 5.0)]), "no duration"),
+        ] {
+            let err = bad.check().expect_err(why).to_string();
+            assert!(err.contains(why), "{err:?} should say {why:?}");
+        }
+        s(&[(0, 3.0), (1000, 0.0)]).check().unwrap();
+        Schedule::parse("60s@3,500ms@1000")
+            .unwrap()
+            .check()
+            .unwrap();
     }
 
     #[test]

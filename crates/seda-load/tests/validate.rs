@@ -419,3 +419,23 @@ fn retry_wait_goodput_and_phases() {
     assert!(none.completed > 0);
     assert_eq!(none.phases.iter().map(|p| p.within_target).sum::<u64>(), 0);
 }
+
+/// A schedule that cannot run is refused before a connection is made, with the
+/// reason, not run as an empty load that reports nothing.
+#[test]
+fn a_schedule_that_cannot_run_is_refused() {
+    use seda_load::Phase;
+    let (addr, _) = parse_url("http://127.0.0.1:9").unwrap();
+    for (schedule, why) in [
+        (Schedule::new(vec![]), "no phases"),
+        (Schedule::steady(Duration::ZERO, 5.0), "no duration"),
+        (
+            Schedule::new(vec![Phase::new(Duration::from_secs(1), f64::NAN)]),
+            ">= 0",
+        ),
+    ] {
+        let cfg = LoadConfig::new(addr, schedule);
+        let err = seda_load::client::run(&cfg, |_, _| {}).expect_err(why);
+        assert!(err.to_string().contains(why), "{err} should say {why:?}");
+    }
+}

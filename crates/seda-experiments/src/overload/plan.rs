@@ -34,16 +34,14 @@ pub fn plan(cfg: &OverloadConfig) -> (Vec<RunSpec>, Vec<(Scenario, Vec<String>)>
     };
     let target = ms(cfg.target_ms);
     let rt = ["--rt-target-ms", target.as_str()];
-    let sched = |levels: [u64; 3]| Schedule {
-        phases: cfg
-            .phases
-            .iter()
-            .zip(levels)
-            .map(|(&duration, l)| Phase {
-                duration,
-                level: l as f64,
-            })
-            .collect(),
+    let sched = |levels: [u64; 3]| {
+        Schedule::new(
+            cfg.phases
+                .iter()
+                .zip(levels)
+                .map(|(&duration, l)| Phase::new(duration, l as f64))
+                .collect(),
+        )
     };
     let spike = sched([cfg.base_users, cfg.spike_users, cfg.base_users]);
     let one = |schedule: Schedule| {
@@ -77,27 +75,22 @@ pub fn plan(cfg: &OverloadConfig) -> (Vec<RunSpec>, Vec<(Scenario, Vec<String>)>
                 let phases = cfg
                     .knee_users
                     .iter()
-                    .map(|&u| Phase {
-                        duration: cfg.knee_step,
-                        level: u as f64,
-                    })
+                    .map(|&u| Phase::new(cfg.knee_step, u as f64))
                     .collect();
-                vec![run(sc, "none", bn.clone(), one(Schedule { phases }), None)]
+                vec![run(
+                    sc,
+                    "none",
+                    bn.clone(),
+                    one(Schedule::new(phases)),
+                    None,
+                )]
             }
             Scenario::Refusal => {
                 let [warm, measure] = cfg.refusal_phases;
-                let schedule = Schedule {
-                    phases: vec![
-                        Phase {
-                            duration: warm,
-                            level: cfg.refusal_users as f64,
-                        },
-                        Phase {
-                            duration: measure,
-                            level: cfg.refusal_users as f64,
-                        },
-                    ],
-                };
+                let schedule = Schedule::new(vec![
+                    Phase::new(warm, cfg.refusal_users as f64),
+                    Phase::new(measure, cfg.refusal_users as f64),
+                ]);
                 let mut r = run(
                     sc,
                     "refuse-all",
@@ -288,7 +281,7 @@ mod tests {
         );
         let levels: Vec<f64> = default.groups[0]
             .schedule
-            .phases
+            .phases()
             .iter()
             .map(|p| p.level)
             .collect();
@@ -310,7 +303,7 @@ mod tests {
         assert_eq!(classes.groups[1].class, Some(1));
         let high: Vec<f64> = classes.groups[1]
             .schedule
-            .phases
+            .phases()
             .iter()
             .map(|p| p.level)
             .collect();

@@ -242,7 +242,7 @@ fn load(
     phases: Vec<Phase>,
     seed: u64,
 ) -> LoadConfig {
-    LoadConfig::new(addr, Schedule { phases })
+    LoadConfig::new(addr, Schedule::new(phases))
         .with_mode(mode)
         .with_requests(RequestMix::Path(format!(
             "/work?ms={}&dist={}",
@@ -274,15 +274,9 @@ fn knee(
     let users = 2 * u64::from(cfg.workers);
     let mut phases: Vec<Phase> = knee_users
         .iter()
-        .map(|&u| Phase {
-            duration: cfg.knee_step,
-            level: u as f64,
-        })
+        .map(|&u| Phase::new(cfg.knee_step, u as f64))
         .collect();
-    phases.push(Phase {
-        duration: cfg.sustain,
-        level: users as f64,
-    });
+    phases.push(Phase::new(cfg.sustain, users as f64));
     let mode = Mode::Closed {
         think: Duration::ZERO,
         reqs_per_conn: REQS_PER_CONN,
@@ -356,7 +350,7 @@ fn run_one(
     let (running, front_config) =
         start_front(cfg, shape, front, backend.addr, capacity, haproxy, root)?;
     let [p0, p1, p2] = cfg.phases;
-    let phase = |duration, level| Phase { duration, level };
+    let phase = Phase::new;
     let open = Mode::Open {
         reqs_per_conn: REQS_PER_CONN,
         max_conns: cfg.max_conns,

@@ -76,27 +76,19 @@ pub fn plan(cfg: &ScaleOutConfig) -> Vec<RunSpec> {
             })
             .collect()
     };
-    let steady = Schedule {
-        phases: cfg
-            .throughput_phases
+    let steady = Schedule::new(
+        cfg.throughput_phases
             .iter()
-            .map(|&duration| Phase {
-                duration,
-                level: cfg.users as f64,
-            })
+            .map(|&duration| Phase::new(duration, cfg.users as f64))
             .collect(),
-    };
-    let spike = Schedule {
-        phases: cfg
-            .phases
+    );
+    let spike = Schedule::new(
+        cfg.phases
             .iter()
             .zip([cfg.base_users, cfg.spike_users, cfg.base_users])
-            .map(|(&duration, l)| Phase {
-                duration,
-                level: l as f64,
-            })
+            .map(|(&duration, l)| Phase::new(duration, l as f64))
             .collect(),
-    };
+    );
     let mid_spike = (cfg.phases[0] + cfg.phases[1] / 2).as_secs_f64();
     let run =
         |scenario: Scenario, label: String, proxy, replicas, schedule: &Schedule, window, kill| {

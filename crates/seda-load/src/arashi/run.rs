@@ -295,7 +295,7 @@ pub fn run(cfg: &ArashiLoadConfig, progress: Arc<LoadProgress>) -> Result<Arashi
     let boundaries: Vec<f64> = cfg
         .groups
         .iter()
-        .flat_map(|g| (0..g.schedule.phases.len()).map(|i| g.schedule.phase_end(i).as_secs_f64()))
+        .flat_map(|g| (0..g.schedule.phases().len()).map(|i| g.schedule.phase_end(i).as_secs_f64()))
         .collect();
     let shape = RunShape {
         duration_s: length.as_secs_f64(),

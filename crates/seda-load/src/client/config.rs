@@ -180,12 +180,18 @@ impl LoadConfig {
         if !(1..=16).contains(&self.threads) {
             return Err(LoadError::config("--threads must be 1..16"));
         }
+        self.schedule.check()?;
         match self.mode {
             Mode::Closed { reqs_per_conn, .. } => {
                 if reqs_per_conn == 0 {
                     return Err(LoadError::config("--reqs-per-conn must be at least 1"));
                 }
-                if let Some(p) = self.schedule.phases.iter().find(|p| p.level.fract() != 0.0) {
+                if let Some(p) = self
+                    .schedule
+                    .phases()
+                    .iter()
+                    .find(|p| p.level.fract() != 0.0)
+                {
                     return Err(LoadError::config(format!(
                         "closed-loop schedule levels are user counts, got {}",
                         p.level

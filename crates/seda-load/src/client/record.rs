@@ -257,10 +257,10 @@ fn exact_quantile_ms(us: &mut [u64], q: f64) -> f64 {
 /// Per-phase totals: phase `i` covers the seconds from its start (rounded down) to the
 /// next phase's start; the last phase also takes the drain.
 fn phase_summaries(schedule: &Schedule, seconds: &[Second]) -> Vec<PhaseSummary> {
-    let n = schedule.phases.len();
+    let n = schedule.phases().len();
     let mut out = Vec::with_capacity(n);
     let mut start = Duration::ZERO;
-    for (i, p) in schedule.phases.iter().enumerate() {
+    for (i, p) in schedule.phases().iter().enumerate() {
         let end = start + p.duration;
         let from = start.as_secs() as usize;
         let to = if i + 1 == n {

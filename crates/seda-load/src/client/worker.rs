@@ -260,7 +260,7 @@ impl Worker {
             return;
         }
         self.phase = Some(phase);
-        let level = self.schedule.phases[phase].level;
+        let level = self.schedule.phases()[phase].level;
         let phase_end_us = self.schedule.phase_end(phase).as_micros() as u64;
         match &mut self.mode {
             ModeState::Closed {
@@ -398,7 +398,7 @@ impl Worker {
                         }
                     }
                     let rate =
-                        self.schedule.phases[self.phase.unwrap_or(0)].level / self.threads as f64;
+                        self.schedule.phases()[self.phase.unwrap_or(0)].level / self.threads as f64;
                     let phase_end =
                         self.schedule.phase_end(self.phase.unwrap_or(0)).as_micros() as u64;
                     let next = t + exp_gap_us(&mut self.rng, rate);
