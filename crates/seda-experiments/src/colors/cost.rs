@@ -209,7 +209,8 @@ pub fn measure(
         let b = b.capacity(capacity).batch(32);
         match model {
             ThreadModel::PerStage => b.fixed_threads(1),
-            ThreadModel::Shared => b,
+            // Shared: the runtime's workers, nothing to size.
+            _ => b,
         }
         .build()
         .map_err(|e| ExperimentError::run(format!("stage {name}: {}", err(e))))

@@ -94,12 +94,13 @@ impl Setup {
             Coloring::PerConnection => "per-connection colors",
         };
         match self.model {
-            ThreadModel::Shared => format!(
-                "{c}, shared, {} worker{}",
+            ThreadModel::PerStage => format!("{c}, per-stage, seal x{}", self.workers),
+            model => format!(
+                "{c}, {}, {} worker{}",
+                model.as_str(),
                 self.workers,
                 if self.workers == 1 { "" } else { "s" }
             ),
-            ThreadModel::PerStage => format!("{c}, per-stage, seal x{}", self.workers),
         }
     }
 }

@@ -26,8 +26,10 @@ use crate::error::InitError;
 use crate::lifecycle::Lifecycle;
 use crate::stats::StageSnapshot;
 
-/// How a stage's batches are run.
+/// How a stage's batches are run. `#[non_exhaustive]`: a match outside seda needs a
+/// `_` arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ThreadModel {
     /// The stage has its own pool, sized by the thread-pool controller.
     #[default]

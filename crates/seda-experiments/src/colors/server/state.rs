@@ -300,6 +300,7 @@ pub(super) fn stage_builder<'r, E: Send + 'static>(
         .batch(shared.cfg.batch);
     match shared.cfg.thread_model {
         ThreadModel::PerStage => b.fixed_threads(threads),
-        ThreadModel::Shared => b,
+        // Shared: the runtime's workers, nothing to size.
+        _ => b,
     }
 }
