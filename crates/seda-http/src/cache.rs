@@ -1,32 +1,46 @@
-//! Haboob's caches: the page cache (SEDA 5.1) and, beside it, Flash's
-//! pathname-translation cache with its response-header cache (Flash 5.2-5.3).
+//! Haboob's cache: the page cache (SEDA 5.1) and, in it, Flash's pathname-translation
+//! cache with its response-header cache (Flash 5.2-5.3), behind one lock.
 //!
-//! - [`PathCache`] maps a raw URL path to what it translates to: a file with its
+//! - The path cache maps a raw URL path to what it translates to: a file with its
 //!   precomputed `200` header block, a redirect, or an error status. Hits skip
 //!   decoding, `canonicalize`, `stat` and header formatting. Entries are trusted for a
 //!   revalidation interval, after which the request takes the miss path once and the
 //!   entry is refreshed.
-//! - [`PageCache`] maps a file identity (device, inode, mtime, length) to its bytes,
+//! - The page store maps a file identity (device, inode, mtime, length) to its bytes,
 //!   as a shared immutable [`Bytes`], bounded in bytes with exact LRU replacement.
 //!   Because the key includes mtime and length, a changed file never hits a stale page.
+//! - [`PageCache::lookup`] is the hit path: one lock, one hashed map (the URL's). A
+//!   path entry of a page-cached file keeps where it last found its page (the
+//!   page's slot and the slot's occupancy number), so a hit follows that instead of
+//!   hashing the file identity into the page map; the map is used only when the
+//!   reference no longer holds.
 //!
 //! Both are bounded by bytes, not entries: a client that asks for 100,000 distinct
 //! long URLs evicts older translations instead of growing the path cache.
 //!
 //! # Invariants
-//! - `PageCache`: the sum of cached body lengths never exceeds the capacity; a body
-//!   larger than the capacity is never inserted.
-//! - `PathCache`: the sum of entry costs (URL + target bytes + a fixed overhead)
-//!   never exceeds the capacity, and at most [`PathCache::OPEN_FILES`] entries hold
+//! - Pages: the sum of cached body lengths never exceeds the capacity; a body
+//!   larger than the capacity is never inserted. Path entries hold no page, only a
+//!   reference to a slot: an evicted page's bytes are freed whatever the path
+//!   entries that found it, so the bound is on memory, not only on the count.
+//! - Every page hit, through a path entry's reference or the map, marks the page
+//!   most recently used: the replacement is exact LRU over all lookups.
+//! - A path entry's reference is followed only if the slot's occupancy number (fresh
+//!   at every fill, never reused) and the slot's file identity are those the entry
+//!   translates to: a changed file (new identity, after the entry's revalidation) or
+//!   a slot refilled with another page never answers from the old page.
+//! - Path cache: the sum of entry costs (URL + target bytes + a fixed overhead)
+//!   never exceeds its capacity, and at most [`PageCache::OPEN_FILES`] entries hold
 //!   an open file (a large file's stream): the descriptors the cache keeps are
 //!   bounded, whatever the number of large files asked for (a translation past the
 //!   bound is used once and not kept).
+//! - [`PageCacheStats`] counts one hit or miss per lookup that reached a cached
+//!   file's page, as when the two caches were looked up one after the other.
 
 use std::fmt;
 use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -125,6 +139,14 @@ pub enum Target {
     Error(Status),
 }
 
+/// Where a path entry last found its page: a slot of the page store and the
+/// occupancy of that slot (a slot reused for another page has another `fill`).
+#[derive(Clone, Copy, Debug)]
+struct PageRef {
+    slot: u32,
+    fill: u64,
+}
+
 struct PathEntry {
     target: Target,
     /// When the translation stops being trusted (checked + revalidate; `None`: a
@@ -134,6 +156,10 @@ struct PathEntry {
     fresh_until: Option<Instant>,
     /// What the entry counts toward the byte bound.
     cost: u64,
+    /// The page of the file this entry translates to, as last found: a hit follows
+    /// it instead of hashing the file's identity into the page map. Only a
+    /// reference: the page itself stays in (and leaves with) the page store.
+    page: Option<PageRef>,
 }
 
 impl PathEntry {
@@ -173,7 +199,7 @@ impl Target {
     }
 }
 
-/// A byte-bounded LRU map: the bookkeeping both caches share.
+/// A byte-bounded LRU map (the path cache's).
 struct Lru<K: std::hash::Hash + Eq, V, S: BuildHasher> {
     map: lru::LruCache<K, V, S>,
     bytes: u64,
@@ -188,141 +214,189 @@ impl<K: std::hash::Hash + Eq, V, S: BuildHasher> Lru<K, V, S> {
     }
 
     /// Inserts `v` costing `cost`, evicting least recently used entries until the
-    /// total fits `capacity`; returns how many were evicted. `removed(v)` is called
-    /// with every entry that leaves (the one `k` had, and the evicted) and must give
-    /// its cost back.
-    fn insert(
-        &mut self,
-        k: K,
-        v: V,
-        cost: u64,
-        capacity: u64,
-        mut cost_of: impl FnMut(&V) -> u64,
-    ) -> u64 {
+    /// total fits `capacity`. `cost_of(v)` is called with every entry that leaves
+    /// (the one `k` had, and the evicted) and must give its cost back.
+    fn insert(&mut self, k: K, v: V, cost: u64, capacity: u64, mut cost_of: impl FnMut(&V) -> u64) {
         if let Some(old) = self.map.pop(&k) {
             self.bytes -= cost_of(&old);
         }
-        let mut evicted = 0;
         while self.bytes + cost > capacity {
             let Some((_, old)) = self.map.pop_lru() else {
                 break;
             };
             self.bytes -= cost_of(&old);
-            evicted += 1;
         }
         self.map.put(k, v);
         self.bytes += cost;
+    }
+}
+
+/// No slot (the end of the page list).
+const NIL: u32 = u32::MAX;
+
+/// One slot of the page store: a page and its links in the recency list.
+struct Slot {
+    key: FileKey,
+    /// `None` while the slot is free.
+    body: Option<Bytes>,
+    /// The occupancy: a fresh number at every fill (never reused), 0 while free.
+    fill: u64,
+    /// Toward the most recently used.
+    prev: u32,
+    /// Toward the least recently used.
+    next: u32,
+}
+
+/// The page store: pages in slots linked in recency order (exact LRU), found by file
+/// identity through `index` or, from a path entry, by slot and occupancy directly.
+struct Pages {
+    /// Keys are file identities (four integers): foldhash hashes them in a few
+    /// multiplications, where FNV went byte by byte over 40 bytes.
+    index: std::collections::HashMap<FileKey, u32, foldhash::fast::RandomState>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Most recently used.
+    head: u32,
+    /// Least recently used.
+    tail: u32,
+    bytes: u64,
+    last_fill: u64,
+}
+
+impl Pages {
+    fn new() -> Self {
+        Pages {
+            index: std::collections::HashMap::with_hasher(Default::default()),
+            slots: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            bytes: 0,
+            last_fill: 0,
+        }
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let (prev, next) = {
+            let s = &self.slots[i as usize];
+            (s.prev, s.next)
+        };
+        match prev {
+            NIL => self.head = next,
+            p => self.slots[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.slots[n as usize].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, i: u32) {
+        let old = self.head;
+        {
+            let s = &mut self.slots[i as usize];
+            s.prev = NIL;
+            s.next = old;
+        }
+        match old {
+            NIL => self.tail = i,
+            h => self.slots[h as usize].prev = i,
+        }
+        self.head = i;
+    }
+
+    /// Marks slot `i` most recently used and returns its page.
+    fn touch(&mut self, i: u32) -> Option<Bytes> {
+        if self.head != i {
+            self.unlink(i);
+            self.push_front(i);
+        }
+        self.slots[i as usize].body.clone()
+    }
+
+    /// The page of `key`, with where it is.
+    fn get(&mut self, key: &FileKey) -> Option<(PageRef, Bytes)> {
+        let slot = *self.index.get(key)?;
+        let fill = self.slots[slot as usize].fill;
+        Some((PageRef { slot, fill }, self.touch(slot)?))
+    }
+
+    /// The page `r` found, if its slot still holds it (same occupancy, same file).
+    fn follow(&mut self, r: PageRef, key: &FileKey) -> Option<Bytes> {
+        let s = self.slots.get(r.slot as usize)?;
+        if s.fill != r.fill || s.key != *key || s.body.is_none() {
+            return None;
+        }
+        self.touch(r.slot)
+    }
+
+    /// Frees slot `i`.
+    fn remove(&mut self, i: u32) {
+        self.unlink(i);
+        let s = &mut self.slots[i as usize];
+        let body = s.body.take();
+        s.fill = 0;
+        self.index.remove(&s.key);
+        self.bytes -= body.map_or(0, |b| b.len() as u64);
+        self.free.push(i);
+    }
+
+    /// Inserts a page, evicting least recently used pages until the total fits
+    /// `capacity` (the caller checked that the page alone does); returns how many
+    /// were evicted.
+    fn insert(&mut self, key: FileKey, body: Bytes, capacity: u64) -> u64 {
+        if let Some(&old) = self.index.get(&key) {
+            self.remove(old);
+        }
+        let len = body.len() as u64;
+        let mut evicted = 0;
+        while self.bytes + len > capacity && self.tail != NIL {
+            self.remove(self.tail);
+            evicted += 1;
+        }
+        self.last_fill += 1;
+        let slot = Slot {
+            key,
+            body: Some(body),
+            fill: self.last_fill,
+            prev: NIL,
+            next: NIL,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.push_front(i);
+        self.index.insert(key, i);
+        self.bytes += len;
         evicted
     }
 }
 
-/// The pathname-translation cache (Flash 5.2). See the module docs.
-pub struct PathCache {
-    /// Keys are chosen by clients (URLs that are not there are cached too), so the
-    /// map uses std's keyed SipHash, not FNV.
-    lru: Mutex<PathLru>,
-    capacity: u64,
-    revalidate: Duration,
+/// Everything behind the cache's one lock.
+struct Inner {
+    paths: PathLru,
+    pages: Pages,
+    hits: u64,
+    misses: u64,
+    evictions: u64,
 }
 
-impl fmt::Debug for PathCache {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PathCache")
-            .field("entries", &self.len())
-            .field("bytes", &self.bytes())
-            .finish()
-    }
-}
-
-impl PathCache {
-    /// Most entries that keep a file open (see the module invariants); a server
-    /// counts them in the descriptors it keeps free beside its connections.
-    pub const OPEN_FILES: usize = 32;
-
-    /// A cache holding translations worth at most `capacity_bytes` (URL, target and
-    /// bookkeeping counted), each trusted for `revalidate`.
-    pub fn new(capacity_bytes: u64, revalidate: Duration) -> Self {
-        PathCache {
-            lru: Mutex::new(PathLru {
-                lru: Lru::new(foldhash::fast::RandomState::default()),
-                open_files: 0,
-            }),
-            capacity: capacity_bytes,
-            revalidate,
-        }
-    }
-
-    /// The translation of `url`, if cached and still fresh at `now`.
-    pub fn get(&self, url: &[u8], now: Instant) -> Option<Target> {
-        let mut inner = self.lru.lock();
-        let e = inner.lru.map.get(url)?;
-        // `now` may be an earlier turn's clock than the insert's (another loop's):
-        // such an entry is fresh, as `now - checked` saturating at 0 made it, unless
-        // nothing is ever trusted (`revalidate` 0).
-        (!self.revalidate.is_zero() && e.fresh_until.is_none_or(|until| now < until))
-            .then(|| e.target.clone())
-    }
-
-    /// Caches a translation checked at `now`, evicting the least recently used
-    /// translations to stay within the byte bound. A translation larger than the
-    /// whole cache is not cached, nor one holding an open file while
-    /// [`OPEN_FILES`](Self::OPEN_FILES) entries do.
-    pub fn insert(&self, url: &[u8], target: Target, now: Instant) {
-        let cost = url.len() as u64 + target.bytes() + ENTRY_OVERHEAD;
-        if cost > self.capacity {
-            return;
-        }
-        let entry = PathEntry {
-            target,
-            fresh_until: now.checked_add(self.revalidate),
-            cost,
-        };
-        let opens = entry.holds_file();
-        let mut inner = self.lru.lock();
-        let PathLru { lru, open_files } = &mut *inner;
-        if opens
-            && *open_files >= Self::OPEN_FILES
-            && !lru.map.peek(url).is_some_and(PathEntry::holds_file)
-        {
-            return;
-        }
-        lru.insert(url.into(), entry, cost, self.capacity, |e| {
-            if e.holds_file() {
-                *open_files -= 1;
-            }
-            e.cost
-        });
-        if opens {
-            *open_files += 1;
-        }
-        debug_assert!(lru.bytes <= self.capacity);
-        debug_assert!(*open_files <= Self::OPEN_FILES);
-    }
-
-    /// Entries held.
-    pub fn len(&self) -> usize {
-        self.lru.lock().lru.map.len()
-    }
-
-    /// Entries that keep a file open (at most [`OPEN_FILES`](Self::OPEN_FILES)).
-    pub fn open_files(&self) -> usize {
-        self.lru.lock().open_files
-    }
-
-    /// Whether no entry is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Bytes the entries are charged (at most the capacity).
-    pub fn bytes(&self) -> u64 {
-        self.lru.lock().lru.bytes
-    }
-
-    /// Capacity in bytes.
-    pub fn capacity(&self) -> u64 {
-        self.capacity
-    }
+/// What [`PageCache::lookup`] found for a URL path.
+#[derive(Debug)]
+pub enum Lookup {
+    /// No fresh translation: the miss path translates the path.
+    Miss,
+    /// A fresh translation to a file whose page is not cached: the miss path reads it.
+    PageMiss(Arc<FileInfo>),
+    /// An answer: a translation, with the page if it is a cached file.
+    Hit(Target, Option<Bytes>),
 }
 
 /// Counters of the page cache.
@@ -344,34 +418,52 @@ pub struct PageCacheStats {
     pub evictions: u64,
 }
 
-/// The page cache: file bytes bounded in total size, exact LRU. See the module docs.
+/// Haboob's cache: the page cache and the path cache behind one lock. See the module
+/// docs.
 pub struct PageCache {
-    /// Keys are file identities (four integers): foldhash hashes them in a few
-    /// multiplications, where FNV went byte by byte over 40 bytes.
-    lru: Mutex<Lru<FileKey, Bytes, foldhash::fast::RandomState>>,
+    inner: Mutex<Inner>,
     capacity: u64,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    evictions: AtomicU64,
+    path_capacity: u64,
+    revalidate: Duration,
 }
 
 impl fmt::Debug for PageCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PageCache")
             .field("stats", &self.stats())
+            .field("path_entries", &self.path_len())
             .finish()
     }
 }
 
 impl PageCache {
-    /// A cache holding at most `capacity_bytes` of file bodies.
+    /// Most path entries that keep a file open (see the module invariants); a server
+    /// counts them in the descriptors it keeps free beside its connections.
+    pub const OPEN_FILES: usize = 32;
+
+    /// A cache holding at most `capacity_bytes` of file bodies, without a path cache.
     pub fn new(capacity_bytes: u64) -> Self {
+        Self::with_paths(capacity_bytes, 0, Duration::ZERO)
+    }
+
+    /// A cache holding at most `capacity_bytes` of file bodies, and translations
+    /// worth at most `path_bytes` (URL, target and bookkeeping counted), each trusted
+    /// for `revalidate`.
+    pub fn with_paths(capacity_bytes: u64, path_bytes: u64, revalidate: Duration) -> Self {
         PageCache {
-            lru: Mutex::new(Lru::new(foldhash::fast::RandomState::default())),
+            inner: Mutex::new(Inner {
+                paths: PathLru {
+                    lru: Lru::new(foldhash::fast::RandomState::default()),
+                    open_files: 0,
+                },
+                pages: Pages::new(),
+                hits: 0,
+                misses: 0,
+                evictions: 0,
+            }),
             capacity: capacity_bytes,
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
+            path_capacity: path_bytes,
+            revalidate,
         }
     }
 
@@ -385,12 +477,105 @@ impl PageCache {
         len <= self.capacity
     }
 
+    /// The hit path, under one lock: the translation of `url` if cached and still
+    /// fresh at `now` and, for a cached file, its page (marked most recently used,
+    /// and counted as a page-cache hit or miss). The path entry keeps where it found
+    /// the page, so that the next hit follows it instead of a second map lookup.
+    pub fn lookup(&self, url: &[u8], now: Instant) -> Lookup {
+        let mut inner = self.inner.lock();
+        let Inner {
+            paths,
+            pages,
+            hits,
+            misses,
+            ..
+        } = &mut *inner;
+        let Some(e) = paths.lru.map.get_mut(url) else {
+            return Lookup::Miss;
+        };
+        if !self.fresh(e, now) {
+            return Lookup::Miss;
+        }
+        let info = match &e.target {
+            Target::File(info) if info.stream.is_none() => info,
+            other => return Lookup::Hit(other.clone(), None),
+        };
+        let page = match e.page.and_then(|r| pages.follow(r, &info.key)) {
+            Some(page) => page,
+            None => match pages.get(&info.key) {
+                Some((r, page)) => {
+                    e.page = Some(r);
+                    page
+                }
+                None => {
+                    *misses += 1;
+                    return Lookup::PageMiss(Arc::clone(info));
+                }
+            },
+        };
+        *hits += 1;
+        Lookup::Hit(e.target.clone(), Some(page))
+    }
+
+    /// `now` may be an earlier turn's clock than the insert's (another loop's): such
+    /// an entry is fresh, as `now - checked` saturating at 0 made it, unless nothing
+    /// is ever trusted (`revalidate` 0).
+    fn fresh(&self, e: &PathEntry, now: Instant) -> bool {
+        !self.revalidate.is_zero() && e.fresh_until.is_none_or(|until| now < until)
+    }
+
+    /// The translation of `url`, if cached and still fresh at `now` (no page looked
+    /// up, nothing counted).
+    pub fn translation(&self, url: &[u8], now: Instant) -> Option<Target> {
+        let mut inner = self.inner.lock();
+        let e = inner.paths.lru.map.get(url)?;
+        self.fresh(e, now).then(|| e.target.clone())
+    }
+
+    /// Caches a translation checked at `now`, evicting the least recently used
+    /// translations to stay within the path cache's byte bound. A translation larger
+    /// than the whole path cache is not cached, nor one holding an open file while
+    /// [`OPEN_FILES`](Self::OPEN_FILES) entries do.
+    pub fn insert_translation(&self, url: &[u8], target: Target, now: Instant) {
+        let cost = url.len() as u64 + target.bytes() + ENTRY_OVERHEAD;
+        if cost > self.path_capacity {
+            return;
+        }
+        let entry = PathEntry {
+            target,
+            fresh_until: now.checked_add(self.revalidate),
+            cost,
+            page: None,
+        };
+        let opens = entry.holds_file();
+        let mut inner = self.inner.lock();
+        let PathLru { lru, open_files } = &mut inner.paths;
+        if opens
+            && *open_files >= Self::OPEN_FILES
+            && !lru.map.peek(url).is_some_and(PathEntry::holds_file)
+        {
+            return;
+        }
+        lru.insert(url.into(), entry, cost, self.path_capacity, |e| {
+            if e.holds_file() {
+                *open_files -= 1;
+            }
+            e.cost
+        });
+        if opens {
+            *open_files += 1;
+        }
+        debug_assert!(lru.bytes <= self.path_capacity);
+        debug_assert!(*open_files <= Self::OPEN_FILES);
+    }
+
     /// The page of `key`, marking it most recently used.
     pub fn get(&self, key: &FileKey) -> Option<Bytes> {
-        let found = self.lru.lock().map.get(key).cloned();
+        let mut inner = self.inner.lock();
+        let found = inner.pages.get(key).map(|(_, page)| page);
         match &found {
-            Some(_) => self.hits.fetch_add(1, Relaxed),
-            None => self.misses.fetch_add(1, Relaxed),
+            Some(_) => inner.hits += 1,
+            None => inner.misses += 1,
         };
         found
     }
@@ -398,151 +583,49 @@ impl PageCache {
     /// Inserts a page, evicting least recently used pages until it fits. Returns false
     /// (and caches nothing) when the body is larger than the whole cache.
     pub fn insert(&self, key: FileKey, body: Bytes) -> bool {
-        let len = body.len() as u64;
-        if len > self.capacity {
+        if body.len() as u64 > self.capacity {
             return false;
         }
-        let mut lru = self.lru.lock();
-        let evicted = lru.insert(key, body, len, self.capacity, |b| b.len() as u64);
-        debug_assert!(lru.bytes <= self.capacity);
-        drop(lru);
-        self.evictions.fetch_add(evicted, Relaxed);
+        let mut inner = self.inner.lock();
+        let evicted = inner.pages.insert(key, body, self.capacity);
+        inner.evictions += evicted;
+        debug_assert!(inner.pages.bytes <= self.capacity);
         true
     }
 
     /// Counters now.
     pub fn stats(&self) -> PageCacheStats {
-        let lru = self.lru.lock();
+        let inner = self.inner.lock();
         PageCacheStats {
             capacity_bytes: self.capacity,
-            bytes: lru.bytes,
-            entries: lru.map.len(),
-            hits: self.hits.load(Relaxed),
-            misses: self.misses.load(Relaxed),
-            evictions: self.evictions.load(Relaxed),
+            bytes: inner.pages.bytes,
+            entries: inner.pages.index.len(),
+            hits: inner.hits,
+            misses: inner.misses,
+            evictions: inner.evictions,
         }
+    }
+
+    /// Translations held.
+    pub fn path_len(&self) -> usize {
+        self.inner.lock().paths.lru.map.len()
+    }
+
+    /// Bytes the translations are charged (at most the path capacity).
+    pub fn path_bytes(&self) -> u64 {
+        self.inner.lock().paths.lru.bytes
+    }
+
+    /// The path cache's capacity in bytes.
+    pub fn path_capacity(&self) -> u64 {
+        self.path_capacity
+    }
+
+    /// Translations that keep a file open (at most [`OPEN_FILES`](Self::OPEN_FILES)).
+    pub fn open_files(&self) -> usize {
+        self.inner.lock().paths.open_files
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(ino: u64, len: u64) -> FileKey {
-        FileKey {
-            dev: 1,
-            ino,
-            mtime_ns: 0,
-            len,
-        }
-    }
-
-    #[test]
-    fn lru_evicts_least_recently_used_within_byte_bound() {
-        let c = PageCache::new(30);
-        assert!(c.insert(key(1, 10), Bytes::from(vec![1; 10])));
-        assert!(c.insert(key(2, 10), Bytes::from(vec![2; 10])));
-        assert!(c.insert(key(3, 10), Bytes::from(vec![3; 10])));
-        assert!(c.get(&key(1, 10)).is_some(), "touch 1: now 2 is the oldest");
-        assert!(c.insert(key(4, 10), Bytes::from(vec![4; 10])));
-        assert!(c.get(&key(2, 10)).is_none());
-        assert_eq!(c.get(&key(1, 10)).unwrap()[0], 1);
-        assert!(c.get(&key(3, 10)).is_some());
-        assert!(c.get(&key(4, 10)).is_some());
-        let s = c.stats();
-        assert_eq!((s.bytes, s.entries, s.evictions), (30, 3, 1));
-        assert!(
-            c.insert(key(5, 25), Bytes::from(vec![5; 25])),
-            "evicts several"
-        );
-        assert_eq!(c.stats().entries, 1);
-        assert!(
-            !c.insert(key(6, 31), Bytes::from(vec![6; 31])),
-            "larger than the cache"
-        );
-        assert!(c.stats().bytes <= 30);
-    }
-
-    #[test]
-    fn reinserting_a_key_replaces_it() {
-        let c = PageCache::new(100);
-        c.insert(key(1, 3), Bytes::from_static(b"abc"));
-        c.insert(key(1, 3), Bytes::from_static(b"xyz"));
-        assert_eq!(c.stats().bytes, 3);
-        assert_eq!(&c.get(&key(1, 3)).unwrap()[..], b"xyz");
-    }
-
-    #[test]
-    fn path_cache_expires_and_stays_bounded_in_bytes() {
-        let c = PathCache::new(64 * 1024, Duration::from_secs(1));
-        let t0 = Instant::now();
-        c.insert(b"/a", Target::Error(Status::NOT_FOUND), t0);
-        assert!(c.get(b"/a", t0).is_some());
-        assert!(c.get(b"/a", t0 + Duration::from_secs(2)).is_none());
-        // 1,000 distinct 8 KB URLs: the cache keeps the newest that fit.
-        for i in 0..1000 {
-            let url = format!("/{i}/{}", "x".repeat(8000));
-            c.insert(url.as_bytes(), Target::Error(Status::NOT_FOUND), t0);
-            assert!(c.bytes() <= 64 * 1024);
-        }
-        assert!(c.len() <= 8 && c.len() >= 6, "{} entries", c.len());
-        let newest = format!("/999/{}", "x".repeat(8000));
-        assert!(c.get(newest.as_bytes(), t0).is_some());
-        let huge = vec![b'y'; 100 * 1024];
-        c.insert(&huge, Target::Error(Status::NOT_FOUND), t0);
-        assert!(
-            c.get(&huge, t0).is_none(),
-            "larger than the cache: not cached"
-        );
-    }
-
-    /// Issue 29.4: every large file the path cache translated kept its descriptor
-    /// open for as long as its entry lived (tens of thousands in 16 MiB).
-    #[test]
-    fn path_cache_keeps_a_bounded_number_of_files_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("big");
-        std::fs::write(&path, b"x").unwrap();
-        let streamed = || {
-            let file = Arc::new(std::fs::File::open(&path).unwrap());
-            let key = FileKey {
-                dev: 0,
-                ino: 0,
-                mtime_ns: 0,
-                len: 1,
-            };
-            let v = Validators::of(1, std::time::SystemTime::UNIX_EPOCH, 0);
-            Target::File(Arc::new(FileInfo::new(
-                path.clone(),
-                key,
-                v,
-                "text/plain",
-                Some(file),
-            )))
-        };
-        let c = PathCache::new(16 << 20, Duration::from_secs(60));
-        let t0 = Instant::now();
-        let n = PathCache::OPEN_FILES + 20;
-        for i in 0..n {
-            c.insert(format!("/f{i}").as_bytes(), streamed(), t0);
-        }
-        assert_eq!(c.open_files(), PathCache::OPEN_FILES);
-        assert_eq!(c.len(), PathCache::OPEN_FILES, "the rest were not kept");
-        assert!(c.get(format!("/f{}", n - 1).as_bytes(), t0).is_none());
-        // Replacing an entry that holds a file, or evicting one, frees its place.
-        c.insert(b"/f0", streamed(), t0);
-        c.insert(b"/f1", Target::Error(Status::NOT_FOUND), t0);
-        assert_eq!(c.open_files(), PathCache::OPEN_FILES - 1);
-        c.insert(b"/new", streamed(), t0);
-        assert!(c.get(b"/new", t0).is_some());
-        assert_eq!(c.open_files(), PathCache::OPEN_FILES);
-        // Entries without a file are not limited by it.
-        c.insert(b"/other", Target::Error(Status::NOT_FOUND), t0);
-        assert!(c.get(b"/other", t0).is_some());
-        let tiny = PathCache::new(3 * (ENTRY_OVERHEAD + 200), Duration::from_secs(60));
-        for i in 0..10 {
-            tiny.insert(format!("/f{i}").as_bytes(), streamed(), t0);
-        }
-        assert!(tiny.open_files() <= 3 && tiny.open_files() == tiny.len());
-    }
-}
+mod tests;

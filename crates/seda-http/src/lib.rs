@@ -17,7 +17,7 @@
 //!   live dashboard at `/_seda/`. [`AgentServer`]: HAProxy's `agent-check` answered
 //!   from the admission state (weight, `drain`), for replicas behind a load balancer.
 //! - [`Handler`] / [`HandlerRegistration`]: the dynamic handler API (HDAPI).
-//! - [`PageCache`] / [`PathCache`]: the caches.
+//! - [`PageCache`]: the page cache with the path cache (one lookup, one lock).
 //! - [`DemoSite`]: the built-in demo site.
 //! - [`AccessLog`]: the access log, a stage of its own fed by lossy enqueue (nginx's
 //!   `combined` or JSON lines, with the request time and the stage that answered).
@@ -74,7 +74,7 @@ pub use admin::{
     AgentServer, ClassCount, ClassTarget, DrainReason, Latency, StageStats, StatsDoc,
 };
 pub use bottleneck::{Bottleneck, DEFAULT_SAMPLE_PERIOD};
-pub use cache::{FileInfo, FileKey, PageCache, PageCacheStats, PathCache, Target};
+pub use cache::{FileInfo, FileKey, Lookup, PageCache, PageCacheStats, Target};
 pub use demo::DemoSite;
 pub use handler::{
     Classifier, Handler, HandlerContext, HandlerRegistration, OverloadAction, Request, Response,

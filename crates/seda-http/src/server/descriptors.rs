@@ -17,7 +17,7 @@
 //! - `reserve`: per event loop of each listener [`seda_io::LOOP_RESERVE`] (a connection accepted
 //!   over the cap to be told `503`; the ring an io_uring loop opens as it starts);
 //!   [`FILES_IN_FLIGHT`] files the miss path opens at once and
-//!   [`PathCache::OPEN_FILES`] large files the path cache keeps open; 3 for the
+//!   [`PageCache::OPEN_FILES`] large files the path cache keeps open; 3 for the
 //!   admin listener (its socket, the connection it serves, the one that wakes it at
 //!   stop); per proxy route, an upstream connection for each request it may have in
 //!   flight (at most one per client connection) and its idle ones; [`SLACK`] for an
@@ -29,7 +29,7 @@
 //! in its pipeline) is answered `503` if `open` fails for want of descriptors, never
 //! a `404`.
 
-use crate::cache::PathCache;
+use crate::cache::PageCache;
 
 use super::budget::DescriptorBudget;
 use super::config::{ServerConfig, ServerError};
@@ -48,7 +48,7 @@ pub(crate) const SLACK: u64 = 8;
 /// The descriptors `cfg` keeps free beside its connections (module docs).
 pub(crate) fn reserve(cfg: &ServerConfig) -> u64 {
     let loops = cfg.event_loops as u64 * seda_io::LOOP_RESERVE * listeners(cfg);
-    let files = FILES_IN_FLIGHT + PathCache::OPEN_FILES as u64;
+    let files = FILES_IN_FLIGHT + PageCache::OPEN_FILES as u64;
     let admin = if cfg.admin_listen.is_some() { 3 } else { 0 };
     let proxies: u64 = cfg
         .proxies
@@ -109,7 +109,7 @@ mod tests {
             admin_listen: None,
             ..ServerConfig::default()
         };
-        let files = FILES_IN_FLIGHT + PathCache::OPEN_FILES as u64;
+        let files = FILES_IN_FLIGHT + PageCache::OPEN_FILES as u64;
         assert_eq!(reserve(&base), 2 * seda_io::LOOP_RESERVE + files + SLACK);
         let admin = ServerConfig {
             admin_listen: Some("127.0.0.1:0".parse().unwrap()),

@@ -1,9 +1,8 @@
 //! PageCache's work as functions of Haboob's state: the hit path (translation
-//! cache, then page cache) and the fill of what the miss path found. PageCache runs
+//! and page, one lookup) and the fill of what the miss path found. PageCache runs
 //! them; CacheMiss and the file helper run [`settle`] themselves when PageCache
 //! refuses a result (answering costs less than a 503 once the page is read).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -12,7 +11,7 @@ use super::answer::{Answer, Redirect};
 use super::conn::Exchange;
 use super::events::{Found, Job, Miss};
 use super::state::Haboob;
-use crate::cache::Target;
+use crate::cache::{self, Target};
 
 /// What a lookup found.
 pub(crate) enum Lookup {
@@ -20,23 +19,20 @@ pub(crate) enum Lookup {
     Miss(Miss),
 }
 
-/// The hit path: translation cache, then page cache.
+/// The hit path: the translation and, for a cached file, its page, in one lookup
+/// under the cache's one lock.
 pub(crate) fn lookup(hb: &Haboob, job: Job, now: Instant) -> Lookup {
-    let Some(target) = hb.paths.get(job.req.path(), now) else {
-        return Lookup::Miss(Miss { job, file: None });
-    };
-    let page = match &target {
-        Target::File(info) if info.stream.is_none() => match hb.pages.get(&info.key) {
-            Some(page) => Some(page),
-            None => {
-                let file = Some(Arc::clone(info));
-                return Lookup::Miss(Miss { job, file });
-            }
-        },
-        _ => None,
-    };
-    let (ex, answer) = answer_for(job, target, page);
-    Lookup::Hit(ex, answer)
+    match hb.pages.lookup(job.req.path(), now) {
+        cache::Lookup::Miss => Lookup::Miss(Miss { job, file: None }),
+        cache::Lookup::PageMiss(info) => Lookup::Miss(Miss {
+            job,
+            file: Some(info),
+        }),
+        cache::Lookup::Hit(target, page) => {
+            let (ex, answer) = answer_for(job, target, page);
+            Lookup::Hit(ex, answer)
+        }
+    }
 }
 
 /// The answer to `job` for a translation (and the page, for a cached file).

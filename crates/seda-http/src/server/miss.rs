@@ -44,7 +44,8 @@ pub(crate) fn find(hb: &Haboob, miss: Miss) -> Step {
                 Ok(t) => t,
                 Err(OutOfDescriptors) => return Step::Found(job, Found::OutOfDescriptors),
             };
-            hb.paths.insert(job.req.path(), target.clone(), now);
+            hb.pages
+                .insert_translation(job.req.path(), target.clone(), now);
             match target {
                 Target::File(info) if info.stream.is_none() => {
                     if let Some(body) = hb.pages.get(&info.key) {

@@ -97,7 +97,7 @@ use self::routes::Routes;
 use self::state::{Haboob, Live, Settings};
 use crate::access_log::events::AccessLog;
 use crate::admin::{AdminBuilder, AdminServer, StatsDoc};
-use crate::cache::{PageCache, PathCache};
+use crate::cache::PageCache;
 use crate::handler::HandlerRegistration;
 use crate::overload::OverloadControl;
 use crate::policy_slot::PolicySlot;
@@ -276,8 +276,7 @@ impl Server {
             },
             live: arc_swap::ArcSwap::from_pointee(Live::of(&cfg)),
             conns: conn_list::ConnList::new(),
-            paths: PathCache::new(cfg.path_cache_bytes, cfg.revalidate),
-            pages: PageCache::new(cfg.cache_bytes),
+            pages: PageCache::with_paths(cfg.cache_bytes, cfg.path_cache_bytes, cfg.revalidate),
             framer: Framer::new(cfg.retry_after_secs, cfg.header_cache),
             writer: bound.writer(),
             tls: tls_bound.as_ref().map(BoundTls::writer),

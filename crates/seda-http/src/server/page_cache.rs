@@ -1,6 +1,8 @@
 //! PageCache (SEDA 5.1): every static lookup and every fill.
 //!
-//! A lookup consults Flash's pathname-translation cache, then the page cache: a hit
+//! A lookup consults Flash's pathname-translation cache and the page cache in one
+//! [`crate::cache::PageCache::lookup`] (one lock, one hashed map: the path entry keeps
+//! a checked reference to its page): a hit
 //! (or a cached redirect or error, or a file streamed with `sendfile`) is answered,
 //! a miss goes to CacheMiss. CacheMiss (or the file helper) comes back with what it
 //! found: the page is cached and the request answered. In each batch the answers go

@@ -22,7 +22,7 @@ use super::routes::Routes;
 use crate::access_log::events::{
     AccessEntry, AccessLog, Answerer, Origin, RequestRecord, status_of,
 };
-use crate::cache::{PageCache, PageCacheStats, PathCache};
+use crate::cache::{PageCache, PageCacheStats};
 use crate::proto::{Dotfiles, Limits, Status};
 
 /// Settings the stages read on every request, fixed at start.
@@ -139,7 +139,7 @@ pub(crate) struct Haboob {
     /// The open connections (for the sweep, the shutdown and the stats; no
     /// event looks one up: see [`Haboob::attach`]).
     pub(crate) conns: ConnList,
-    pub(crate) paths: PathCache,
+    /// The page cache with the path cache: one lock for both.
     pub(crate) pages: PageCache,
     pub(crate) framer: Framer,
     pub(crate) writer: Writer,
@@ -259,9 +259,9 @@ impl Haboob {
                 .filter_map(|c| c.rx.try_lock().map(|rx| rx.buffer_bytes() as u64))
                 .sum(),
             path_cache: PathCacheStats {
-                capacity_bytes: self.paths.capacity(),
-                bytes: self.paths.bytes(),
-                entries: self.paths.len(),
+                capacity_bytes: self.pages.path_capacity(),
+                bytes: self.pages.path_bytes(),
+                entries: self.pages.path_len(),
             },
             page_cache: self.pages.stats(),
         }
