@@ -82,6 +82,21 @@ fn dots(seg: &[u8]) -> u8 {
     n
 }
 
+/// Whether some segment of `raw_path` starts with `.` or `%` (a `/` followed by
+/// either): a dot segment (`.`, `..`, `%2e`, ...) must, so a path without one has
+/// none. One pass that stops at the first candidate: the only pass nearly every
+/// request's path needs.
+fn may_have_dot_segment(raw_path: &[u8]) -> bool {
+    let mut prev = 0u8;
+    for &c in raw_path {
+        if prev == b'/' && (c == b'.' || c == b'%') {
+            return true;
+        }
+        prev = c;
+    }
+    false
+}
+
 /// Removes the `.` and `..` segments of a raw (still percent-encoded) absolute path,
 /// RFC 3986 5.2.4, with `%2e` counted as `.`; other escapes are left as they are.
 /// `Err(PathError::Malformed)` (400, as nginx answers) for a path that climbs above
@@ -98,10 +113,19 @@ fn dots(seg: &[u8]) -> u8 {
 /// assert_eq!(&*remove_dot_segments(b"/hello.txt/.").unwrap(), b"/hello.txt/");
 /// assert_eq!(remove_dot_segments(b"/a/../../etc/passwd"), Err(PathError::Malformed));
 /// ```
+#[inline]
 pub fn remove_dot_segments(raw_path: &[u8]) -> Result<Cow<'_, [u8]>, PathError> {
-    if raw_path.first() != Some(&b'/')
-        || !raw_path.split(|&c| c == b'/').skip(1).any(|s| dots(s) > 0)
-    {
+    if raw_path.first() != Some(&b'/') || !may_have_dot_segment(raw_path) {
+        return Ok(Cow::Borrowed(raw_path));
+    }
+    remove_dot_segments_slow(raw_path)
+}
+
+/// [`remove_dot_segments`] for a path with a segment that may be a dot segment (kept
+/// apart so that the common case above stays small enough to inline).
+#[cold]
+fn remove_dot_segments_slow(raw_path: &[u8]) -> Result<Cow<'_, [u8]>, PathError> {
+    if !raw_path.split(|&c| c == b'/').skip(1).any(|s| dots(s) > 0) {
         return Ok(Cow::Borrowed(raw_path));
     }
     let mut out: Vec<u8> = Vec::with_capacity(raw_path.len());

@@ -387,17 +387,17 @@ impl HttpParse {
                 }
                 return;
             }
+            // One match on the parse's result, which is moved once: the head is the
+            // largest value of the request path (a second match copied it twice).
             let head = match proto::parse_head(&rx.buf, limits) {
-                // The rest of the head will never come.
-                Ok(None) if rx.peer_done => Err(proto::ParseError::Malformed),
-                other => other,
-            };
-            let head = match head {
-                Ok(None) => {
+                Ok(Some(head)) => head,
+                Ok(None) if !rx.peer_done => {
                     rx.head_started.get_or_insert(now);
                     return;
                 }
-                Err(e) => {
+                // `Ok(None)` at end of input: the rest of the head will never come.
+                failed => {
+                    let e = failed.err().unwrap_or(proto::ParseError::Malformed);
                     hb.counters.bad_requests.fetch_add(1, Relaxed);
                     let mut ex = Exchange::new(Arc::clone(c), c.next_seq(), false, false);
                     if hb.log.is_some() {
@@ -413,7 +413,6 @@ impl HttpParse {
                     rx.stop();
                     return;
                 }
-                Ok(Some(head)) => head,
             };
             let path = head.path(&rx.buf);
             let route = hb.routes.find(path);

@@ -320,6 +320,22 @@ fn absolute_form_and_fragment() {
         .unwrap()
         .unwrap();
     assert_eq!((p.as_slice(), q.as_slice()), (&b"/p"[..], &b"q"[..]));
+    // Origin form, split in one pass: a `?` after the fragment is the fragment's,
+    // the query ends at the first `#`.
+    for (target, path, query) in [
+        (&b"/p#f?x"[..], &b"/p"[..], &b""[..]),
+        (b"/p?a#b?c", b"/p", b"a"),
+        (b"/p?", b"/p", b""),
+        (b"/p#", b"/p", b""),
+        (b"/?#", b"/", b""),
+        (b"/a/b.c", b"/a/b.c", b""),
+    ] {
+        let mut req = b"GET ".to_vec();
+        req.extend_from_slice(target);
+        req.extend_from_slice(b" HTTP/1.1\r\nHost: h\r\n\r\n");
+        let (_, p, q, ..) = parse(&req).unwrap().unwrap();
+        assert_eq!((p.as_slice(), q.as_slice()), (path, query), "{target:?}");
+    }
 }
 
 #[test]
