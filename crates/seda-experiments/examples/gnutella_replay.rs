@@ -35,7 +35,7 @@
 //! Environment: PEERS (4), BATCH (256), SEED (1).
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream as MioStream;
@@ -43,9 +43,7 @@ use mio::{Events, Interest, Poll, Token};
 use seda_experiments::gnutella::plain::PlainLoop;
 use seda_experiments::gnutella::throughput::{ThroughputConfig, staged_config};
 use seda_gnutella::Gnutella;
-use seda_load::gnutella::wire::{
-    self, ACCEPT_BLOCK, HEADER_LEN, PING, PONG, QUERY, connect_block, write_message,
-};
+use seda_load::gnutella::wire::{self, HEADER_LEN, PING, PONG, QUERY, write_message};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -121,35 +119,6 @@ struct Peer {
     seq: u32,
 }
 
-fn handshake(router: SocketAddr) -> io::Result<TcpStream> {
-    let mut s = TcpStream::connect_timeout(&router, Duration::from_secs(30))?;
-    s.set_nodelay(true)?;
-    s.set_read_timeout(Some(STEP_DEADLINE))?;
-    s.write_all(&connect_block(&[
-        ("User-Agent", "gnutella-replay"),
-        ("X-Ultrapeer", "True"),
-        ("X-Query-Routing", "0.2"),
-        ("Vendor-Message", "0.2"),
-    ]))?;
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        if s.read(&mut b)? == 0 || buf.len() > wire::MAX_ANSWER {
-            return Err(io::Error::other("router closed during the handshake"));
-        }
-        buf.push(b[0]);
-    }
-    match wire::answer_status(&buf) {
-        Some((200, _)) => {}
-        Some((_, line)) => return Err(io::Error::other(format!("refused: {line}"))),
-        None => return Err(io::Error::other("unreadable handshake answer")),
-    }
-    s.write_all(ACCEPT_BLOCK)?;
-    s.set_read_timeout(None)?;
-    s.set_nonblocking(true)?;
-    Ok(s)
-}
-
 fn feed(args: &[String]) -> Result<(), Error> {
     let addr: SocketAddr = args
         .first()
@@ -185,7 +154,12 @@ fn feed(args: &[String]) -> Result<(), Error> {
     let mut poll = Poll::new()?;
     let mut peers = Vec::new();
     for i in 0..n_peers {
-        let mut stream = MioStream::from_std(handshake(addr)?);
+        let mut stream = MioStream::from_std(wire::handshake(
+            addr,
+            "gnutella-replay",
+            false,
+            STEP_DEADLINE,
+        )?);
         poll.registry()
             .register(&mut stream, Token(i), Interest::READABLE)?;
         peers.push(Peer {

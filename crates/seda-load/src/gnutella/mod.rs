@@ -132,8 +132,13 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, LoadError> {
     let mut streams = Vec::with_capacity(cfg.peers);
     for i in 0..cfg.peers {
         let leaf = cfg.is_leaf(i);
-        let mut s = sim::handshake(cfg.router, &format!("seda-load-gnutella/{i}"), leaf)
-            .map_err(LoadError::io(format!("peer {i}")))?;
+        let mut s = wire::handshake(
+            cfg.router,
+            &format!("seda-load-gnutella/{i}"),
+            leaf,
+            Duration::from_secs(10),
+        )
+        .map_err(LoadError::io(format!("peer {i}")))?;
         if leaf {
             // The leaf's table first: the router forwards it no query before.
             let words = cfg.leaf_share(i);

@@ -9,7 +9,7 @@
 //! ping with the ping's GUID (a round trip too).
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -63,40 +63,6 @@ struct Sim {
     sent: u64,
     seq: u32,
     dead: bool,
-}
-
-/// Handshakes with the router as an ultrapeer (no compression: the generator
-/// measures the router, not zlib), blocking, and returns the nonblocking stream.
-pub(crate) fn handshake(router: SocketAddr, agent: &str, leaf: bool) -> io::Result<TcpStream> {
-    let mut s = TcpStream::connect_timeout(&router, Duration::from_secs(5))?;
-    s.set_nodelay(true)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let hello = wire::connect_block(&[
-        ("User-Agent", agent),
-        ("X-Ultrapeer", if leaf { "False" } else { "True" }),
-        ("X-Query-Routing", "0.2"),
-        ("Vendor-Message", "0.2"),
-    ]);
-    s.write_all(&hello)?;
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        if s.read(&mut b)? == 0 || buf.len() > wire::MAX_ANSWER {
-            return Err(io::Error::other("router closed during the handshake"));
-        }
-        buf.push(b[0]);
-    }
-    let (status, line) =
-        wire::answer_status(&buf).ok_or_else(|| io::Error::other("unreadable handshake answer"))?;
-    if status != 200 {
-        return Err(io::Error::other(format!(
-            "router refused the connection: {line}"
-        )));
-    }
-    s.write_all(wire::ACCEPT_BLOCK)?;
-    s.set_read_timeout(None)?;
-    s.set_nonblocking(true)?;
-    Ok(s)
 }
 
 /// Last GUID byte of a generated (timed) message.

@@ -12,6 +12,10 @@
 //! answer  = "GNUTELLA/0.6" SP code SP reason CRLF *(header line CRLF) CRLF
 //! ```
 
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
 /// Bytes of a message header.
 pub const HEADER_LEN: usize = 23;
 
@@ -137,6 +141,47 @@ pub fn answer_status(block: &[u8]) -> Option<(u16, String)> {
         return None;
     }
     Some((code.parse().ok()?, line.to_owned()))
+}
+
+/// Handshakes with the router at `router` as an ultrapeer (`leaf`: as a leaf) that
+/// names itself `agent`, without compression (a generator measures the router, not
+/// zlib), blocking, and returns the stream nonblocking. `patience` bounds each read
+/// of the router's answer; the connect may take half of it.
+pub fn handshake(
+    router: SocketAddr,
+    agent: &str,
+    leaf: bool,
+    patience: Duration,
+) -> io::Result<TcpStream> {
+    let mut s = TcpStream::connect_timeout(&router, patience / 2)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(patience))?;
+    let hello = connect_block(&[
+        ("User-Agent", agent),
+        ("X-Ultrapeer", if leaf { "False" } else { "True" }),
+        ("X-Query-Routing", "0.2"),
+        ("Vendor-Message", "0.2"),
+    ]);
+    s.write_all(&hello)?;
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b)? == 0 || buf.len() > MAX_ANSWER {
+            return Err(io::Error::other("router closed during the handshake"));
+        }
+        buf.push(b[0]);
+    }
+    let (status, line) =
+        answer_status(&buf).ok_or_else(|| io::Error::other("unreadable handshake answer"))?;
+    if status != 200 {
+        return Err(io::Error::other(format!(
+            "router refused the connection: {line}"
+        )));
+    }
+    s.write_all(ACCEPT_BLOCK)?;
+    s.set_read_timeout(None)?;
+    s.set_nonblocking(true)?;
+    Ok(s)
 }
 
 #[cfg(test)]
